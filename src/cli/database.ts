@@ -1,0 +1,65 @@
+// Opens the store's database for a command: the configured server, or the embedded PostgreSQL when
+// no URL is set (SPEC §2). Also waits for a server that is still starting (docker-compose order).
+import type { Pool } from 'pg';
+import type { Logger } from 'pino';
+import type { ProxyConfig } from '../config/types';
+import { createPool } from '../db/pool';
+
+export interface OpenDatabase {
+  readonly pool: Pool;
+  readonly embedded: boolean;
+  close(): Promise<void>;
+}
+
+export async function openDatabase(config: ProxyConfig, logger: Logger): Promise<OpenDatabase> {
+  let url = config.store.url;
+  let stopEmbedded: (() => Promise<void>) | undefined;
+  if (url === undefined) {
+    const { startEmbeddedPostgres } = await import('../db/embedded');
+    logger.info({ dataDir: config.store.dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
+    const embedded = await startEmbeddedPostgres({
+      dataDir: config.store.dataDir,
+      onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
+    });
+    logger.info({ dataDir: embedded.dataDir, port: embedded.port }, 'embedded PostgreSQL started');
+    url = embedded.url;
+    stopEmbedded = async () => {
+      await embedded.stop();
+      logger.info('embedded PostgreSQL stopped');
+    };
+  }
+  const pool = createPool({
+    url,
+    size: config.store.poolSize,
+    onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
+  });
+  return {
+    pool,
+    embedded: stopEmbedded !== undefined,
+    async close() {
+      await pool.end();
+      if (stopEmbedded) await stopEmbedded();
+    },
+  };
+}
+
+/** Retries `task` while the database refuses connections, up to `timeoutMs`. */
+export async function whenDatabaseReady<T>(task: () => Promise<T>, logger: Logger, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await task();
+    } catch (error) {
+      if (Date.now() > deadline || !isConnectionError(error)) throw error;
+      logger.warn({ err: error, attempt }, 'database not reachable yet; retrying');
+      await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 200 * attempt)));
+    }
+  }
+}
+
+function isConnectionError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'ECONNRESET') return true;
+  if (code === '57P03') return true; // the database system is starting up
+  return /timeout exceeded when trying to connect|Connection terminated/i.test(String((error as Error)?.message));
+}

@@ -1,0 +1,19 @@
+// `idempotency-proxy migrate`: apply the store's migrations and exit (serve does the same at start).
+import type { Logger } from 'pino';
+import type { ProxyConfig } from '../config/types';
+import { migrate } from '../db/migrate';
+import { openDatabase, whenDatabaseReady } from './database';
+
+export async function runMigrate(config: ProxyConfig, logger: Logger): Promise<number> {
+  const database = await openDatabase(config, logger);
+  try {
+    const result = await whenDatabaseReady(() => migrate(database.pool, config.store.table), logger);
+    logger.info(
+      { table: config.store.table, ...result },
+      result.applied.length === 0 ? 'store schema already up to date' : `applied ${result.applied.length} migration(s)`,
+    );
+    return 0;
+  } finally {
+    await database.close();
+  }
+}

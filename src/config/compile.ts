@@ -1,0 +1,347 @@
+// Turns the zod-parsed config into the frozen ProxyConfig of types.ts: cross-field checks first (each
+// issue at its own YAML path), then defaults merged into every protected route, units converted,
+// upstream URLs split, and `storesStatus` built as a lookup table. Nothing on the request path
+// re-checks any of this.
+import path from 'node:path';
+import { ConfigError, type ConfigIssue } from '../errors';
+import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
+import type {
+  IdempotencyPolicy,
+  ProxyConfig,
+  RequestPart,
+  RouteConfig,
+  UpstreamConfig,
+} from './types';
+import { SAFE_METHODS } from './types';
+import { parseDurationMs, parseSizeBytes } from './units';
+
+export type IssuePath = readonly (string | number)[];
+
+/** A problem at a YAML path; `at: 'key'` points at the key itself (for keys that should not be there). */
+export interface PathIssue {
+  readonly path: IssuePath;
+  readonly message: string;
+  readonly at?: 'key' | 'value';
+}
+
+export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
+
+export interface CompileOptions {
+  /** The config file, for ConfigError and ProxyConfig.file (resolved against cwd). */
+  readonly file: string;
+  /** `DATABASE_URL` here overrides `store.url`. Default: process.env. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Base of a relative `store.dataDir`. Default: process.cwd(). */
+  readonly cwd?: string;
+  /** Source positions of paths; load.ts passes the YAML document's. */
+  readonly locate?: Locate;
+}
+
+/** `routes[2].idempotency.ttl`; keys that are not plain names are quoted: `upstreams["a b"]`. */
+export function formatPath(segments: IssuePath): string {
+  let out = '';
+  for (const segment of segments) {
+    if (typeof segment === 'number') out += `[${segment}]`;
+    else if (/^[A-Za-z_$][\w$-]*$/.test(segment)) out += out === '' ? segment : `.${segment}`;
+    else out += `[${JSON.stringify(segment)}]`;
+  }
+  return out;
+}
+
+export function compileConfig(parsed: ParsedConfig, options: CompileOptions): ProxyConfig {
+  const issues = unique([...checkConfig(parsed), ...rejectUnsupportedFeatures(parsed)]);
+  if (issues.length > 0) {
+    const locate = options.locate ?? (() => ({ line: undefined, column: undefined }));
+    const located = issues.map((issue) => ({
+      path: formatPath(issue.path),
+      ...locate(issue),
+      message: issue.message,
+    }));
+    throw new ConfigError(options.file, located);
+  }
+  const env = options.env ?? process.env;
+  const cwd = options.cwd ?? process.cwd();
+  const upstreams = new Map<string, UpstreamConfig>();
+  for (const [name, upstream] of Object.entries(parsed.upstreams)) {
+    const url = new URL(upstream.url);
+    const basePath = url.pathname.replace(/\/+$/, '');
+    upstreams.set(name, {
+      name,
+      origin: url.origin,
+      basePath,
+      timeoutMs: parseDurationMs(upstream.timeout),
+    });
+  }
+  const routes = parsed.routes.map((route): RouteConfig => ({
+    name: route.name,
+    match: {
+      methods: route.match.method === undefined ? null : new Set(methodsOf(route)),
+      path: route.match.path,
+      host: route.match.host?.toLowerCase() ?? null,
+    },
+    upstream: upstreams.get(route.upstream)!,
+    stripPrefix: route.stripPrefix ?? null,
+    idempotency: resolvePolicy(route, parsed.defaults),
+  }));
+  const { store, admin } = parsed;
+  return deepFreeze({
+    file: path.resolve(cwd, options.file),
+    listen: { ...parsed.listen },
+    shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),
+    admin: { host: admin.host, port: admin.port, token: admin.token || undefined },
+    store: {
+      url: env.DATABASE_URL || store.url || undefined,
+      dataDir: path.resolve(cwd, store.dataDir),
+      table: store.table,
+      poolSize: store.poolSize,
+      pruneIntervalMs: parseDurationMs(store.pruneInterval),
+    },
+    upstreams,
+    routes,
+  });
+}
+
+/**
+ * Features that are part of the config contract but not implemented in this version. Each check
+ * is one statement so it can be deleted when its feature lands. Values inherited from `defaults`
+ * are reported once, where they are written.
+ */
+export function rejectUnsupportedFeatures(parsed: ParsedConfig): PathIssue[] {
+  const issues: PathIssue[] = [];
+  for (const [at, block] of ownBlocks(parsed)) {
+    if (block.key?.derive !== undefined)
+      issues.push({
+        path: [...at, 'key', 'derive'],
+        message:
+          'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
+      });
+    if (block.onConcurrent === 'wait')
+      issues.push({
+        path: [...at, 'onConcurrent'],
+        message:
+          'onConcurrent: wait is not supported yet; use reject (clients retry on 409 with Retry-After)',
+      });
+    if (block.enforce === false)
+      issues.push({
+        path: [...at, 'enforce'],
+        message:
+          'enforce: false (shadow mode) is not supported yet; remove it, or make the route pass-through with idempotency: false',
+      });
+  }
+  return issues;
+}
+
+/** Checks that span several fields; formats of single fields are the schema's job. */
+export function checkConfig(parsed: ParsedConfig): PathIssue[] {
+  const issues: PathIssue[] = [];
+  for (const [name, upstream] of Object.entries(parsed.upstreams)) {
+    const problem = upstreamUrlProblem(upstream.url);
+    if (problem) issues.push({ path: ['upstreams', name, 'url'], message: problem });
+  }
+  const upstreamNames = Object.keys(parsed.upstreams);
+  const firstByName = new Map<string, number>();
+  parsed.routes.forEach((route, i) => {
+    const at = ['routes', i] as const;
+    const first = firstByName.get(route.name);
+    if (first === undefined) firstByName.set(route.name, i);
+    else
+      issues.push({
+        path: [...at, 'name'],
+        message: `duplicate route name "${route.name}"; routes[${first}] already uses it`,
+      });
+    if (!upstreamNames.includes(route.upstream))
+      issues.push({
+        path: [...at, 'upstream'],
+        message:
+          upstreamNames.length === 0
+            ? `unknown upstream "${route.upstream}"; no upstreams are defined`
+            : `unknown upstream "${route.upstream}"; expected one of: ${upstreamNames.join(', ')}`,
+      });
+    if (route.stripPrefix !== undefined && !isLiteralPrefix(route.stripPrefix, route.match.path))
+      issues.push({
+        path: [...at, 'stripPrefix'],
+        message: `expected a prefix of match.path "${route.match.path}" made of its literal segments (every path the route matches must start with it)`,
+      });
+    issues.push(...checkProtectedRoute(route, parsed.defaults, at));
+  });
+  const { listen, admin } = parsed;
+  const anyHost = (host: string) => host === '0.0.0.0' || host === '::';
+  if (
+    listen.port !== 0 &&
+    listen.port === admin.port &&
+    (listen.host === admin.host || anyHost(listen.host) || anyHost(admin.host))
+  )
+    issues.push({ path: ['admin', 'port'], message: `expected a port other than listen.port` });
+  return issues;
+}
+
+function checkProtectedRoute(
+  route: ParsedRoute,
+  defaults: IdempotencyBlock | undefined,
+  at: IssuePath,
+): PathIssue[] {
+  const own = route.idempotency;
+  if (own === undefined || own === false) return [];
+  const block = own === true ? {} : own;
+  const issues: PathIssue[] = [];
+  if (!(block.allowSafeMethods ?? defaults?.allowSafeMethods ?? BUILT_IN.allowSafeMethods)) {
+    const listed = route.match.method;
+    const methods = listed === undefined ? [] : Array.isArray(listed) ? listed : [listed];
+    methods.forEach((method, j) => {
+      if (!SAFE_METHODS.has(method.toUpperCase())) return;
+      issues.push({
+        path: Array.isArray(listed) ? [...at, 'match', 'method', j] : [...at, 'match', 'method'],
+        message: `${method.toUpperCase()} is a safe method and already idempotent; a protected route may list it only with idempotency.allowSafeMethods: true (unlisted, it passes through)`,
+      });
+    });
+  }
+  const window = block.key?.window ?? defaults?.key?.window;
+  const derive = block.key?.derive ?? defaults?.key?.derive;
+  if (window !== undefined && derive === undefined) {
+    const where = block.key?.window !== undefined ? [...at, 'idempotency'] : ['defaults'];
+    issues.push({
+      path: [...where, 'key', 'window'],
+      message:
+        'key.window is only allowed together with key.derive (it is a derived key’s lifetime)',
+    });
+  }
+  return issues;
+}
+
+function ownBlocks(parsed: ParsedConfig): [IssuePath, IdempotencyBlock][] {
+  const blocks: [IssuePath, IdempotencyBlock][] = [];
+  if (parsed.defaults) blocks.push([['defaults'], parsed.defaults]);
+  parsed.routes.forEach((route, i) => {
+    if (typeof route.idempotency === 'object')
+      blocks.push([['routes', i, 'idempotency'], route.idempotency]);
+  });
+  return blocks;
+}
+
+/** True when every path `pattern` matches starts with `prefix` (whole segments, all literal). */
+function isLiteralPrefix(prefix: string, pattern: string): boolean {
+  const want = prefix.split('/');
+  const have = pattern.split('/');
+  return want.every((segment, i) => {
+    const own = have[i];
+    return own === segment && !own.startsWith(':') && own !== '**';
+  });
+}
+
+/** Why `text` cannot be an upstream URL (an origin plus an optional base path), if it cannot. */
+function upstreamUrlProblem(text: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'expected an http:// or https:// URL like "http://127.0.0.1:4000"';
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    return 'expected an http:// or https:// URL';
+  if (url.username || url.password) return 'expected a URL without credentials';
+  if (url.search || url.hash || /[?#]/.test(text))
+    return 'expected a URL without a query or fragment';
+  return undefined;
+}
+
+function unique(issues: PathIssue[]): PathIssue[] {
+  const seen = new Set<string>();
+  return issues.filter((issue) => {
+    const id = `${formatPath(issue.path)}\n${issue.message}`;
+    return seen.has(id) ? false : (seen.add(id), true);
+  });
+}
+
+function methodsOf(route: ParsedRoute): string[] {
+  const listed = route.match.method ?? [];
+  return (Array.isArray(listed) ? listed : [listed]).map((m) => m.toUpperCase());
+}
+
+// Nested `key` and `fingerprint` merge field by field (SPEC §7): a route that sets only
+// `fingerprint.ignore` keeps the defaults' parts. Every other field is replaced whole.
+function resolvePolicy(
+  route: ParsedRoute,
+  defaults: IdempotencyBlock | undefined,
+): IdempotencyPolicy | null {
+  const own = route.idempotency;
+  if (own === undefined || own === false) return null;
+  const block: IdempotencyBlock = own === true ? {} : own;
+  const pick = <K extends keyof IdempotencyBlock>(field: K) => block[field] ?? defaults?.[field];
+  const key = { ...BUILT_IN.key, ...defined(defaults?.key), ...defined(block.key) };
+  const fingerprint = {
+    ...BUILT_IN.fingerprint,
+    ...defined(defaults?.fingerprint),
+    ...defined(block.fingerprint),
+  };
+  const forwardKeyAs = pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs;
+  return {
+    scope: pick('group') ?? route.name,
+    key: {
+      header: key.header.toLowerCase(),
+      required: key.required,
+      maxLength: key.maxLength,
+      derive: key.derive?.map(compilePart) ?? null,
+      windowMs: key.window === undefined ? null : parseDurationMs(key.window),
+    },
+    forwardKeyAs: forwardKeyAs === false ? null : forwardKeyAs,
+    ttlMs: parseDurationMs(pick('ttl') ?? BUILT_IN.ttl),
+    lockTimeoutMs: parseDurationMs(pick('lockTimeout') ?? BUILT_IN.lockTimeout),
+    unknownOutcome: pick('unknownOutcome') ?? BUILT_IN.unknownOutcome,
+    onConcurrent: pick('onConcurrent') ?? BUILT_IN.onConcurrent,
+    waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
+    fingerprint: {
+      parts: fingerprint.parts.map(compilePart),
+      ignore: fingerprint.ignore.map((field) => field.split('.').slice(1)),
+    },
+    tenant: (pick('tenant') ?? []).map((part) => part.toLowerCase()),
+    storesStatus: compileStoresStatus(
+      pick('store') ?? BUILT_IN.store,
+      pick('release') ?? BUILT_IN.release,
+    ),
+    maxRequestBytes: parseSizeBytes(pick('maxRequestBytes') ?? BUILT_IN.maxRequestBytes),
+    maxResponseBytes: parseSizeBytes(pick('maxResponseBytes') ?? BUILT_IN.maxResponseBytes),
+    replayedHeader: pick('replayedHeader') ?? BUILT_IN.replayedHeader,
+    enforce: pick('enforce') ?? BUILT_IN.enforce,
+    allowSafeMethods: pick('allowSafeMethods') ?? BUILT_IN.allowSafeMethods,
+    replaySetCookie: pick('replaySetCookie') ?? BUILT_IN.replaySetCookie,
+  };
+}
+
+/** A status is stored when `store` lists it or its class, and `release` does not list it. */
+export function compileStoresStatus(
+  store: readonly (string | number)[],
+  release: readonly number[],
+): (status: number) => boolean {
+  const table = new Uint8Array(600);
+  for (const entry of store) {
+    if (typeof entry === 'number') table[entry] = 1;
+    else table.fill(1, Number(entry[0]) * 100, Number(entry[0]) * 100 + 100);
+  }
+  for (const status of release) table[status] = 0;
+  return (status) => table[status] === 1;
+}
+
+function compilePart(text: string): RequestPart {
+  if (text === 'method' || text === 'path' || text === 'query' || text === 'body')
+    return { kind: text };
+  if (text.startsWith('body.')) return { kind: 'body-field', path: text.split('.').slice(1) };
+  if (text.startsWith('header:')) return { kind: 'header', name: text.slice(7).toLowerCase() };
+  return { kind: 'query-param', name: text.slice('query.'.length) };
+}
+
+/** Drops undefined fields so spreading an optional block never erases a default. */
+function defined<T extends object>(value: T | undefined): Partial<T> {
+  if (value === undefined) return {};
+  return Object.fromEntries(
+    Object.entries(value).filter(([, field]) => field !== undefined),
+  ) as Partial<T>;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
+  if (value instanceof Map) for (const entry of value.values()) deepFreeze(entry);
+  else if (value instanceof Set) return Object.freeze(value);
+  else for (const field of Object.values(value)) deepFreeze(field);
+  return Object.freeze(value);
+}

@@ -1,0 +1,315 @@
+// The zod schema of the YAML config (SPEC §3): shapes, formats and defaults of every field, with
+// the plain-English "expected …" messages users see. Strict everywhere so a typo is an error at the
+// typo. Checks that need more than one field (unique names, known upstreams, safe methods) live in
+// compile.ts. The schema sees values after ${VAR} interpolation, so it also accepts numbers and
+// booleans spelled as strings ("8080", "true") wherever a number or boolean is expected, whether or
+// not the string came from the environment: `port: ${PORT:-8080}` has to work, and a quoted
+// `port: "8080"` is no less clear.
+import { z } from 'zod';
+import {
+  DURATION_HINT,
+  DURATION_PATTERN,
+  MAX_TIMER_MS,
+  SIZE_HINT,
+  SIZE_PATTERN,
+  tryParseDurationMs,
+} from './units';
+
+const knownKeys = new WeakMap<object, readonly string[]>();
+
+/** Keys a strict object accepts, for "did you mean" hints on unknown keys. */
+export function knownKeysOf(schema: unknown): readonly string[] | undefined {
+  return typeof schema === 'object' && schema !== null ? knownKeys.get(schema) : undefined;
+}
+
+function strict<T extends z.core.$ZodLooseShape>(shape: T, what: string) {
+  const schema = z.strictObject(shape, {
+    error: (issue) => (issue.code === 'invalid_type' ? `expected a mapping of ${what}` : undefined),
+  });
+  knownKeys.set(schema, Object.keys(shape));
+  return schema;
+}
+
+const toNumber = (v: unknown): unknown =>
+  typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v;
+const toBoolean = (v: unknown): unknown => (v === 'true' ? true : v === 'false' ? false : v);
+
+function integer(min: number, max: number, hint = `expected an integer from ${min} to ${max}`) {
+  return z.preprocess(toNumber, z.int({ error: hint }).min(min).max(max));
+}
+const bool = z.preprocess(toBoolean, z.boolean({ error: 'expected true or false' }));
+const port = integer(0, 65535, 'expected a port number from 0 to 65535');
+
+function pattern(regex: RegExp, hint: string) {
+  return z.string({ error: hint }).regex(regex, { error: hint });
+}
+
+function duration(options: { positive?: boolean; timer?: boolean }) {
+  const ms = (text: string) => tryParseDurationMs(text) ?? 0;
+  return z
+    .string({ error: DURATION_HINT })
+    .regex(DURATION_PATTERN, { error: DURATION_HINT, abort: true })
+    .refine((text) => !options.positive || ms(text) > 0, {
+      error: 'expected a duration greater than 0',
+      abort: true,
+    })
+    .refine((text) => !options.timer || ms(text) <= MAX_TIMER_MS, {
+      error: 'expected a duration of at most 24d (the longest a Node timer can wait)',
+    });
+}
+/** Durations that end up in setTimeout: > 0 and within Node's timer range. */
+const timer = duration({ positive: true, timer: true });
+const timer0 = duration({ timer: true });
+const size = pattern(SIZE_PATTERN, SIZE_HINT);
+
+// RFC 9110 §5.1: field names are tokens.
+const TOKEN = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
+const BODY_FIELD = String.raw`body(?:\.[^.\s]+)+`;
+const headerName = pattern(
+  new RegExp(`^${TOKEN}$`),
+  'expected an HTTP header name like "Idempotency-Key"',
+);
+const bodyField = pattern(
+  new RegExp(`^${BODY_FIELD}$`),
+  'expected a body field like "body.sent_at"',
+);
+const tenantPart = pattern(
+  new RegExp(`^header:${TOKEN}$`),
+  'expected "header:<name>", like "header:authorization"',
+);
+const requestPart = pattern(
+  new RegExp(`^(?:method|path|query|body|${BODY_FIELD}|header:${TOKEN}|query\\.[^\\s&=#]+)$`),
+  'expected a request part: method, path, query, body, body.<field>, header:<name> or query.<name>',
+);
+const parts = (what: string) =>
+  z.array(requestPart).min(1, { error: `expected at least one ${what}` });
+
+export const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+const name = (what: string) =>
+  pattern(
+    NAME_PATTERN,
+    `expected a ${what} of letters, digits, ".", "_" or "-", starting with a letter or digit`,
+  );
+
+export const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+const method = z.enum([...HTTP_METHODS, ...HTTP_METHODS.map((m) => m.toLowerCase())], {
+  error: `expected an HTTP method: ${HTTP_METHODS.join(', ')}`,
+});
+
+// Mirrors http/router.ts: literal or `:param` segments, or a final `/**` (which also matches the prefix itself).
+const SEGMENT = String.raw`(?:[^/:*?#\s]+|:[A-Za-z_][A-Za-z0-9_]*)`;
+const pathPattern = pattern(
+  new RegExp(`^(?:/|(?:/${SEGMENT})+/?|(?:/${SEGMENT})*/\\*\\*)$`),
+  'expected a path starting with "/": literal segments, ":param" segments, or a final "/**"',
+);
+const pathPrefix = pattern(
+  /^(?:\/[^/:*?#\s]+)+$/,
+  'expected a path prefix like "/mail" (literal segments, no trailing "/")',
+);
+const LABEL = '[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?';
+const hostName = pattern(
+  new RegExp(`^(?:\\[[0-9A-Fa-f:.]+\\]|${LABEL}(?:\\.${LABEL})*)$`),
+  'expected a host name without a port, like "mail.internal"',
+);
+const text = z.string({ error: 'expected a string (quote it if it looks like a number)' });
+const TABLE_HINT =
+  'expected a plain SQL identifier: lower-case letters, digits and "_", not starting with a digit';
+const TABLE_LENGTH_HINT = 'expected at most 50 characters (the store appends "_migrations" etc.)';
+const listenHost = pattern(
+  /^[^\s/]+$/,
+  'expected an address to listen on, like "0.0.0.0" or "127.0.0.1"',
+);
+const storeUrl = pattern(
+  /^(?:$|postgres(?:ql)?:\/\/)/,
+  'expected a postgres:// URL, or empty for the embedded PostgreSQL',
+);
+
+const STATUS_HINT = 'expected a status class like "2xx" or a status code from 100 to 599';
+const status = z.int({ error: 'expected an HTTP status code from 100 to 599' }).min(100).max(599);
+const statusClass = z.union([pattern(/^[1-5]xx$/, STATUS_HINT), status], { error: STATUS_HINT });
+
+// Only the scheme here (it also lands in the JSON Schema); compile.ts parses and splits the URL.
+const upstreamUrl = pattern(/^https?:\/\/[^/?#]/i, 'expected an http:// or https:// URL');
+
+/**
+ * Built-in idempotency defaults (SPEC §3), written as in YAML. The `defaults:` block is merged over
+ * these, and each route's block over that.
+ */
+export const IDEMPOTENCY_DEFAULTS = {
+  key: { header: 'Idempotency-Key', required: true, maxLength: 255 },
+  forwardKeyAs: 'Idempotency-Key',
+  ttl: '24h',
+  lockTimeout: '60s',
+  unknownOutcome: 'fail',
+  onConcurrent: 'reject',
+  waitTimeout: '10s',
+  fingerprint: { parts: ['method', 'path', 'query', 'body'], ignore: [] as string[] },
+  store: ['2xx', '3xx', '4xx', '5xx'] as (string | number)[],
+  release: [408, 425, 429, 503],
+  maxRequestBytes: '1mb',
+  maxResponseBytes: '8mb',
+  replayedHeader: 'Idempotent-Replayed',
+  enforce: true,
+  allowSafeMethods: false,
+  replaySetCookie: false,
+} as const;
+
+const D = IDEMPOTENCY_DEFAULTS;
+const FP = D.fingerprint.parts;
+const show = (value: unknown) => JSON.stringify(value);
+
+/** An optional field with its editor help text: every field of an idempotency block is optional so a
+ * route's block can be merged field by field over `defaults`. */
+function opt<T extends z.ZodType>(schema: T, help: string) {
+  return schema.optional().describe(help);
+}
+
+const keyBlock = strict(
+  {
+    header: opt(headerName, `Request header carrying the key. Default: ${D.key.header}.`),
+    required: opt(bool, 'Answer 400 when a request has no key. Default: true.'),
+    maxLength: opt(integer(1, 1024), `Longest key accepted. Default: ${D.key.maxLength}.`),
+    derive: opt(parts('request part'), 'Parts a key is derived from (not supported yet).'),
+    window: opt(duration({ positive: true }), 'How long a derived key lives (not supported yet).'),
+  },
+  'key settings (header, required, maxLength, derive, window)',
+);
+
+const fingerprintBlock = strict(
+  {
+    parts: opt(parts('fingerprint part'), `What a repeat must match. Default: ${show(FP)}.`),
+    ignore: opt(z.array(bodyField), 'JSON body fields left out, like body.sent_at. Default: [].'),
+  },
+  'fingerprint settings (parts, ignore)',
+);
+
+const forwardKeyAs = z.preprocess(
+  toBoolean,
+  z.union([headerName, z.literal(false)], { error: 'expected a header name or false' }),
+);
+const storeList = z.array(statusClass).min(1, { error: 'expected at least one status class' });
+
+export const idempotencySchema = strict(
+  {
+    key: opt(keyBlock, 'Where the key comes from and which keys are accepted.'),
+    forwardKeyAs: opt(
+      forwardKeyAs,
+      `Key header sent upstream, or false. Default: ${D.forwardKeyAs}.`,
+    ),
+    ttl: opt(duration({ positive: true }), `How long a response is replayed. Default: ${D.ttl}.`),
+    lockTimeout: opt(
+      timer,
+      `Lease of a claim; above the upstream timeout. Default: ${D.lockTimeout}.`,
+    ),
+    unknownOutcome: opt(
+      z.enum(['fail', 'retry'], { error: 'expected fail or retry' }),
+      'Upstream timed out after the request was sent: fail (store the error) or retry. Default: fail.',
+    ),
+    onConcurrent: opt(
+      z.enum(['reject', 'wait'], { error: 'expected reject or wait' }),
+      'A repeat while the first is in flight: reject (409) or wait (not supported yet). Default: reject.',
+    ),
+    waitTimeout: opt(timer, `Longest wait with onConcurrent: wait. Default: ${D.waitTimeout}.`),
+    fingerprint: opt(fingerprintBlock, 'Which request parts a repeat must match (else 422).'),
+    store: opt(storeList, `Upstream statuses stored and replayed. Default: ${show(D.store)}.`),
+    release: opt(z.array(status), `Statuses that drop the claim. Default: ${show(D.release)}.`),
+    maxRequestBytes: opt(size, `Largest request body (413 above). Default: ${D.maxRequestBytes}.`),
+    maxResponseBytes: opt(size, `Largest body stored for replay. Default: ${D.maxResponseBytes}.`),
+    replayedHeader: opt(headerName, `Replay marker header. Default: ${D.replayedHeader}.`),
+    enforce: opt(bool, 'false = shadow mode (not supported yet). Default: true.'),
+    tenant: opt(z.array(tenantPart), 'Headers scoping keys per tenant: [header:authorization].'),
+    group: opt(name('group name'), 'Share keys across routes of one group. Default: route name.'),
+    allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method. Default: false.'),
+    replaySetCookie: opt(bool, 'Store and replay Set-Cookie. Default: false.'),
+  },
+  'idempotency settings',
+);
+
+const methodList = z.array(method).min(1, { error: 'expected at least one method' });
+const methods = z.union([method, methodList], { error: 'expected an HTTP method or a list' });
+const idempotencyOrFlag = z.preprocess(
+  toBoolean,
+  z.union([z.boolean(), idempotencySchema], {
+    error: 'expected false (pass-through), true (defaults) or a mapping of idempotency settings',
+  }),
+);
+
+const routeSchema = strict(
+  {
+    name: name('route name').describe('Unique route name; the key scope unless group is set.'),
+    match: strict(
+      {
+        method: opt(methods, 'Method or list of methods; absent = any method.'),
+        path: pathPattern.default('/**').describe('Exact path, /orders/:id/refund, or /prefix/**.'),
+        host: opt(hostName, 'Host header to match, without port; absent = any host.'),
+      },
+      'match settings (method, path, host)',
+    ).describe('Which requests this route takes; routes are tried in order, first match wins.'),
+    upstream: z.string({ error: 'expected an upstream name' }).describe('A name from upstreams.'),
+    stripPrefix: opt(pathPrefix, 'Removed from the front of the path before forwarding.'),
+    idempotency: opt(
+      idempotencyOrFlag,
+      'false/absent: pass-through; true or a mapping: protected.',
+    ),
+  },
+  'route settings (name, match, upstream, stripPrefix, idempotency)',
+);
+
+const upstreamSchema = strict(
+  {
+    url: upstreamUrl.describe('http(s) URL; a base path in it prefixes forwarded paths.'),
+    timeout: timer.default('30s').describe('Upstream response timeout.'),
+  },
+  'upstream settings (url, timeout)',
+);
+
+// The table name is pasted into SQL (identifiers cannot be parameters), so only plain identifiers;
+// 50 characters leaves room for the suffixes the store appends (`_migrations`, index names).
+const tableName = pattern(/^[a-z_][a-z0-9_]*$/, TABLE_HINT).max(50, { error: TABLE_LENGTH_HINT });
+
+export const configSchema = strict(
+  {
+    listen: strict(
+      { host: listenHost.default('0.0.0.0'), port: port.default(8080) },
+      'listen settings (host, port)',
+    )
+      .prefault({})
+      .describe('Where the proxy listens. Default: 0.0.0.0:8080.'),
+    shutdownGrace: timer0.default('10s').describe('How long SIGTERM waits for in-flight requests.'),
+    admin: strict(
+      {
+        host: listenHost.default('127.0.0.1'),
+        port: port.default(9090),
+        token: text.default('').describe('Bearer token for /keys; empty = /keys is off.'),
+      },
+      'admin settings (host, port, token)',
+    )
+      .prefault({})
+      .describe('Admin listener: health, metrics, key inspection. Default: 127.0.0.1:9090.'),
+    store: strict(
+      {
+        url: storeUrl.default('').describe('Postgres URL; empty = embedded. DATABASE_URL wins.'),
+        dataDir: pattern(/./, 'expected a directory').default('.data/postgres'),
+        table: tableName.default('idempotency_keys'),
+        poolSize: integer(1, 1000).default(10),
+        pruneInterval: timer.default('5m'),
+      },
+      'store settings (url, dataDir, table, poolSize, pruneInterval)',
+    )
+      .prefault({})
+      .describe('The Postgres holding idempotency records.'),
+    upstreams: z
+      .record(name('upstream name'), upstreamSchema, { error: 'expected a mapping of upstreams' })
+      .describe('Services the proxy forwards to, by name.'),
+    defaults: opt(idempotencySchema, 'Idempotency settings every protected route starts from.'),
+    routes: z
+      .array(routeSchema, { error: 'expected a list of routes' })
+      .min(1, { error: 'expected at least one route' })
+      .describe('Routes in match order; the first match wins.'),
+  },
+  'config sections (listen, shutdownGrace, admin, store, upstreams, defaults, routes)',
+);
+
+export type ParsedConfig = z.output<typeof configSchema>;
+export type ParsedRoute = ParsedConfig['routes'][number];
+export type IdempotencyBlock = z.output<typeof idempotencySchema>;

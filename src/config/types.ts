@@ -1,0 +1,118 @@
+// The compiled configuration: what the rest of the proxy reads. Everything here is already validated,
+// defaulted and converted to units (milliseconds, bytes), so nothing on the request path re-checks
+// config. Produced by compile.ts from the zod-parsed YAML; frozen after compilation.
+
+export type HttpMethod = 'GET' | 'HEAD' | 'OPTIONS' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+export const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export interface ListenConfig {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface AdminConfig extends ListenConfig {
+  /** Bearer token for the /keys endpoints; undefined when empty (those endpoints are off). */
+  readonly token: string | undefined;
+}
+
+export interface StoreConfig {
+  /** Postgres connection string; undefined means "start the embedded PostgreSQL". */
+  readonly url: string | undefined;
+  /** Data directory of the embedded PostgreSQL, resolved to an absolute path. */
+  readonly dataDir: string;
+  /** Table name, already validated as a plain SQL identifier. */
+  readonly table: string;
+  readonly poolSize: number;
+  readonly pruneIntervalMs: number;
+}
+
+export interface UpstreamConfig {
+  readonly name: string;
+  /** scheme://host[:port], no trailing slash. */
+  readonly origin: string;
+  /** Base path from the upstream URL ('' or '/api'), prepended to every forwarded path. */
+  readonly basePath: string;
+  readonly timeoutMs: number;
+}
+
+/** A fingerprint or derive part: 'method' | 'path' | 'query' | 'body' | 'body.<path>' | 'header:<name>' | 'query.<name>'. */
+export type RequestPart =
+  | { readonly kind: 'method' }
+  | { readonly kind: 'path' }
+  | { readonly kind: 'query' }
+  | { readonly kind: 'body' }
+  | { readonly kind: 'body-field'; readonly path: readonly string[] }
+  | { readonly kind: 'header'; readonly name: string } // lower-case
+  | { readonly kind: 'query-param'; readonly name: string };
+
+export interface KeyPolicy {
+  /** Request header carrying the key, lower-case. */
+  readonly header: string;
+  readonly required: boolean;
+  readonly maxLength: number;
+  /** Parts a key is derived from when none is sent (issue 4); null when not configured. */
+  readonly derive: readonly RequestPart[] | null;
+  readonly windowMs: number | null;
+}
+
+export interface FingerprintPolicy {
+  readonly parts: readonly RequestPart[];
+  /** JSON body paths dropped before hashing, each as path segments: 'body.meta.sent_at' → ['meta','sent_at']. */
+  readonly ignore: readonly (readonly string[])[];
+}
+
+export interface IdempotencyPolicy {
+  /** Route name, or `group` when keys are shared across routes. */
+  readonly scope: string;
+  readonly key: KeyPolicy;
+  /** Header name the key is forwarded upstream as (original spelling), or null to strip it. */
+  readonly forwardKeyAs: string | null;
+  readonly ttlMs: number;
+  readonly lockTimeoutMs: number;
+  readonly unknownOutcome: 'fail' | 'retry';
+  readonly onConcurrent: 'reject' | 'wait';
+  readonly waitTimeoutMs: number;
+  readonly fingerprint: FingerprintPolicy;
+  /** Tenant parts: `header:<name>` entries (lower-case names); empty = not tenanted. */
+  readonly tenant: readonly string[];
+  /** True when the upstream status should be stored (in `store`, not in `release`). */
+  readonly storesStatus: (status: number) => boolean;
+  readonly maxRequestBytes: number;
+  readonly maxResponseBytes: number;
+  /** Replay marker header, original spelling. */
+  readonly replayedHeader: string;
+  readonly enforce: boolean;
+  readonly allowSafeMethods: boolean;
+  readonly replaySetCookie: boolean;
+}
+
+export interface RouteMatch {
+  /** Upper-case methods; null = any method. */
+  readonly methods: ReadonlySet<string> | null;
+  /** Exact path, a pattern with `:param` segments, or `/prefix/**`. */
+  readonly path: string;
+  /** Lower-case host name without port; null = any host. */
+  readonly host: string | null;
+}
+
+export interface RouteConfig {
+  readonly name: string;
+  readonly match: RouteMatch;
+  readonly upstream: UpstreamConfig;
+  /** Removed from the front of the request path before forwarding; null = none. */
+  readonly stripPrefix: string | null;
+  /** null = pass-through route. */
+  readonly idempotency: IdempotencyPolicy | null;
+}
+
+export interface ProxyConfig {
+  /** Absolute path of the file this was loaded from (for messages). */
+  readonly file: string;
+  readonly listen: ListenConfig;
+  readonly shutdownGraceMs: number;
+  readonly admin: AdminConfig;
+  readonly store: StoreConfig;
+  readonly upstreams: ReadonlyMap<string, UpstreamConfig>;
+  readonly routes: readonly RouteConfig[];
+}

@@ -1,0 +1,237 @@
+// The Postgres KeyStore: one named, parameterised statement per operation. Time comes from Postgres
+// (now(), intervals), never from this process's clock, so instances with skewed clocks agree.
+import { randomUUID } from 'node:crypto';
+import type { Pool } from 'pg';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  HeaderPairs,
+  KeyStore,
+  RecordId,
+  StoredResponse,
+} from '../idempotency/record';
+import { quoteTableName } from './identifier';
+
+interface ClaimRow {
+  claimed: boolean;
+  state: string;
+  fence: string;
+  same_fingerprint: boolean;
+  status: number | null;
+  headers: [string, string][] | null;
+  body: Buffer | null;
+  body_omitted: boolean;
+  outcome_unknown: boolean;
+  lease_remaining_ms: number;
+  attempts: number;
+}
+
+interface ResponseRow {
+  status: number;
+  headers: [string, string][];
+  body: Buffer | null;
+  body_omitted: boolean;
+  outcome_unknown: boolean;
+}
+
+const ms = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
+
+/** Column assignments of the claim's ON CONFLICT branch: an expired row is claimed afresh. */
+function claimUpsertAssignments(): string {
+  const expired = 'r.expires_at <= now()';
+  const fresh: Record<string, [string, string]> = {
+    route: ['excluded.route', 'r.route'],
+    fingerprint: ['excluded.fingerprint', 'r.fingerprint'],
+    state: ["'in_progress'", 'r.state'],
+    claim_token: ['excluded.claim_token', 'r.claim_token'],
+    fence: ['r.fence + 1', 'r.fence'],
+    lease_expires_at: ['excluded.lease_expires_at', 'r.lease_expires_at'],
+    status: ['NULL', 'r.status'],
+    headers: ['NULL', 'r.headers'],
+    body: ['NULL', 'r.body'],
+    body_omitted: ['false', 'r.body_omitted'],
+    outcome_unknown: ['false', 'r.outcome_unknown'],
+    attempts: ['1', 'r.attempts + 1'],
+    created_at: ['now()', 'r.created_at'],
+    completed_at: ['NULL', 'r.completed_at'],
+    expires_at: ['excluded.expires_at', 'r.expires_at'],
+  };
+  const assignments = Object.entries(fresh).map(
+    ([column, [whenExpired, otherwise]]) =>
+      `${column} = CASE WHEN ${expired} THEN ${whenExpired} ELSE ${otherwise} END`,
+  );
+  assignments.push(
+    `replays = CASE WHEN ${expired} THEN 0
+                    WHEN r.state = 'completed' AND r.fingerprint = excluded.fingerprint THEN r.replays + 1
+                    ELSE r.replays END`,
+    'last_seen_at = now()',
+  );
+  return assignments.join(',\n        ');
+}
+
+export function buildStatements(tableName: string) {
+  const t = quoteTableName(tableName);
+  const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
+  return {
+    // Claim-or-read in one round trip. A new row, or an expired one, is claimed by this request (its
+    // claim_token is ours); any other row is returned as it stands, with the audit counters bumped.
+    claim: `
+      INSERT INTO ${t} AS r (scope, tenant, key, route, fingerprint, state, claim_token, fence,
+                             lease_expires_at, expires_at)
+      VALUES ($1::text, $2::text, $3::text, $4::text, $5::bytea, 'in_progress', $6::uuid, 1,
+              now() + ${ms('$7')}, now() + ${ms('$8')})
+      ON CONFLICT (scope, tenant, key) DO UPDATE SET
+        ${claimUpsertAssignments()}
+      RETURNING
+        r.claim_token = $6::uuid AS claimed,
+        r.state,
+        r.fence::text AS fence,
+        r.fingerprint = $5::bytea AS same_fingerprint,
+        r.status,
+        CASE WHEN r.fingerprint = $5::bytea THEN r.headers END AS headers,
+        CASE WHEN r.fingerprint = $5::bytea THEN r.body END AS body,
+        r.body_omitted,
+        r.outcome_unknown,
+        r.attempts,
+        GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
+          AS lease_remaining_ms`,
+    complete: `
+      UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+             body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
+             lease_expires_at = NULL, expires_at = now() + ${ms('$10')}
+      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'`,
+    release: `
+      DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'`,
+    takeOver: `
+      UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
+             expires_at = GREATEST(expires_at, now() + ${ms('$6')})
+      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
+      RETURNING fence::text AS fence`,
+    settleUnknown: `
+      UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+             body_omitted = false, outcome_unknown = true, completed_at = now(),
+             lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1
+      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
+      RETURNING status, headers, body, body_omitted, outcome_unknown`,
+  } as const;
+}
+
+export class PostgresKeyStore implements KeyStore {
+  private readonly sql: ReturnType<typeof buildStatements>;
+  private readonly names: Record<keyof ReturnType<typeof buildStatements>, string>;
+
+  constructor(
+    private readonly pool: Pool,
+    tableName: string,
+  ) {
+    this.sql = buildStatements(tableName);
+    // Named statements are parsed and planned once per connection.
+    this.names = {
+      claim: `ip_claim_${tableName}`,
+      complete: `ip_complete_${tableName}`,
+      release: `ip_release_${tableName}`,
+      takeOver: `ip_take_over_${tableName}`,
+      settleUnknown: `ip_settle_unknown_${tableName}`,
+    };
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const { id } = request;
+    const token = randomUUID();
+    const { rows } = await this.pool.query<ClaimRow>({
+      name: this.names.claim,
+      text: this.sql.claim,
+      values: [
+        id.scope,
+        id.tenant,
+        id.key,
+        request.route,
+        request.fingerprint,
+        token,
+        Math.round(request.leaseMs),
+        Math.round(Math.max(request.claimExpiryMs, request.leaseMs)),
+      ],
+    });
+    const row = rows[0];
+    if (!row) throw new Error('claim returned no row');
+    const attempts = row.attempts;
+    if (row.claimed) return { kind: 'claimed', fence: row.fence, attempts };
+    if (!row.same_fingerprint) return { kind: 'mismatch', attempts };
+    if (row.state === 'completed') {
+      return { kind: 'completed', response: toResponse(row as ResponseRow), attempts };
+    }
+    return { kind: 'in-flight', fence: row.fence, leaseRemainingMs: row.lease_remaining_ms, attempts };
+  }
+
+  async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
+    const result = await this.pool.query({
+      name: this.names.complete,
+      text: this.sql.complete,
+      values: [
+        id.scope,
+        id.tenant,
+        id.key,
+        fence,
+        response.status,
+        JSON.stringify(response.headers),
+        response.bodyOmitted ? null : response.body,
+        response.bodyOmitted,
+        response.outcomeUnknown,
+        Math.round(ttlMs),
+      ],
+    });
+    return result.rowCount === 1;
+  }
+
+  async release(id: RecordId, fence: string): Promise<boolean> {
+    const result = await this.pool.query({
+      name: this.names.release,
+      text: this.sql.release,
+      values: [id.scope, id.tenant, id.key, fence],
+    });
+    return result.rowCount === 1;
+  }
+
+  async takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null> {
+    const { rows } = await this.pool.query<{ fence: string }>({
+      name: this.names.takeOver,
+      text: this.sql.takeOver,
+      values: [id.scope, id.tenant, id.key, fence, randomUUID(), Math.round(leaseMs)],
+    });
+    return rows[0]?.fence ?? null;
+  }
+
+  async settleUnknown(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<StoredResponse | null> {
+    const { rows } = await this.pool.query<ResponseRow>({
+      name: this.names.settleUnknown,
+      text: this.sql.settleUnknown,
+      values: [
+        id.scope,
+        id.tenant,
+        id.key,
+        fence,
+        response.status,
+        JSON.stringify(response.headers),
+        response.body,
+        Math.round(ttlMs),
+      ],
+    });
+    const row = rows[0];
+    return row ? toResponse(row) : null;
+  }
+}
+
+function toResponse(row: ResponseRow): StoredResponse {
+  return {
+    status: row.status,
+    headers: (row.headers ?? []) as HeaderPairs,
+    body: row.body ?? Buffer.alloc(0),
+    bodyOmitted: row.body_omitted,
+    outcomeUnknown: row.outcome_unknown,
+  };
+}

@@ -1,0 +1,47 @@
+// Forward-only schema migrations. Each runs once, in its own transaction, under the migration
+// advisory lock (see migrate.ts). Never edit a released migration: add the next number.
+//
+// The table name is configurable, so migrations are functions of the quoted name.
+
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: (table: string, tableName: string) => string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'create the keys table',
+    // One row per (scope, tenant, key): the primary key is the lock. `fence` counts claims of the row
+    // (1 for the first, +1 per takeover or re-claim after expiry); completions carry the fence they were
+    // issued with so a slow former holder can never overwrite a newer result. `claim_token` tells the
+    // claim statement whether this request won the row.
+    sql: (table, tableName) => `
+      CREATE TABLE ${table} (
+        scope            text        NOT NULL,
+        tenant           text        NOT NULL DEFAULT '',
+        key              text        NOT NULL,
+        route            text        NOT NULL,
+        fingerprint      bytea       NOT NULL,
+        state            text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
+        claim_token      uuid        NOT NULL,
+        fence            bigint      NOT NULL DEFAULT 1,
+        lease_expires_at timestamptz,
+        status           smallint,
+        headers          jsonb,
+        body             bytea,
+        body_omitted     boolean     NOT NULL DEFAULT false,
+        outcome_unknown  boolean     NOT NULL DEFAULT false,
+        attempts         integer     NOT NULL DEFAULT 1,
+        replays          integer     NOT NULL DEFAULT 0,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        completed_at     timestamptz,
+        last_seen_at     timestamptz NOT NULL DEFAULT now(),
+        expires_at       timestamptz NOT NULL,
+        PRIMARY KEY (scope, tenant, key)
+      ) WITH (fillfactor = 85);
+      CREATE INDEX "${tableName}_expires_at_idx" ON ${table} (expires_at);
+    `,
+  },
+];

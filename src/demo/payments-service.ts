@@ -1,0 +1,99 @@
+// The demo "legacy" payments API the default config protects. Deliberately not idempotent: every
+// POST /refunds creates a new refund, whatever key or body it carries. `SLOW_MS` (or ?slow=ms) makes
+// it slow, so a client times out and retries, as agents do.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface Refund {
+  readonly id: string;
+  readonly order: string | undefined;
+  readonly amount: number | undefined;
+  readonly idempotencyKey: string | undefined;
+  readonly createdAt: string;
+}
+
+export interface PaymentsService {
+  readonly server: http.Server;
+  readonly url: string;
+  readonly refunds: Refund[];
+  close(): Promise<void>;
+}
+
+export async function startPaymentsService(port = 4000, host = '127.0.0.1', slowMs = 0): Promise<PaymentsService> {
+  const refunds: Refund[] = [];
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://payments');
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      if (url.pathname === '/refunds' && req.method === 'POST') {
+        const delay = Number(url.searchParams.get('slow') ?? slowMs);
+        setTimeout(() => createRefund(req, Buffer.concat(chunks), refunds, res), delay);
+      } else if (url.pathname === '/refunds' && req.method === 'GET') {
+        reply(res, 200, { count: refunds.length, refunds });
+      } else if (url.pathname === '/health') {
+        reply(res, 200, { ok: true });
+      } else {
+        reply(res, 404, { error: `no ${req.method} ${url.pathname} here` });
+      }
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, resolve);
+  });
+  const address = server.address() as AddressInfo;
+  return {
+    server,
+    url: `http://${host}:${address.port}`,
+    refunds,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function createRefund(req: http.IncomingMessage, body: Buffer, refunds: Refund[], res: http.ServerResponse): void {
+  let input: { order?: string; amount?: number } = {};
+  try {
+    input = JSON.parse(body.toString('utf8') || '{}') as typeof input;
+  } catch {
+    reply(res, 400, { error: 'body must be JSON like {"order":"ord_1","amount":49.99}' });
+    return;
+  }
+  const refund: Refund = {
+    id: `re_${String(refunds.length + 1).padStart(4, '0')}`,
+    order: input.order,
+    amount: input.amount,
+    idempotencyKey: header(req, 'idempotency-key'),
+    createdAt: new Date().toISOString(),
+  };
+  refunds.push(refund);
+  process.stdout.write(`[payments] refund ${refund.id} of ${refund.amount ?? '?'} for ${refund.order ?? '?'} created\n`);
+  reply(res, 201, refund);
+}
+
+function header(req: http.IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function reply(res: http.ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+if (require.main === module) {
+  const port = Number(process.env.PAYMENTS_PORT ?? 4000);
+  const host = process.env.PAYMENTS_HOST ?? '127.0.0.1';
+  startPaymentsService(port, host, Number(process.env.SLOW_MS ?? 0)).then(
+    (service) => process.stdout.write(`demo payments service (not idempotent) on ${service.url}: POST /refunds, GET /refunds\n`),
+    (error: unknown) => {
+      process.stderr.write(`payments service: ${String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,45 @@
+// One structured log line per request (SPEC §6). Handlers fill in the entry as they go; the app writes
+// it once the response is finished or the client went away.
+export type Outcome =
+  | 'executed'
+  | 'replayed'
+  | 'in_flight'
+  | 'mismatch'
+  | 'missing_key'
+  | 'invalid_key'
+  | 'too_large'
+  | 'store_unavailable'
+  | 'upstream_error'
+  | 'passthrough'
+  | 'not_found'
+  | 'error';
+
+export interface RequestLogEntry {
+  route: string | undefined;
+  method: string;
+  path: string;
+  key: string | undefined;
+  outcome: Outcome;
+  status: number;
+  attempts: number | undefined;
+  storeMs: number;
+  upstreamMs: number;
+  totalMs: number;
+}
+
+export function newLogEntry(method: string, path: string): RequestLogEntry {
+  return {
+    route: undefined,
+    method,
+    path,
+    key: undefined,
+    outcome: 'passthrough',
+    status: 0,
+    attempts: undefined,
+    storeMs: 0,
+    upstreamMs: 0,
+    totalMs: 0,
+  };
+}
+
+export const roundMs = (ms: number): number => Math.round(ms * 100) / 100;

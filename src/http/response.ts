@@ -1,0 +1,48 @@
+// Writing responses the proxy assembled itself: upstream answers it buffered, and stored ones it
+// replays. Header pairs keep the upstream's order and repeated names; framing headers are ours.
+import type { ServerResponse } from 'node:http';
+import type { HeaderPairs } from '../idempotency/record';
+import { HOP_BY_HOP } from './headers';
+
+const FRAMING = new Set([...HOP_BY_HOP, 'content-length']);
+
+/** Upstream response headers as pairs, without hop-by-hop or framing headers. */
+export function responseHeaderPairs(
+  headers: Record<string, string | string[] | undefined>,
+  options: { keepSetCookie: boolean },
+): [string, string][] {
+  const connectionListed = headers.connection;
+  const dropped = connectionListed
+    ? new Set([...FRAMING, ...String(connectionListed).split(',').map((t) => t.trim().toLowerCase())])
+    : FRAMING;
+  const pairs: [string, string][] = [];
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || dropped.has(name)) continue;
+    if (name === 'set-cookie' && !options.keepSetCookie) continue;
+    if (Array.isArray(value)) for (const item of value) pairs.push([name, item]);
+    else pairs.push([name, value]);
+  }
+  return pairs;
+}
+
+/** 1xx, 204 and 304 answers carry no body and no Content-Length (RFC 9110 §8.6). */
+export function statusHasBody(status: number): boolean {
+  return status >= 200 && status !== 204 && status !== 304;
+}
+
+/** Writes a complete response in one go; `extra` headers are appended after the stored ones. */
+export function writeWhole(
+  res: ServerResponse,
+  status: number,
+  headers: HeaderPairs,
+  body: Buffer,
+  extra: HeaderPairs = [],
+): void {
+  if (res.destroyed) return;
+  const flat: string[] = [];
+  for (const [name, value] of headers) flat.push(name, value);
+  for (const [name, value] of extra) flat.push(name, value);
+  if (statusHasBody(status)) flat.push('content-length', String(body.length));
+  res.writeHead(status, flat);
+  res.end(statusHasBody(status) ? body : undefined);
+}

@@ -1,0 +1,410 @@
+// The protected-request state machine, top to bottom (SPEC §4):
+//
+//   key → body → fingerprint → claim ─┬─ claimed ──► forward ─┬─ stored status ──► complete → respond
+//                                     │                       ├─ released status ► release  → respond
+//                                     │                       ├─ nothing sent ───► release  → 502
+//                                     │                       └─ maybe ran ──────► fail: store unknown outcome
+//                                     │                                            retry: keep claim (lease)
+//                                     ├─ completed ─► replay
+//                                     ├─ mismatch ──► 422 (record untouched)
+//                                     └─ in flight ─┬─ lease left ─► 409 + Retry-After
+//                                                   └─ lease over ─► fail: settle as unknown, replay
+//                                                                    retry: take over (fence + 1), forward
+//
+// The response is stored before the client sees its last byte, so once a client has a whole answer,
+// every retry replays it.
+import { once } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { IdempotencyPolicy, RouteConfig } from '../config/types';
+import { ProxyError } from '../errors';
+import { BodyTooLargeError, readBody } from '../http/body';
+import { forwardedHeaders, hopByHopNames } from '../http/headers';
+import { problemBody, problemHeaders, sendProblem } from '../http/problem';
+import type { Outcome, RequestLogEntry } from '../http/request-log';
+import { responseHeaderPairs, statusHasBody, writeWhole } from '../http/response';
+import { type RequestTarget, upstreamPath } from '../http/router';
+import type { PassThrough } from '../upstream/passthrough';
+import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
+import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
+import { computeFingerprint } from './fingerprint';
+import { parseIdempotencyKey } from './key';
+import type { HeaderPairs, KeyStore, RecordId, StoredResponse } from './record';
+import { tenantHash } from './tenant';
+
+export interface ProtectedDeps {
+  readonly store: KeyStore;
+  readonly upstreams: UpstreamPools;
+  readonly passThrough: PassThrough;
+  readonly onStoreError: (error: unknown, operation: string) => void;
+}
+
+export interface ProtectedRequest {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly route: RouteConfig;
+  readonly policy: IdempotencyPolicy;
+  readonly target: RequestTarget;
+  readonly log: RequestLogEntry;
+}
+
+export const OUTCOME_HEADER = 'idempotency-outcome';
+export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
+const STORE_RETRY_AFTER_SECONDS = 1;
+/** Rounds of claim → (take over | settle) before giving up with a 409; only races need more than one. */
+const MAX_CLAIM_ROUNDS = 3;
+
+export async function handleProtectedRequest(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+): Promise<void> {
+  const { req, res, route, policy, log } = request;
+
+  const parsed = parseIdempotencyKey(req.headersDistinct[policy.key.header], policy.key.maxLength);
+  if (!parsed.ok) {
+    if (parsed.problem === 'missing' && !policy.key.required) {
+      // No key and none required: forwarded unprotected, streamed like any pass-through request.
+      log.outcome = 'passthrough';
+      deps.passThrough.web(req, res, route, upstreamPath(route, request.target));
+      return;
+    }
+    const code =
+      parsed.problem === 'missing' ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+    return fail(
+      request,
+      parsed.problem === 'missing' ? 'missing_key' : 'invalid_key',
+      new ProxyError(code, parsed.detail, { route: route.name }),
+    );
+  }
+  const key = parsed.key;
+  log.key = key;
+
+  let body: Buffer;
+  try {
+    body = await readBody(req, policy.maxRequestBytes);
+  } catch (error) {
+    if (!(error instanceof BodyTooLargeError)) {
+      // The client went away mid-body: nothing was claimed, nobody to answer.
+      log.outcome = 'error';
+      res.destroy();
+      return;
+    }
+    // The unread rest of the body would be parsed as the next request: close the connection.
+    res.shouldKeepAlive = false;
+    return fail(
+      request,
+      'too_large',
+      new ProxyError(
+        'REQUEST_TOO_LARGE',
+        `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
+        { route: route.name, key },
+      ),
+    );
+  }
+
+  const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
+  const fingerprint = computeFingerprint(
+    {
+      method: req.method ?? 'POST',
+      path: request.target.path,
+      query: request.target.query,
+      headers: req.headers,
+      body,
+      contentType: req.headers['content-type'],
+    },
+    policy.fingerprint,
+  );
+
+  for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+    const claim = await storeCall(deps, request, 'claim', () =>
+      deps.store.claim({
+        id,
+        route: route.name,
+        fingerprint,
+        leaseMs: policy.lockTimeoutMs,
+        claimExpiryMs: Math.max(policy.ttlMs, policy.lockTimeoutMs),
+      }),
+    );
+    if (claim === undefined) return;
+    log.attempts = claim.attempts;
+
+    switch (claim.kind) {
+      case 'claimed':
+        return forward(deps, request, id, claim.fence, body);
+      case 'completed':
+        return replay(request, claim.response);
+      case 'mismatch':
+        return fail(
+          request,
+          'mismatch',
+          new ProxyError(
+            'IDEMPOTENCY_KEY_REUSED',
+            'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+            { route: route.name, key },
+          ),
+        );
+      case 'in-flight': {
+        if (claim.leaseRemainingMs > 0) return inFlight(request, key, claim.leaseRemainingMs);
+        if (policy.unknownOutcome === 'retry') {
+          const fence = await storeCall(deps, request, 'take over', () =>
+            deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
+          );
+          if (fence === undefined) return;
+          if (fence !== null) return forward(deps, request, id, fence, body);
+        } else {
+          const unknown = unknownOutcomeResponse(
+            new ProxyError(
+              'IDEMPOTENCY_OUTCOME_UNKNOWN',
+              'The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then ask an operator to clear the key if it must run.',
+              { route: route.name, key },
+            ),
+          );
+          const settled = await storeCall(deps, request, 'settle unknown', () =>
+            deps.store.settleUnknown(id, claim.fence, unknown, policy.ttlMs),
+          );
+          if (settled === undefined) return;
+          if (settled !== null) return replay(request, settled);
+        }
+        break; // someone else moved the record on: read it again
+      }
+    }
+  }
+  return inFlight(request, key, 1_000);
+}
+
+async function forward(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  body: Buffer,
+): Promise<void> {
+  const { req, res, route, policy, log } = request;
+  const started = performance.now();
+  let response: UpstreamResponse;
+  try {
+    response = await deps.upstreams.request(route.upstream, {
+      method: req.method ?? 'POST',
+      path: upstreamPath(route, request.target),
+      headers: outgoingHeaders(req, policy, id.key),
+      body,
+    });
+  } catch (error) {
+    log.upstreamMs += performance.now() - started;
+    return settleFailure(deps, request, id, fence, transportFailure(request, error, id.key));
+  }
+
+  const status = response.status;
+  const clientHeaders = responseHeaderPairs(response.headers, { keepSetCookie: true });
+  let chunks: Buffer[] = [];
+  let total = 0;
+  let streaming = false;
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      total += chunk.length;
+      if (!streaming && total > policy.maxResponseBytes) {
+        // Too big to store: deliver it in full as it arrives; replays get status and headers only.
+        streaming = true;
+        startStreaming(res, status, clientHeaders, response.headers['content-length']);
+        for (const buffered of chunks) res.write(buffered);
+        chunks = [];
+      }
+      if (streaming) await writeChunk(res, chunk);
+      else chunks.push(chunk);
+    }
+  } catch (error) {
+    log.upstreamMs += performance.now() - started;
+    const failure = transportFailure(request, error, id.key);
+    if (streaming) res.destroy(); // the client already has a head and part of a body
+    return settleFailure(deps, request, id, fence, { sent: true, error: failure.error }, streaming);
+  }
+  log.upstreamMs += performance.now() - started;
+  log.outcome = 'executed';
+
+  const bodyBuffer = streaming ? Buffer.alloc(0) : Buffer.concat(chunks, total);
+  if (!policy.storesStatus(status)) {
+    // The upstream did not act (or the route does not keep this status): let a retry execute again.
+    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
+  } else {
+    const stored: StoredResponse = {
+      status,
+      headers: policy.replaySetCookie
+        ? clientHeaders
+        : clientHeaders.filter(([name]) => name !== 'set-cookie'),
+      body: bodyBuffer,
+      bodyOmitted: streaming,
+      outcomeUnknown: false,
+    };
+    // If this fails the upstream has still acted: the client gets its answer, and the claim stays in
+    // progress until its lease ends (then unknownOutcome decides).
+    await storeCall(
+      deps,
+      request,
+      'complete',
+      () => deps.store.complete(id, fence, stored, policy.ttlMs),
+      false,
+    );
+  }
+  if (streaming) res.end();
+  else writeWhole(res, status, clientHeaders, bodyBuffer);
+}
+
+/** After a transport failure: release if nothing was sent; else store or keep the unknown outcome. */
+async function settleFailure(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  failure: TransportFailure,
+  clientAlreadyAnswered = false,
+): Promise<void> {
+  const { policy } = request;
+  request.log.outcome = 'upstream_error';
+  if (!failure.sent) {
+    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
+    if (!clientAlreadyAnswered) sendProblem(request.res, failure.error);
+    return;
+  }
+  const unknown = unknownOutcomeResponse(failure.error);
+  if (policy.unknownOutcome === 'fail') {
+    // At most once: this answer is what every repeat gets until an operator clears the key.
+    await storeCall(
+      deps,
+      request,
+      'complete',
+      () => deps.store.complete(id, fence, unknown, policy.ttlMs),
+      false,
+    );
+  }
+  // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
+  if (!clientAlreadyAnswered)
+    writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
+}
+
+function replay(request: ProtectedRequest, stored: StoredResponse): void {
+  const { res, policy, log } = request;
+  log.outcome = 'replayed';
+  const extra: [string, string][] = [[policy.replayedHeader, 'true']];
+  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
+  writeWhole(res, stored.status, stored.headers, stored.body, extra);
+}
+
+function inFlight(request: ProtectedRequest, key: string, leaseRemainingMs: number): void {
+  const seconds = Math.max(1, Math.ceil(leaseRemainingMs / 1000));
+  fail(
+    request,
+    'in_flight',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_IN_FLIGHT',
+      `A request with this key is still being processed. Retry after ${seconds} s with the same key to get its result.`,
+      { route: request.route.name, key, retryAfterSeconds: seconds },
+    ),
+  );
+}
+
+function fail(request: ProtectedRequest, outcome: Outcome, error: ProxyError): void {
+  request.log.outcome = outcome;
+  sendProblem(request.res, error);
+}
+
+/** Runs a store operation; on failure answers 503 (unless told not to) and returns undefined. */
+async function storeCall<T>(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  operation: string,
+  call: () => Promise<T>,
+  answerOnFailure = true,
+): Promise<T | undefined> {
+  const started = performance.now();
+  try {
+    return await call();
+  } catch (error) {
+    deps.onStoreError(error, operation);
+    if (answerOnFailure) {
+      fail(
+        request,
+        'store_unavailable',
+        new ProxyError(
+          'STORE_UNAVAILABLE',
+          'The idempotency store (PostgreSQL) cannot be reached, so the request was not forwarded. Retry later with the same key.',
+          {
+            route: request.route.name,
+            key: request.log.key,
+            retryAfterSeconds: STORE_RETRY_AFTER_SECONDS,
+            cause: error,
+          },
+        ),
+      );
+    }
+    return undefined;
+  } finally {
+    request.log.storeMs += performance.now() - started;
+  }
+}
+
+function transportFailure(
+  request: ProtectedRequest,
+  error: unknown,
+  key: string,
+): TransportFailure {
+  const upstream = request.route.upstream;
+  return classifyTransportError(error, {
+    upstream: upstream.name,
+    route: request.route.name,
+    key,
+    timeoutMs: upstream.timeoutMs,
+  });
+}
+
+/** The problem answer for a request that may have run: stored under `fail`, marked either way. */
+function unknownOutcomeResponse(error: ProxyError): StoredResponse {
+  const body = Buffer.from(JSON.stringify(problemBody(error)));
+  const headers: HeaderPairs = [
+    ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+    [OUTCOME_HEADER, 'unknown'],
+  ];
+  return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+}
+
+/** Request headers sent upstream: no hop-by-hop, no framing, the key as forwardKeyAs. */
+function outgoingHeaders(
+  req: IncomingMessage,
+  policy: IdempotencyPolicy,
+  key: string,
+): Record<string, string | string[]> {
+  const dropped = hopByHopNames(req.headers);
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || dropped.has(name)) continue;
+    if (
+      name === 'host' ||
+      name === 'content-length' ||
+      name === 'expect' ||
+      name === policy.key.header
+    )
+      continue;
+    headers[name] = value;
+  }
+  Object.assign(headers, forwardedHeaders(req));
+  if (policy.forwardKeyAs !== null) headers[policy.forwardKeyAs.toLowerCase()] = key;
+  return headers;
+}
+
+function startStreaming(
+  res: ServerResponse,
+  status: number,
+  headers: HeaderPairs,
+  contentLength: string | string[] | undefined,
+): void {
+  if (res.destroyed) return;
+  const flat: string[] = [];
+  for (const [name, value] of headers) flat.push(name, value);
+  if (typeof contentLength === 'string' && statusHasBody(status))
+    flat.push('content-length', contentLength);
+  res.writeHead(status, flat);
+}
+
+async function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> {
+  if (res.destroyed) return; // the client left; keep reading so the upstream call completes
+  if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+}

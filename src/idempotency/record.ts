@@ -1,0 +1,76 @@
+// The idempotency record's lifecycle and the store interface the protected-request state machine
+// talks to. The Postgres implementation is db/key-store.ts.
+//
+//   claim ──► in_progress ──► complete ──► completed ──(expires_at)──► absent
+//                 │  └─ release (status in `release`, nothing sent) ──► absent
+//                 └─ lease ends (crash, unknown outcome under `retry`)
+//                       ├─ unknownOutcome: fail  ──► completed with the unknown-outcome answer
+//                       └─ unknownOutcome: retry ──► taken over: fence + 1, forwarded again
+
+export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
+export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
+
+/** Identifies one record: the primary key. */
+export interface RecordId {
+  /** Route name or idempotency.group. */
+  readonly scope: string;
+  /** Hex SHA-256 of the tenant parts, '' when the route is not tenanted. */
+  readonly tenant: string;
+  readonly key: string;
+}
+
+/** Header pairs in upstream order; repeated names stay repeated. */
+export type HeaderPairs = readonly (readonly [string, string])[];
+
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: HeaderPairs;
+  /** Empty when bodyOmitted. */
+  readonly body: Buffer;
+  readonly bodyOmitted: boolean;
+  readonly outcomeUnknown: boolean;
+}
+
+export type ClaimResult = ClaimState & {
+  /** Requests seen for this record so far, this one included. */
+  readonly attempts: number;
+};
+
+export type ClaimState =
+  /** This request owns the record and must forward, then complete or release with `fence`. */
+  | { readonly kind: 'claimed'; readonly fence: string }
+  /** Same fingerprint, completed: replay it. */
+  | { readonly kind: 'completed'; readonly response: StoredResponse }
+  /** A different request used this key. */
+  | { readonly kind: 'mismatch' }
+  /** Same fingerprint, still in progress; leaseRemainingMs is 0 once the lease has ended. */
+  | { readonly kind: 'in-flight'; readonly fence: string; readonly leaseRemainingMs: number };
+
+export interface ClaimRequest {
+  readonly id: RecordId;
+  readonly route: string;
+  readonly fingerprint: Buffer;
+  readonly leaseMs: number;
+  /** How long the in-progress row lives at most; at least the lease. */
+  readonly claimExpiryMs: number;
+}
+
+export interface KeyStore {
+  claim(request: ClaimRequest): Promise<ClaimResult>;
+  /** False when the fence is stale (another holder took over): the result was not stored. */
+  complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
+  /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
+  release(id: RecordId, fence: string): Promise<boolean>;
+  /** Takes over an in-progress claim whose lease ended; returns the new fence, or null if someone else did. */
+  takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null>;
+  /**
+   * Completes an in-progress claim whose lease ended with the unknown-outcome answer and counts the
+   * replay; returns what is stored now, or null when the record moved on (re-claim to see it).
+   */
+  settleUnknown(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<StoredResponse | null>;
+}

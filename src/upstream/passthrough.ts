@@ -1,0 +1,103 @@
+// Pass-through routes (and safe methods on protected routes) go through http-proxy: streamed both
+// ways, keep-alive agents per upstream, websocket upgrades, transport errors mapped to 502/504.
+import http from 'node:http';
+import https from 'node:https';
+import type { Duplex } from 'node:stream';
+import httpProxy from 'http-proxy';
+import type { RouteConfig, UpstreamConfig } from '../config/types';
+import { forwardedHeaders, hopByHopNames } from '../http/headers';
+import { sendProblem } from '../http/problem';
+import { classifyTransportError } from './transport-errors';
+
+interface ProxyTarget {
+  route: RouteConfig;
+  onDone?: (status: number | undefined) => void;
+}
+
+export class PassThrough {
+  private readonly proxy: httpProxy;
+  private readonly agents = new Map<string, http.Agent>();
+
+  constructor(upstreams: Iterable<UpstreamConfig>) {
+    for (const upstream of upstreams) {
+      const options = { keepAlive: true, keepAliveMsecs: 1_000, maxFreeSockets: 256 };
+      this.agents.set(
+        upstream.name,
+        upstream.origin.startsWith('https:') ? new https.Agent(options) : new http.Agent(options),
+      );
+    }
+    this.proxy = httpProxy.createProxyServer({ ws: true, changeOrigin: true, prependPath: false });
+    // http-proxy 1.18.1 turns a chunked DELETE/OPTIONS body into `content-length: 0` while still piping
+    // the body upstream, so the body is parsed as a second request (node-http-proxy #1720/#1721:
+    // request smuggling). Drop that pass: a chunked body then stays chunked.
+    const passes = (this.proxy as unknown as { webPasses: { name: string }[] }).webPasses;
+    const index = passes.findIndex((pass) => pass.name === 'deleteLength');
+    if (index === -1) throw new Error('http-proxy changed: deleteLength pass not found; re-check the smuggling guard');
+    passes.splice(index, 1);
+
+    this.proxy.on('proxyRes', (proxyRes) => {
+      for (const name of hopByHopNames(proxyRes.headers)) delete proxyRes.headers[name];
+    });
+    this.proxy.on('error', (error, req, target) => this.onError(error, req, target));
+  }
+
+  web(req: http.IncomingMessage, res: http.ServerResponse, route: RouteConfig, path: string): void {
+    prepareRequest(req, path, false);
+    this.proxy.web(req, res, this.optionsFor(route, req));
+  }
+
+  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, route: RouteConfig, path: string): void {
+    prepareRequest(req, path, true);
+    this.proxy.ws(req, socket, head, this.optionsFor(route, req));
+  }
+
+  close(): void {
+    this.proxy.close();
+    for (const agent of this.agents.values()) agent.destroy();
+  }
+
+  private optionsFor(route: RouteConfig, req: http.IncomingMessage): httpProxy.ServerOptions {
+    (req as RequestWithRoute).proxyRoute = { route };
+    return {
+      target: route.upstream.origin,
+      agent: this.agents.get(route.upstream.name),
+      proxyTimeout: route.upstream.timeoutMs,
+    };
+  }
+
+  private onError(error: Error, req: http.IncomingMessage, target: http.ServerResponse | Duplex | unknown): void {
+    const route = (req as RequestWithRoute).proxyRoute?.route;
+    if (!(target instanceof http.ServerResponse)) {
+      (target as Duplex | undefined)?.destroy?.();
+      return;
+    }
+    if (!route) {
+      target.destroy();
+      return;
+    }
+    const failure = classifyTransportError(error, {
+      upstream: route.upstream.name,
+      route: route.name,
+      timeoutMs: route.upstream.timeoutMs,
+    });
+    sendProblem(target, failure.error);
+  }
+}
+
+interface RequestWithRoute extends http.IncomingMessage {
+  proxyRoute?: ProxyTarget;
+}
+
+/** Rewrites the request in place for http-proxy: upstream path, no hop-by-hop, X-Forwarded-*. */
+function prepareRequest(req: http.IncomingMessage, path: string, upgrade: boolean): void {
+  const headers = req.headers;
+  const forwarded = forwardedHeaders(req);
+  for (const name of hopByHopNames(headers)) {
+    // A websocket handshake needs its own Connection/Upgrade; everything else hop-by-hop goes.
+    if (upgrade && (name === 'connection' || name === 'upgrade')) continue;
+    if (name === 'transfer-encoding') continue; // the body framing of this very request: Node re-frames it
+    delete headers[name];
+  }
+  Object.assign(headers, forwarded);
+  req.url = path;
+}

