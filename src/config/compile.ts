@@ -103,76 +103,65 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
 }
 
 /**
- * Features that are part of the config contract but not implemented in this version. Each check
- * is one statement so it can be deleted when its feature lands. Values inherited from `defaults`
- * are reported once, where they are written.
+ * Features that are part of the config contract but not implemented in this version. One line
+ * each, so each can be deleted when its feature lands. A value set in `defaults` is reported once,
+ * where it is written, not once per route that inherits it.
  */
 export function rejectUnsupportedFeatures(parsed: ParsedConfig): PathIssue[] {
   const issues: PathIssue[] = [];
+  const add = (path: IssuePath, message: string) => issues.push({ path, message });
   for (const [at, block] of ownBlocks(parsed)) {
-    if (block.key?.derive !== undefined)
-      issues.push({
-        path: [...at, 'key', 'derive'],
-        message:
-          'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
-      });
-    if (block.onConcurrent === 'wait')
-      issues.push({
-        path: [...at, 'onConcurrent'],
-        message:
-          'onConcurrent: wait is not supported yet; use reject (clients retry on 409 with Retry-After)',
-      });
-    if (block.enforce === false)
-      issues.push({
-        path: [...at, 'enforce'],
-        message:
-          'enforce: false (shadow mode) is not supported yet; remove it, or make the route pass-through with idempotency: false',
-      });
+    if (block.key?.derive !== undefined) add([...at, 'key', 'derive'], UNSUPPORTED.derive);
+    if (block.onConcurrent === 'wait') add([...at, 'onConcurrent'], UNSUPPORTED.wait);
+    if (block.enforce === false) add([...at, 'enforce'], UNSUPPORTED.shadow);
   }
   return issues;
 }
 
-/** Checks that span several fields; formats of single fields are the schema's job. */
+const UNSUPPORTED = {
+  derive:
+    'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
+  wait: 'onConcurrent: wait is not supported yet; use reject (clients retry on 409 with Retry-After)',
+  shadow:
+    'enforce: false (shadow mode) is not supported yet; remove it, or make the route pass-through with idempotency: false',
+};
+
+/** Checks that span several fields (or need a URL parser); single-field formats are the schema's. */
 export function checkConfig(parsed: ParsedConfig): PathIssue[] {
   const issues: PathIssue[] = [];
+  const add = (path: IssuePath, message: string) => issues.push({ path, message });
   for (const [name, upstream] of Object.entries(parsed.upstreams)) {
     const problem = upstreamUrlProblem(upstream.url);
-    if (problem) issues.push({ path: ['upstreams', name, 'url'], message: problem });
+    if (problem) add(['upstreams', name, 'url'], problem);
   }
   const upstreamNames = Object.keys(parsed.upstreams);
+  const known = upstreamNames.length
+    ? `expected one of: ${upstreamNames.join(', ')}`
+    : 'none is defined';
   const firstByName = new Map<string, number>();
   parsed.routes.forEach((route, i) => {
     const at = ['routes', i] as const;
     const first = firstByName.get(route.name);
     if (first === undefined) firstByName.set(route.name, i);
     else
-      issues.push({
-        path: [...at, 'name'],
-        message: `duplicate route name "${route.name}"; routes[${first}] already uses it`,
-      });
+      add(
+        [...at, 'name'],
+        `duplicate route name "${route.name}"; routes[${first}] already uses it`,
+      );
     if (!upstreamNames.includes(route.upstream))
-      issues.push({
-        path: [...at, 'upstream'],
-        message:
-          upstreamNames.length === 0
-            ? `unknown upstream "${route.upstream}"; no upstreams are defined`
-            : `unknown upstream "${route.upstream}"; expected one of: ${upstreamNames.join(', ')}`,
-      });
+      add([...at, 'upstream'], `unknown upstream "${route.upstream}"; ${known}`);
     if (route.stripPrefix !== undefined && !isLiteralPrefix(route.stripPrefix, route.match.path))
-      issues.push({
-        path: [...at, 'stripPrefix'],
-        message: `expected a prefix of match.path "${route.match.path}" made of its literal segments (every path the route matches must start with it)`,
-      });
+      add(
+        [...at, 'stripPrefix'],
+        `expected a prefix of match.path "${route.match.path}" made of its literal segments (every path the route matches must start with it)`,
+      );
     issues.push(...checkProtectedRoute(route, parsed.defaults, at));
   });
   const { listen, admin } = parsed;
   const anyHost = (host: string) => host === '0.0.0.0' || host === '::';
-  if (
-    listen.port !== 0 &&
-    listen.port === admin.port &&
-    (listen.host === admin.host || anyHost(listen.host) || anyHost(admin.host))
-  )
-    issues.push({ path: ['admin', 'port'], message: `expected a port other than listen.port` });
+  const sameHost = listen.host === admin.host || anyHost(listen.host) || anyHost(admin.host);
+  if (listen.port !== 0 && listen.port === admin.port && sameHost)
+    add(['admin', 'port'], 'expected a port other than listen.port');
   return issues;
 }
 
@@ -185,20 +174,19 @@ function checkProtectedRoute(
   if (own === undefined || own === false) return [];
   const block = own === true ? {} : own;
   const issues: PathIssue[] = [];
+  const listed = route.match.method ?? [];
   if (!(block.allowSafeMethods ?? defaults?.allowSafeMethods ?? BUILT_IN.allowSafeMethods)) {
-    const listed = route.match.method;
-    const methods = listed === undefined ? [] : Array.isArray(listed) ? listed : [listed];
-    methods.forEach((method, j) => {
-      if (!SAFE_METHODS.has(method.toUpperCase())) return;
+    (Array.isArray(listed) ? listed : [listed]).forEach((method, j) => {
+      const upper = method.toUpperCase();
+      if (!SAFE_METHODS.has(upper)) return;
       issues.push({
-        path: Array.isArray(listed) ? [...at, 'match', 'method', j] : [...at, 'match', 'method'],
-        message: `${method.toUpperCase()} is a safe method and already idempotent; a protected route may list it only with idempotency.allowSafeMethods: true (unlisted, it passes through)`,
+        path: [...at, 'match', 'method', ...(Array.isArray(listed) ? [j] : [])],
+        message: `${upper} is a safe method and already idempotent; a protected route may list it only with idempotency.allowSafeMethods: true (unlisted, it passes through)`,
       });
     });
   }
-  const window = block.key?.window ?? defaults?.key?.window;
   const derive = block.key?.derive ?? defaults?.key?.derive;
-  if (window !== undefined && derive === undefined) {
+  if ((block.key?.window ?? defaults?.key?.window) !== undefined && derive === undefined) {
     const where = block.key?.window !== undefined ? [...at, 'idempotency'] : ['defaults'];
     issues.push({
       path: [...where, 'key', 'window'],
@@ -255,7 +243,7 @@ function unique(issues: PathIssue[]): PathIssue[] {
 
 function methodsOf(route: ParsedRoute): string[] {
   const listed = route.match.method ?? [];
-  return (Array.isArray(listed) ? listed : [listed]).map((m) => m.toUpperCase());
+  return (Array.isArray(listed) ? listed : [listed]).map((method) => method.toUpperCase());
 }
 
 // Nested `key` and `fingerprint` merge field by field (SPEC §7): a route that sets only

@@ -93,7 +93,7 @@ const name = (what: string) =>
 
 export const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const method = z.enum([...HTTP_METHODS, ...HTTP_METHODS.map((m) => m.toLowerCase())], {
-  error: `expected an HTTP method: ${HTTP_METHODS.join(', ')}`,
+  error: `expected an HTTP method (${HTTP_METHODS.join(', ')})`,
 });
 
 // Mirrors http/router.ts: literal or `:param` segments, or a final `/**` (which also matches the prefix itself).
@@ -155,20 +155,23 @@ export const IDEMPOTENCY_DEFAULTS = {
 } as const;
 
 const D = IDEMPOTENCY_DEFAULTS;
-const FP = D.fingerprint.parts;
-const show = (value: unknown) => JSON.stringify(value);
 
-/** An optional field with its editor help text: every field of an idempotency block is optional so a
- * route's block can be merged field by field over `defaults`. */
-function opt<T extends z.ZodType>(schema: T, help: string) {
-  return schema.optional().describe(help);
+/**
+ * An optional field with editor help and its built-in default (shown by editors; applied in
+ * compile.ts, not here). Idempotency fields stay optional so a route's block can be merged field
+ * by field over `defaults`.
+ */
+function opt<T extends z.ZodType>(schema: T, description: string, fallback?: unknown) {
+  return schema
+    .optional()
+    .meta(fallback === undefined ? { description } : { description, default: fallback });
 }
 
 const keyBlock = strict(
   {
-    header: opt(headerName, `Request header carrying the key. Default: ${D.key.header}.`),
-    required: opt(bool, 'Answer 400 when a request has no key. Default: true.'),
-    maxLength: opt(integer(1, 1024), `Longest key accepted. Default: ${D.key.maxLength}.`),
+    header: opt(headerName, 'Request header carrying the key.', D.key.header),
+    required: opt(bool, 'Answer 400 when a request has no key.', D.key.required),
+    maxLength: opt(integer(1, 1024), 'Longest key accepted, in characters.', D.key.maxLength),
     derive: opt(parts('request part'), 'Parts a key is derived from (not supported yet).'),
     window: opt(duration({ positive: true }), 'How long a derived key lives (not supported yet).'),
   },
@@ -177,8 +180,12 @@ const keyBlock = strict(
 
 const fingerprintBlock = strict(
   {
-    parts: opt(parts('fingerprint part'), `What a repeat must match. Default: ${show(FP)}.`),
-    ignore: opt(z.array(bodyField), 'JSON body fields left out, like body.sent_at. Default: [].'),
+    parts: opt(
+      parts('fingerprint part'),
+      'What a repeat must match (else 422).',
+      D.fingerprint.parts,
+    ),
+    ignore: opt(z.array(bodyField), 'JSON body fields left out, like body.sent_at.', []),
   },
   'fingerprint settings (parts, ignore)',
 );
@@ -188,45 +195,48 @@ const forwardKeyAs = z.preprocess(
   z.union([headerName, z.literal(false)], { error: 'expected a header name or false' }),
 );
 const storeList = z.array(statusClass).min(1, { error: 'expected at least one status class' });
+const positive = duration({ positive: true });
 
 export const idempotencySchema = strict(
   {
     key: opt(keyBlock, 'Where the key comes from and which keys are accepted.'),
     forwardKeyAs: opt(
       forwardKeyAs,
-      `Key header sent upstream, or false. Default: ${D.forwardKeyAs}.`,
+      'Header the key is sent upstream as, or false.',
+      D.forwardKeyAs,
     ),
-    ttl: opt(duration({ positive: true }), `How long a response is replayed. Default: ${D.ttl}.`),
-    lockTimeout: opt(
-      timer,
-      `Lease of a claim; above the upstream timeout. Default: ${D.lockTimeout}.`,
-    ),
+    ttl: opt(positive, 'How long a completed response is replayed.', D.ttl),
+    lockTimeout: opt(timer, 'Lease of a claim; keep it above the upstream timeout.', D.lockTimeout),
     unknownOutcome: opt(
       z.enum(['fail', 'retry'], { error: 'expected fail or retry' }),
-      'Upstream timed out after the request was sent: fail (store the error) or retry. Default: fail.',
+      'Timed out after sending: fail (store the error, never resend) or retry after lockTimeout.',
+      D.unknownOutcome,
     ),
     onConcurrent: opt(
       z.enum(['reject', 'wait'], { error: 'expected reject or wait' }),
-      'A repeat while the first is in flight: reject (409) or wait (not supported yet). Default: reject.',
+      'A repeat while the first is in flight: reject (409) or wait (not supported yet).',
+      D.onConcurrent,
     ),
-    waitTimeout: opt(timer, `Longest wait with onConcurrent: wait. Default: ${D.waitTimeout}.`),
+    waitTimeout: opt(timer, 'Longest wait with onConcurrent: wait.', D.waitTimeout),
     fingerprint: opt(fingerprintBlock, 'Which request parts a repeat must match (else 422).'),
-    store: opt(storeList, `Upstream statuses stored and replayed. Default: ${show(D.store)}.`),
-    release: opt(z.array(status), `Statuses that drop the claim. Default: ${show(D.release)}.`),
-    maxRequestBytes: opt(size, `Largest request body (413 above). Default: ${D.maxRequestBytes}.`),
-    maxResponseBytes: opt(size, `Largest body stored for replay. Default: ${D.maxResponseBytes}.`),
-    replayedHeader: opt(headerName, `Replay marker header. Default: ${D.replayedHeader}.`),
-    enforce: opt(bool, 'false = shadow mode (not supported yet). Default: true.'),
+    store: opt(storeList, 'Upstream statuses stored and replayed.', D.store),
+    release: opt(z.array(status), 'Statuses that drop the claim, so a retry runs.', D.release),
+    maxRequestBytes: opt(size, 'Largest request body (413 above).', D.maxRequestBytes),
+    maxResponseBytes: opt(size, 'Largest response body stored for replay.', D.maxResponseBytes),
+    replayedHeader: opt(headerName, 'Header marking a replayed response.', D.replayedHeader),
+    enforce: opt(bool, 'false = shadow mode (not supported yet).', D.enforce),
     tenant: opt(z.array(tenantPart), 'Headers scoping keys per tenant: [header:authorization].'),
-    group: opt(name('group name'), 'Share keys across routes of one group. Default: route name.'),
-    allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method. Default: false.'),
-    replaySetCookie: opt(bool, 'Store and replay Set-Cookie. Default: false.'),
+    group: opt(name('group name'), 'Share keys across routes of one group (default: route name).'),
+    allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method.', D.allowSafeMethods),
+    replaySetCookie: opt(bool, 'Store and replay Set-Cookie.', D.replaySetCookie),
   },
   'idempotency settings',
 );
 
 const methodList = z.array(method).min(1, { error: 'expected at least one method' });
-const methods = z.union([method, methodList], { error: 'expected an HTTP method or a list' });
+const methods = z.union([method, methodList], {
+  error: `expected an HTTP method (${HTTP_METHODS.join(', ')}) or a list of them`,
+});
 const idempotencyOrFlag = z.preprocess(
   toBoolean,
   z.union([z.boolean(), idempotencySchema], {

@@ -186,8 +186,9 @@ class LazyJsonBody {
   constructor(readonly bytes: Buffer) {}
 
   json(): ParsedJson | null {
-    if (this.parsed === undefined)
+    if (this.parsed === undefined) {
       this.parsed = this.bytes.length === 0 ? null : parseJson(this.bytes);
+    }
     return this.parsed;
   }
 }

@@ -54,7 +54,7 @@ function parseSfString(value: string): string | SfStringProblem {
   for (let i = 1; i < value.length; i++) {
     const code = value.charCodeAt(i);
     if (code === BACKSLASH) {
-      i++;
+      i++; // i now indexes the escaped character, so the backslash is character i (1-based)
       const next = value.charCodeAt(i);
       if (next !== DQUOTE && next !== BACKSLASH) {
         return {

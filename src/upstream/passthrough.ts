@@ -38,6 +38,11 @@ export class PassThrough {
     this.proxy.on('proxyRes', (proxyRes) => {
       for (const name of hopByHopNames(proxyRes.headers)) delete proxyRes.headers[name];
     });
+    // http-proxy aborts a request that hit proxyTimeout, which surfaces as a plain ECONNRESET; remember
+    // the timeout so the client gets a 504 rather than a 502.
+    this.proxy.on('proxyReq', (proxyReq, req) => {
+      proxyReq.once('timeout', () => ((req as RequestWithRoute).upstreamTimedOut = true));
+    });
     this.proxy.on('error', (error, req, target) => this.onError(error, req, target));
   }
 
@@ -75,7 +80,8 @@ export class PassThrough {
       target.destroy();
       return;
     }
-    const failure = classifyTransportError(error, {
+    const timedOut = (req as RequestWithRoute).upstreamTimedOut === true;
+    const failure = classifyTransportError(timedOut ? Object.assign(error, { code: 'ETIMEDOUT' }) : error, {
       upstream: route.upstream.name,
       route: route.name,
       timeoutMs: route.upstream.timeoutMs,
@@ -86,6 +92,7 @@ export class PassThrough {
 
 interface RequestWithRoute extends http.IncomingMessage {
   proxyRoute?: ProxyTarget;
+  upstreamTimedOut?: boolean;
 }
 
 /** Rewrites the request in place for http-proxy: upstream path, no hop-by-hop, X-Forwarded-*. */

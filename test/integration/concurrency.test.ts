@@ -14,7 +14,7 @@ beforeAll(async () => {
   });
   proxy = await startProxy({
     yaml: `
-store: { table: \${TEST_TABLE}, poolSize: 10 }
+store: { table: "\${TEST_TABLE}", poolSize: 10 }
 upstreams: { api: { url: ${upstream.url} } }
 routes:
   - { name: charges, match: { path: /charges }, upstream: api, idempotency: {} }
@@ -23,8 +23,8 @@ routes:
 });
 
 afterAll(async () => {
-  await proxy.close();
-  await upstream.close();
+  await proxy?.close();
+  await upstream?.close();
 });
 
 test('100 concurrent requests with one key execute once; the rest get 409 or the replay', async () => {

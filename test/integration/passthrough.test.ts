@@ -31,7 +31,7 @@ beforeAll(async () => {
   });
   proxy = await startProxy({
     yaml: `
-store: { table: \${TEST_TABLE} }
+store: { table: "\${TEST_TABLE}" }
 upstreams:
   api: { url: ${upstream.url}/base, timeout: 300ms }
   dead: { url: http://127.0.0.1:1 }
@@ -46,8 +46,8 @@ routes:
 
 afterAll(async () => {
   wss.close();
-  await proxy.close();
-  await upstream.close();
+  await proxy?.close();
+  await upstream?.close();
 });
 
 beforeEach(() => {

@@ -9,14 +9,14 @@ let slowMs = 0;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
-    if (req.url.startsWith('/slow')) await sleep(slowMs);
+    if (req.url.includes('/slow')) await sleep(slowMs);
     const body = JSON.stringify({ n: upstream.executions().length, echo: req.body.toString('utf8') });
     res.writeHead(201, { 'content-type': 'application/json', 'x-upstream-says': 'hello' });
     res.end(body);
   });
   proxy = await startProxy({
     yaml: `
-store: { table: \${TEST_TABLE} }
+store: { table: "\${TEST_TABLE}" }
 upstreams:
   api: { url: ${upstream.url}/v1, timeout: 5s }
 defaults:
@@ -42,8 +42,8 @@ routes:
 });
 
 afterAll(async () => {
-  await proxy.close();
-  await upstream.close();
+  await proxy?.close();
+  await upstream?.close();
 });
 
 beforeEach(() => {

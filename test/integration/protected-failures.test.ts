@@ -34,9 +34,9 @@ beforeAll(async () => {
   });
   proxy = await startProxy({
     yaml: `
-store: { table: \${TEST_TABLE} }
+store: { table: "\${TEST_TABLE}" }
 upstreams:
-  api: { url: ${upstream.url}, timeout: 400ms }
+  api: { url: ${upstream.url}, timeout: 400ms } # undici's timers fire up to ~1 s late: waits below use 2.5 s
   dead: { url: http://127.0.0.1:1 }
 defaults:
   maxResponseBytes: 1kb
@@ -53,7 +53,7 @@ routes:
   - name: retrying
     match: { path: /retrying }
     upstream: api
-    idempotency: { unknownOutcome: retry, lockTimeout: 1s }
+    idempotency: { unknownOutcome: retry, lockTimeout: 3s }
   - name: dead
     match: { path: /dead }
     upstream: dead
@@ -67,8 +67,8 @@ routes:
 });
 
 afterAll(async () => {
-  await proxy.close();
-  await upstream.close();
+  await proxy?.close();
+  await upstream?.close();
 });
 
 beforeEach(() => {
@@ -123,16 +123,16 @@ test('answers 502 when the upstream is unreachable and drops the claim, so a ret
 });
 
 test('stores a 504 with Idempotency-Outcome: unknown when the upstream times out (unknownOutcome: fail)', async () => {
-  const first = await postJson(`${proxy.url}/ops?wait=1000`, 'timeout-1', {});
+  const first = await postJson(`${proxy.url}/ops?wait=2500`, 'timeout-1', {});
   expect(first.status).toBe(504);
   expect(first.headers['idempotency-outcome']).toBe('unknown');
   expect(first.json()).toMatchObject({ code: 'UPSTREAM_TIMEOUT', key: 'timeout-1' });
-  const repeat = await postJson(`${proxy.url}/ops?wait=1000`, 'timeout-1', {});
+  const repeat = await postJson(`${proxy.url}/ops?wait=2500`, 'timeout-1', {});
   expect(repeat.status).toBe(504);
   expect(repeat.headers['idempotency-outcome']).toBe('unknown');
   expect(repeat.headers['idempotent-replayed']).toBe('true');
   expect(repeat.body.equals(first.body)).toBe(true);
-  await sleep(700); // let the slow upstream finish its (single) execution
+  await sleep(2_000); // let the slow upstream finish its (single) execution
   expect(upstream.executions()).toHaveLength(1);
   expect(await rowFor('timeout-1')).toMatchObject({ state: 'completed', outcome_unknown: true, status: 504 });
 });
@@ -159,12 +159,13 @@ test('treats a response body cut off mid-stream as an unknown outcome', async ()
 
 test('under unknownOutcome: retry, keeps the claim after a timeout and lets one repeat take over after the lease', async () => {
   // x-wait is not part of the fingerprint: the same request, slow the first time only.
-  const first = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 }, { 'x-wait': '600' });
+  const claimedAt = Date.now();
+  const first = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 }, { 'x-wait': '2500' });
   expect(first.status).toBe(504);
   expect(first.headers['idempotency-outcome']).toBe('unknown');
   const during = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 });
   expect(during.status).toBe(409);
-  await sleep(1_100); // lockTimeout is 1s
+  await sleep(claimedAt + 3_200 - Date.now()); // lockTimeout is 3s
   const takeover = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 });
   expect(takeover.status).toBe(200);
   expect(takeover.headers['idempotent-replayed']).toBeUndefined();

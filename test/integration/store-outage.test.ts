@@ -16,7 +16,7 @@ beforeAll(async () => {
   proxy = await startProxy({
     databaseUrl: database.url,
     yaml: `
-store: { table: \${TEST_TABLE} }
+store: { table: "\${TEST_TABLE}" }
 upstreams: { api: { url: ${upstream.url} } }
 routes:
   - { name: payments, match: { method: POST, path: /payments }, upstream: api, idempotency: {} }

@@ -48,6 +48,7 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     ...options.env,
     DATABASE_URL: url,
     TEST_TABLE: table,
+    IDEMPOTENCY_PROXY_TABLE: table,
   });
   const pool = createPool({ url, size: 10, onError: () => undefined });
   await migrate(pool, config.store.table);

@@ -1,0 +1,121 @@
+// The resolved view `idempotency-proxy check` prints: what the proxy will actually do with this
+// config once defaults are merged, in match order, so an operator can read a route's policy
+// without redoing the merge in their head. Secrets (the database password, the admin token) are
+// never printed.
+import type { IdempotencyPolicy, ProxyConfig, RequestPart, RouteConfig } from './types';
+import { SAFE_METHODS } from './types';
+import { formatDuration, formatSize } from './units';
+
+export function describeConfig(config: ProxyConfig): string {
+  const { listen, admin, store } = config;
+  const lines = [
+    `config: ${config.file}`,
+    `listen: ${listen.host}:${listen.port} (shutdown grace ${formatDuration(config.shutdownGraceMs)})`,
+    `admin: ${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
+    `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${store.dataDir}`}`,
+    `  table ${store.table}, pool ${store.poolSize}, prune every ${formatDuration(store.pruneIntervalMs)}`,
+    'upstreams:',
+    ...[...config.upstreams.values()].map(
+      (u) => `  ${u.name}: ${u.origin}${u.basePath} (timeout ${formatDuration(u.timeoutMs)})`,
+    ),
+    'routes (first match wins):',
+  ];
+  config.routes.forEach((route, i) => lines.push(...describeRoute(route, i + 1)));
+  return lines.join('\n');
+}
+
+function describeRoute(route: RouteConfig, position: number): string[] {
+  const { match, idempotency: policy } = route;
+  const methods = match.methods === null ? 'any method' : [...match.methods].join(',');
+  const host = match.host === null ? '' : ` host ${match.host}`;
+  const head = `  ${position}. ${route.name}: ${methods}${host} ${match.path} → ${route.upstream.name} ${forwardedPath(route)}`;
+  if (policy === null) return [head, '     pass-through (forwarded untouched)'];
+  const unsafe =
+    match.methods === null
+      ? ' (POST, PUT, PATCH, DELETE; safe methods pass through)'
+      : [...match.methods].some((m) => SAFE_METHODS.has(m))
+        ? ' (safe methods too: allowSafeMethods)'
+        : '';
+  return [
+    head,
+    `     protected${unsafe}`,
+    ...describePolicy(policy).map((line) => `       ${line}`),
+  ];
+}
+
+function describePolicy(policy: IdempotencyPolicy): string[] {
+  const { key, fingerprint } = policy;
+  const tenant = policy.tenant.length > 0 ? `, per tenant (${policy.tenant.join(', ')})` : '';
+  const forwarded =
+    policy.forwardKeyAs === null ? 'not forwarded' : `forwarded as ${policy.forwardKeyAs}`;
+  const ignore = fingerprint.ignore.map((field) => `body.${field.join('.')}`);
+  return [
+    `scope: ${policy.scope}${tenant}`,
+    `key: header ${key.header}, ${key.required ? 'required' : 'optional'}, at most ${key.maxLength} chars; ${forwarded}`,
+    `ttl ${formatDuration(policy.ttlMs)}, lockTimeout ${formatDuration(policy.lockTimeoutMs)}, unknownOutcome ${policy.unknownOutcome}, onConcurrent ${policy.onConcurrent} (waitTimeout ${formatDuration(policy.waitTimeoutMs)})`,
+    `fingerprint: ${fingerprint.parts.map(describePart).join(', ')}${ignore.length > 0 ? `; ignoring ${ignore.join(', ')}` : ''}`,
+    `stores: ${describeStored(policy.storesStatus)}`,
+    `limits: request ${formatSize(policy.maxRequestBytes)}, stored response ${formatSize(policy.maxResponseBytes)}; replay marker ${policy.replayedHeader}${policy.replaySetCookie ? '; replays Set-Cookie' : ''}`,
+  ];
+}
+
+/** The path the upstream receives for the route's own pattern, as http/router.ts rewrites it. */
+function forwardedPath(route: RouteConfig): string {
+  let path = route.match.path;
+  const strip = route.stripPrefix;
+  if (strip !== null && (path === strip || path.startsWith(`${strip}/`))) {
+    path = path.slice(strip.length) || '/';
+  }
+  const base = route.upstream.basePath;
+  if (base) path = path === '/' ? base : `${base}${path}`;
+  return path;
+}
+
+function describePart(part: RequestPart): string {
+  switch (part.kind) {
+    case 'body-field':
+      return `body.${part.path.join('.')}`;
+    case 'header':
+      return `header:${part.name}`;
+    case 'query-param':
+      return `query.${part.name}`;
+    default:
+      return part.kind;
+  }
+}
+
+/**
+ * Rebuilds a summary from the compiled predicate (the lists are not kept): a class stored for at
+ * least half its codes prints as "4xx" with the exceptions named, other stored codes one by one.
+ */
+export function describeStored(storesStatus: (status: number) => boolean): string {
+  const classes: string[] = [];
+  const singles: number[] = [];
+  const except: number[] = [];
+  for (let base = 100; base < 600; base += 100) {
+    const codes = Array.from({ length: 100 }, (_, i) => base + i);
+    const stored = codes.filter(storesStatus);
+    if (stored.length >= 50) {
+      classes.push(`${base / 100}xx`);
+      except.push(...codes.filter((code) => !storesStatus(code)));
+    } else singles.push(...stored);
+  }
+  const listed = [...classes, ...singles.map(String)];
+  if (listed.length === 0) return 'nothing';
+  return `${listed.join(', ')}${except.length > 0 ? ` except ${except.join(', ')}` : ''}`;
+}
+
+/** postgres://user:***@host/db: the password never reaches a terminal or a CI log. */
+export function maskPassword(url: string): string {
+  let masked = url;
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) {
+      parsed.password = '***';
+      masked = parsed.toString();
+    }
+  } catch {
+    // Not a URL (a keyword/value connection string): fall through to the pattern below.
+  }
+  return masked.replace(/(password=)[^&\s]*/gi, '$1***');
+}

@@ -1,0 +1,93 @@
+// anyonce's core conformance vectors (what the IETF Idempotency-Key draft states) against the real
+// proxy in front of the fixture upstream. Every one must pass.
+import path from 'node:path';
+import { startProxy, type TestProxy } from '../support/proxy';
+import { type FixtureUpstream, startFixtureUpstream } from './fixture-upstream';
+import { loadVectors, runVector, runVectors, type RunTarget } from './vector-runner';
+
+const vectors = loadVectors(path.join(__dirname, 'anyonce', 'core'));
+
+/** The proxy's `ttl: 2s` below, told to the runner: ≤ 2000 ms makes core/expiry-executes-again apply. */
+const TTL_MS = 2_000;
+
+/** Upstream's BARE_PASS_IDS: the core vectors a fixture with no idempotency layer passes. */
+const BARE_PASS_IDS = [
+  'core/expiry-executes-again',
+  'core/get-ignored',
+  'core/post-executes-once',
+  'core/two-keys-execute-twice',
+];
+
+let fixture: FixtureUpstream;
+let proxy: TestProxy;
+let target: RunTarget;
+
+beforeAll(async () => {
+  fixture = await startFixtureUpstream();
+  // One protected route for the whole fixture: every POST needs a key, and GET /counter (a safe
+  // method) passes through it untouched, key or not (SPEC §7) — which core/get-ignored checks.
+  proxy = await startProxy({
+    yaml: `
+store:
+  table: \${TEST_TABLE}
+upstreams:
+  fixture: { url: ${fixture.url}, timeout: 10s }
+routes:
+  - name: fixture
+    match: { path: /** }
+    upstream: fixture
+    idempotency:
+      key: { required: true }
+      ttl: 2s
+`,
+  });
+  target = { proxyUrl: proxy.url, fixtureUrl: fixture.url, ttlMs: TTL_MS };
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  await fixture?.close();
+});
+
+test('loads all 11 core vectors', () => {
+  expect(vectors).toHaveLength(11);
+});
+
+describe('the proxy against anyonce core vectors', () => {
+  test.each(vectors.map((vector) => [vector.id, vector.title, vector] as const))(
+    'passes %s (%s)',
+    async (_id, _title, vector) => {
+      // Compared whole, so a failing vector prints its failure sentences in the diff.
+      expect(await runVector(vector, target)).toEqual({
+        id: vector.id,
+        status: 'pass',
+        failures: [],
+      });
+    },
+  );
+});
+
+describe('the vector runner', () => {
+  test('fails every core vector but the bare-pass ones against the fixture with no proxy', async () => {
+    const bare = await runVectors(vectors, {
+      proxyUrl: fixture.url,
+      fixtureUrl: fixture.url,
+      ttlMs: TTL_MS,
+    });
+    expect(bare.filter((result) => result.status === 'pass').map((result) => result.id)).toEqual(
+      BARE_PASS_IDS,
+    );
+  });
+
+  test('reports a short-ttl vector as not applicable when the target TTL is longer than 2 s', async () => {
+    const expiry = vectors.filter((vector) => vector.requires.includes('short-ttl'));
+    expect(expiry.map((vector) => vector.id)).toEqual(['core/expiry-executes-again']);
+    for (const vector of expiry) {
+      expect(await runVector(vector, { ...target, ttlMs: 2_001 })).toEqual({
+        id: vector.id,
+        status: 'not-applicable',
+        failures: [],
+      });
+    }
+  });
+});

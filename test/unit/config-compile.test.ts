@@ -1,0 +1,461 @@
+// From parsed YAML to the frozen ProxyConfig: defaults, merging, units, cross-field checks, and the
+// resolved view `check` prints.
+import fs from 'node:fs';
+import path from 'node:path';
+import { describeConfig, describeStored, maskPassword } from '../../src/config/describe';
+import { parseConfigText } from '../../src/config/load';
+import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
+import { ConfigError, type ConfigIssue } from '../../src/errors';
+
+const SPEC_EXAMPLE = fs.readFileSync(
+  path.join(__dirname, '../fixtures/config/spec-example.yaml'),
+  'utf8',
+);
+
+/**
+ * One upstream and one route named orders with the given lines (indented as route keys; a
+ * `match: { path: /orders }` line is added when they have none). `extra` goes before `routes:`.
+ */
+function routeYaml(routeLines: string, extra = ''): string {
+  const match = routeLines.includes('match:') ? '' : '    match: { path: /orders }\n';
+  return `upstreams:\n  app: { url: http://127.0.0.1:4000 }\n${extra}routes:\n  - name: orders\n    upstream: app\n${match}${routeLines}`;
+}
+
+function parse(text: string, env: NodeJS.ProcessEnv = {}): ProxyConfig {
+  return parseConfigText(text, 'proxy.yaml', env);
+}
+
+function policyOf(text: string): IdempotencyPolicy {
+  const policy = parse(text).routes[0]!.idempotency;
+  if (policy === null) throw new Error('expected a protected route');
+  return policy;
+}
+
+function issuesOf(text: string, env: NodeJS.ProcessEnv = {}): ConfigIssue[] {
+  try {
+    parse(text, env);
+  } catch (error) {
+    if (error instanceof ConfigError) return [...error.issues];
+    throw error;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('defaults', () => {
+  const config = parse(
+    routeYaml('    match: { method: POST, path: /orders }\n    idempotency: {}\n'),
+  );
+
+  it('fills the server settings from SPEC §3', () => {
+    expect(config.listen).toEqual({ host: '0.0.0.0', port: 8080 });
+    expect(config.shutdownGraceMs).toBe(10_000);
+    expect(config.admin).toEqual({ host: '127.0.0.1', port: 9090, token: undefined });
+    expect(config.store).toEqual({
+      url: undefined,
+      dataDir: path.resolve(process.cwd(), '.data/postgres'),
+      table: 'idempotency_keys',
+      poolSize: 10,
+      pruneIntervalMs: 300_000,
+    });
+    expect(config.upstreams.get('app')).toEqual({
+      name: 'app',
+      origin: 'http://127.0.0.1:4000',
+      basePath: '',
+      timeoutMs: 30_000,
+    });
+  });
+
+  it('fills every idempotency field of a protected route from the built-in defaults', () => {
+    const { storesStatus, ...policy } = config.routes[0]!.idempotency!;
+    expect(policy).toEqual({
+      scope: 'orders',
+      key: {
+        header: 'idempotency-key',
+        required: true,
+        maxLength: 255,
+        derive: null,
+        windowMs: null,
+      },
+      forwardKeyAs: 'Idempotency-Key',
+      ttlMs: 86_400_000,
+      lockTimeoutMs: 60_000,
+      unknownOutcome: 'fail',
+      onConcurrent: 'reject',
+      waitTimeoutMs: 10_000,
+      fingerprint: {
+        parts: [{ kind: 'method' }, { kind: 'path' }, { kind: 'query' }, { kind: 'body' }],
+        ignore: [],
+      },
+      tenant: [],
+      maxRequestBytes: 1_048_576,
+      maxResponseBytes: 8_388_608,
+      replayedHeader: 'Idempotent-Replayed',
+      enforce: true,
+      allowSafeMethods: false,
+      replaySetCookie: false,
+    });
+    expect([200, 303, 404, 500].map(storesStatus)).toEqual([true, true, true, true]);
+    expect([408, 425, 429, 503, 101].map(storesStatus)).toEqual([
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
+  });
+
+  it('freezes the result', () => {
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.routes[0]!.idempotency!.fingerprint.parts)).toBe(true);
+  });
+
+  it.each([
+    ['true', '    idempotency: true\n'],
+    ['an empty mapping', '    idempotency: {}\n'],
+  ])('protects a route whose idempotency is %s', (_, line) => {
+    expect(
+      parse(routeYaml(`    match: { path: /orders }\n${line}`)).routes[0]!.idempotency,
+    ).not.toBeNull();
+  });
+
+  it.each([
+    ['false', '    idempotency: false\n'],
+    ['absent', ''],
+  ])('passes a route through when idempotency is %s', (_, line) => {
+    const route = parse(routeYaml(`    match: { path: /** }\n${line}`)).routes[0]!;
+    expect(route.idempotency).toBeNull();
+    expect(route.match).toEqual({ methods: null, path: '/**', host: null });
+  });
+});
+
+describe('merging defaults into routes', () => {
+  const defaults = `defaults:
+  key: { header: X-Request-Key, maxLength: 64 }
+  fingerprint: { parts: [method, body] }
+  ttl: 1h
+  tenant: [header:X-Tenant]
+`;
+
+  it('applies the defaults block over the built-in defaults', () => {
+    const policy = policyOf(routeYaml('    idempotency: true\n', defaults));
+    expect(policy.key).toMatchObject({ header: 'x-request-key', required: true, maxLength: 64 });
+    expect(policy.ttlMs).toBe(3_600_000);
+    expect(policy.tenant).toEqual(['header:x-tenant']);
+    expect(policy.fingerprint.parts).toEqual([{ kind: 'method' }, { kind: 'body' }]);
+  });
+
+  it('merges key and fingerprint field by field, and replaces other fields whole', () => {
+    const route = `    idempotency:
+      key: { required: false }
+      fingerprint: { ignore: [body.meta.sent_at] }
+      tenant: []
+`;
+    const policy = policyOf(routeYaml(route, defaults));
+    expect(policy.key).toMatchObject({ header: 'x-request-key', required: false, maxLength: 64 });
+    expect(policy.fingerprint).toEqual({
+      parts: [{ kind: 'method' }, { kind: 'body' }],
+      ignore: [['meta', 'sent_at']],
+    });
+    expect(policy.tenant).toEqual([]);
+    expect(policy.ttlMs).toBe(3_600_000);
+  });
+
+  it('compiles every kind of request part', () => {
+    const route = `    idempotency:
+      fingerprint: { parts: [method, path, query, body, body.a.b, header:X-Run-Id, query.page] }
+`;
+    expect(policyOf(routeYaml(route)).fingerprint.parts).toEqual([
+      { kind: 'method' },
+      { kind: 'path' },
+      { kind: 'query' },
+      { kind: 'body' },
+      { kind: 'body-field', path: ['a', 'b'] },
+      { kind: 'header', name: 'x-run-id' },
+      { kind: 'query-param', name: 'page' },
+    ]);
+  });
+
+  it('uses the group as the scope, and the route name without one', () => {
+    expect(policyOf(routeYaml('    idempotency: { group: billing }\n')).scope).toBe('billing');
+  });
+
+  it('strips the key upstream with forwardKeyAs: false', () => {
+    expect(
+      policyOf(routeYaml('    idempotency: { forwardKeyAs: false }\n')).forwardKeyAs,
+    ).toBeNull();
+  });
+});
+
+describe('storesStatus', () => {
+  it('stores whole classes and explicit statuses, and release wins over both', () => {
+    const stores = policyOf(
+      routeYaml('    idempotency: { store: ["2xx", 404, 409], release: [202, 409] }\n'),
+    ).storesStatus;
+    expect([200, 201, 299, 404].map(stores)).toEqual([true, true, true, true]);
+    expect([202, 409, 400, 500, 302, 700, -1, 200.5].map(stores)).toEqual(Array(8).fill(false));
+  });
+
+  it('is summarised by describeStored', () => {
+    const stores = policyOf(
+      routeYaml('    idempotency: { store: ["2xx", 404], release: [204] }\n'),
+    );
+    expect(describeStored(stores.storesStatus)).toBe('2xx, 404 except 204');
+  });
+});
+
+describe('upstreams, hosts and environment', () => {
+  it('splits an upstream URL into origin and base path without a trailing slash', () => {
+    const config = parse(
+      routeYaml('    match: { path: /** }\n').replace(
+        'app: { url: http://127.0.0.1:4000 }',
+        'app: { url: "HTTPS://Mail.Internal:8443/api/v1/" }\n  root: { url: http://x.test/ }',
+      ),
+    );
+    expect(config.upstreams.get('app')).toMatchObject({
+      origin: 'https://mail.internal:8443',
+      basePath: '/api/v1',
+    });
+    expect(config.upstreams.get('root')).toMatchObject({ origin: 'http://x.test', basePath: '' });
+  });
+
+  it.each([
+    ['ftp://files.test', 'expected an http:// or https:// URL, got "ftp://files.test"'],
+    ['http://u:p@x.test', 'expected a URL without credentials'],
+    ['http://x.test/api?v=1', 'expected a URL without a query or fragment'],
+  ])('rejects the upstream URL %s', (url, message) => {
+    const text = routeYaml('    match: { path: /** }\n').replace(
+      'http://127.0.0.1:4000',
+      `"${url}"`,
+    );
+    expect(issuesOf(text)).toEqual([{ path: 'upstreams.app.url', line: 2, column: 15, message }]);
+  });
+
+  it('lets DATABASE_URL override store.url, and treats empty values as unset', () => {
+    const text = routeYaml('    match: { path: /** }\n', 'store: { url: "postgres://file/db" }\n');
+    expect(parse(text, { DATABASE_URL: 'postgres://env/db' }).store.url).toBe('postgres://env/db');
+    expect(parse(text, { DATABASE_URL: '' }).store.url).toBe('postgres://file/db');
+    expect(parse(routeYaml('    match: { path: /** }\n')).store.url).toBeUndefined();
+  });
+
+  it('lower-cases hosts and upper-cases methods', () => {
+    const route = parse(routeYaml('    match: { method: [post, PUT], host: Mail.Internal }\n'))
+      .routes[0]!;
+    expect(route.match.host).toBe('mail.internal');
+    expect([...route.match.methods!]).toEqual(['POST', 'PUT']);
+  });
+});
+
+describe('cross-field checks', () => {
+  it('rejects a table name with SQL in it', () => {
+    const text = routeYaml('    match: { path: /** }\n', 'store:\n  table: "keys; drop table x"\n');
+    expect(issuesOf(text)).toEqual([
+      {
+        path: 'store.table',
+        line: 4,
+        column: 10,
+        message:
+          'expected a plain SQL identifier: lower-case letters, digits and "_", not starting with a digit, got "keys; drop table x"',
+      },
+    ]);
+  });
+
+  it('rejects a table name longer than 50 characters', () => {
+    const text = routeYaml('    match: { path: /** }\n', `store: { table: ${'k'.repeat(51)} }\n`);
+    expect(issuesOf(text)[0]?.message).toMatch(/^expected at most 50 characters/);
+  });
+
+  it('rejects an unknown upstream, naming the known ones', () => {
+    expect(
+      issuesOf(
+        routeYaml('    match: { path: /** }\n').replace('upstream: app', 'upstream: billing'),
+      ),
+    ).toEqual([
+      {
+        path: 'routes[0].upstream',
+        line: 5,
+        column: 15,
+        message: 'unknown upstream "billing"; expected one of: app',
+      },
+    ]);
+  });
+
+  it('rejects a duplicate route name at the second one', () => {
+    const text = `${routeYaml('    match: { path: /a }\n')}  - name: orders\n    upstream: app\n    match: { path: /b }\n`;
+    expect(issuesOf(text)).toEqual([
+      {
+        path: 'routes[1].name',
+        line: 7,
+        column: 11,
+        message: 'duplicate route name "orders"; routes[0] already uses it',
+      },
+    ]);
+  });
+
+  it('rejects a safe method on a protected route unless allowSafeMethods is true', () => {
+    const route = '    match: { method: [POST, GET], path: /orders }\n    idempotency: {}\n';
+    expect(issuesOf(routeYaml(route))).toEqual([
+      {
+        path: 'routes[0].match.method[1]',
+        line: 6,
+        column: 29,
+        message:
+          'GET is a safe method and already idempotent; a protected route may list it only with idempotency.allowSafeMethods: true (unlisted, it passes through)',
+      },
+    ]);
+    const allowed = route.replace('{}', '{ allowSafeMethods: true }');
+    expect(parse(routeYaml(allowed)).routes[0]!.idempotency!.allowSafeMethods).toBe(true);
+    expect(parse(routeYaml(route.replace('{}', 'false'))).routes[0]!.idempotency).toBeNull();
+  });
+
+  it('accepts a stripPrefix made of the path pattern’s leading literal segments', () => {
+    const route = parse(routeYaml('    match: { path: /mail/:id/** }\n    stripPrefix: /mail\n'))
+      .routes[0]!;
+    expect(route.stripPrefix).toBe('/mail');
+  });
+
+  it.each([
+    ['/ma', '/mail/emails'],
+    ['/mail/x', '/mail/**'],
+    ['/orders/1', '/orders/:id'],
+    ['/mail', '/**'],
+  ])('rejects stripPrefix %s for path %s', (prefix, pattern) => {
+    const issues = issuesOf(
+      routeYaml(`    match: { path: "${pattern}" }\n    stripPrefix: ${prefix}\n`),
+    );
+    expect(issues).toEqual([
+      expect.objectContaining({ path: 'routes[0].stripPrefix', line: 7, column: 18 }),
+    ]);
+    expect(issues[0]!.message).toBe(
+      `expected a prefix of match.path "${pattern}" made of its literal segments (every path the route matches must start with it)`,
+    );
+  });
+
+  it.each(['/a/**/b', '/a/:1x', 'a/b', '/a/*'])('rejects the path pattern %s', (pattern) => {
+    expect(issuesOf(routeYaml(`    match: { path: "${pattern}" }\n`))[0]?.path).toBe(
+      'routes[0].match.path',
+    );
+  });
+
+  it('rejects key.window without key.derive', () => {
+    expect(issuesOf(routeYaml('    idempotency:\n      key: { window: 10m }\n'))).toEqual([
+      {
+        path: 'routes[0].idempotency.key.window',
+        line: 8,
+        column: 22,
+        message:
+          'key.window is only allowed together with key.derive (it is a derived key’s lifetime)',
+      },
+    ]);
+  });
+
+  it('rejects an admin port equal to the listen port', () => {
+    const text = routeYaml('    match: { path: /** }\n', 'admin: { port: 8080 }\n');
+    expect(issuesOf(text)).toEqual([
+      {
+        path: 'admin.port',
+        line: 3,
+        column: 16,
+        message: 'expected a port other than listen.port',
+      },
+    ]);
+  });
+});
+
+describe('features not supported yet', () => {
+  it.each([
+    [
+      'key.derive',
+      'key: { required: false, derive: [body] }',
+      'routes[0].idempotency.key.derive',
+      39,
+      /^key\.derive \(derived keys\) is not supported yet; /,
+    ],
+    [
+      'onConcurrent: wait',
+      'onConcurrent: wait',
+      'routes[0].idempotency.onConcurrent',
+      21,
+      /^onConcurrent: wait is not supported yet; use reject \(clients retry on 409 with Retry-After\)$/,
+    ],
+    [
+      'enforce: false',
+      'enforce: false',
+      'routes[0].idempotency.enforce',
+      16,
+      /^enforce: false \(shadow mode\) is not supported yet; /,
+    ],
+  ])('rejects %s at its own path', (_, line, where, column, message) => {
+    const issues = issuesOf(routeYaml(`    idempotency:\n      ${line}\n`));
+    expect(issues).toEqual([
+      { path: where, line: 8, column, message: expect.stringMatching(message) },
+    ]);
+  });
+
+  it('reports a value set in defaults once, where it is written', () => {
+    const text = `${routeYaml('    idempotency: true\n', 'defaults: { onConcurrent: wait }\n')}  - name: b\n    upstream: app\n    match: { path: /b }\n    idempotency: true\n`;
+    expect(issuesOf(text)).toEqual([
+      expect.objectContaining({ path: 'defaults.onConcurrent', line: 3 }),
+    ]);
+  });
+});
+
+describe('the SPEC §3 example', () => {
+  it('parses except for its derived-key route, which gets exactly the not-supported issue', () => {
+    expect(issuesOf(SPEC_EXAMPLE)).toEqual([
+      {
+        path: 'routes[1].idempotency.key.derive',
+        line: 43,
+        column: 39,
+        message:
+          'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
+      },
+    ]);
+  });
+
+  it('parses and resolves completely once derive and window are removed', () => {
+    const config = parse(SPEC_EXAMPLE.replace('derive: [body], window: 10m ', ''), {
+      ADMIN_TOKEN: 'secret',
+      DATABASE_URL: 'postgres://proxy:hunter2@db:5432/idem',
+    });
+    expect(config.routes.map((r) => [r.name, r.idempotency?.scope ?? null])).toEqual([
+      ['refunds', 'refunds'],
+      ['emails', 'emails'],
+      ['everything-else', null],
+    ]);
+    expect(config.admin.token).toBe('secret');
+    const emails = config.routes[1]!;
+    expect(emails.upstream.basePath).toBe('/api');
+    expect(emails.stripPrefix).toBe('/mail');
+    expect(emails.idempotency!.fingerprint.ignore).toEqual([['sent_at']]);
+    expect(emails.idempotency!.fingerprint.parts).toHaveLength(4);
+    expect(config.routes[0]!.idempotency!.ttlMs).toBe(72 * 3_600_000);
+
+    const text = describeConfig(config);
+    expect(text).toContain('store: postgres://proxy:***@db:5432/idem');
+    expect(text).not.toContain('hunter2');
+    expect(text).not.toContain('secret');
+    expect(text).toContain('2. emails: POST host mail.internal /mail/emails → mailer /api/emails');
+    expect(text).toContain('fingerprint: method, path, query, body; ignoring body.sent_at');
+    expect(text).toContain(
+      'ttl 3d, lockTimeout 1m, unknownOutcome fail, onConcurrent reject (waitTimeout 10s)',
+    );
+    expect(text).toContain('stores: 2xx, 3xx, 4xx, 5xx except 408, 425, 429, 503');
+    expect(text).toContain('3. everything-else: any method /** → payments /**\n     pass-through');
+  });
+});
+
+describe('describeConfig', () => {
+  it('names the embedded PostgreSQL when there is no database URL', () => {
+    const text = describeConfig(parse(routeYaml('    match: { path: /** }\n')));
+    expect(text).toContain(`store: embedded PostgreSQL at ${path.resolve('.data/postgres')}`);
+    expect(text).toContain('admin: 127.0.0.1:9090, /keys off (no admin.token)');
+  });
+
+  it('masks passwords in URL and keyword connection strings', () => {
+    expect(maskPassword('postgres://u:p%40ss@h/db')).toBe('postgres://u:***@h/db');
+    expect(maskPassword('postgres://h/db?password=x&sslmode=require')).toBe(
+      'postgres://h/db?password=***&sslmode=require',
+    );
+    expect(maskPassword('host=h password=x dbname=d')).toBe('host=h password=*** dbname=d');
+  });
+});
