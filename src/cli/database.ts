@@ -43,8 +43,14 @@ export async function openDatabase(config: ProxyConfig, logger: Logger): Promise
   };
 }
 
+/** How long startup waits for a database that refuses connections (env IDEMPOTENCY_PROXY_DB_WAIT, seconds). */
+export function startupWaitMs(env: NodeJS.ProcessEnv = process.env): number {
+  const seconds = Number(env.IDEMPOTENCY_PROXY_DB_WAIT ?? 30);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 30_000;
+}
+
 /** Retries `task` while the database refuses connections, up to `timeoutMs`. */
-export async function whenDatabaseReady<T>(task: () => Promise<T>, logger: Logger, timeoutMs = 30_000): Promise<T> {
+export async function whenDatabaseReady<T>(task: () => Promise<T>, logger: Logger, timeoutMs = startupWaitMs()): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 1; ; attempt++) {
     try {

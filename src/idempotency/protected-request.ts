@@ -386,7 +386,11 @@ function outgoingHeaders(
     headers[name] = value;
   }
   Object.assign(headers, forwardedHeaders(req));
-  if (policy.forwardKeyAs !== null) headers[policy.forwardKeyAs.toLowerCase()] = key;
+  if (policy.forwardKeyAs !== null) {
+    // Sent with the configured spelling: some legacy services compare header names case-sensitively.
+    delete headers[policy.forwardKeyAs.toLowerCase()];
+    headers[policy.forwardKeyAs] = key;
+  }
   return headers;
 }
 

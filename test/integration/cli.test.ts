@@ -1,0 +1,184 @@
+// The built CLI as a user runs it: check, migrate, serve with SIGTERM drain, exit codes 0/1/2, and
+// the embedded PostgreSQL default when no database URL is set.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { findFreePort } from '../../src/db/embedded';
+import { postJson } from '../support/http';
+import { databaseUrl, uniqueTable } from '../support/proxy';
+import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+
+const root = path.resolve(__dirname, '../..');
+const bin = path.join(root, 'dist', 'main.js');
+let upstream: TestUpstream;
+let workDir: string;
+
+beforeAll(async () => {
+  // The real artifact: `npm run build` output, as `npm start` and the package's bin use it.
+  execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')], {
+    stdio: 'inherit',
+  });
+  upstream = await startUpstream(async (req, res) => {
+    await sleep(Number(req.headers['x-wait'] ?? 0));
+    res.writeHead(201, { 'content-type': 'text/plain' });
+    res.end(`done ${req.url}`);
+  });
+  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-cli-'));
+}, 120_000);
+
+afterAll(async () => {
+  await upstream?.close();
+  fs.rmSync(workDir, { recursive: true, force: true });
+});
+
+function writeConfig(name: string, text: string): string {
+  const file = path.join(workDir, name);
+  fs.writeFileSync(file, text);
+  return file;
+}
+
+const validConfig = (): string => `
+listen:
+  host: 127.0.0.1
+  port: \${PROXY_PORT}
+shutdownGrace: 5s
+store:
+  table: \${TABLE}
+  dataDir: \${DATA_DIR:-.data/unused}
+upstreams: { api: { url: ${upstream.url} } }
+routes:
+  - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
+`;
+
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, cwd: workDir });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+function startServe(args: string[], env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; output: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, 'serve', ...args], { env: { ...process.env, ...env }, cwd: workDir });
+    let output = '';
+    const onData = (d: Buffer): void => {
+      output += d.toString();
+      if (output.includes('idempotency-proxy listening')) resolve({ child, output: () => output });
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    child.on('exit', (code) => reject(new Error(`serve exited early with ${code}: ${output}`)));
+  });
+}
+
+const exitCode = (child: ChildProcess): Promise<number | null> =>
+  new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve)));
+
+test('check prints the resolved routes and exits 0', async () => {
+  const file = writeConfig('ok.yaml', validConfig());
+  const result = await runCli(['check', '--config', file], { PROXY_PORT: '1', TABLE: 'keys_ok' });
+  expect(result.code).toBe(0);
+  expect(result.stdout).toContain('jobs');
+  expect(result.stdout).toContain('protected');
+});
+
+test('check exits 2 and names file, line and column for broken YAML and unknown keys', async () => {
+  const broken = writeConfig('broken.yaml', 'routes:\n  - name: a\n    match: { path: /a\n');
+  const result = await runCli(['check', '--config', broken]);
+  expect(result.code).toBe(2);
+  expect(result.stderr).toMatch(/broken\.yaml:\d+:\d+/);
+
+  const typo = writeConfig('typo.yaml', validConfig().replace('shutdownGrace: 5s', 'shutdownGrace: 5s\nshutdownGrase: 5s'));
+  const typoResult = await runCli(['check', '--config', typo], { PROXY_PORT: '1', TABLE: 'keys_ok' });
+  expect(typoResult.code).toBe(2);
+  expect(typoResult.stderr).toMatch(/typo\.yaml:6:1 shutdownGrase/);
+});
+
+test('the config file also comes from IDEMPOTENCY_PROXY_CONFIG, and a missing one exits 2', async () => {
+  const file = writeConfig('env.yaml', validConfig());
+  const viaEnv = await runCli(['check'], { IDEMPOTENCY_PROXY_CONFIG: file, PROXY_PORT: '1', TABLE: 'k' });
+  expect(viaEnv.code).toBe(0);
+  const missing = await runCli(['check', '--config', path.join(workDir, 'nope.yaml')]);
+  expect(missing.code).toBe(2);
+  expect(missing.stderr).toContain('nope.yaml');
+});
+
+test('an unknown command or option exits 2 with the usage', async () => {
+  const result = await runCli(['frobnicate']);
+  expect(result.code).toBe(2);
+  expect(result.stderr).toContain('Usage: idempotency-proxy');
+  expect((await runCli(['--bogus'])).code).toBe(2);
+  const help = await runCli(['--help']);
+  expect(help.code).toBe(0);
+  expect(help.stdout).toContain('migrate');
+});
+
+test('migrate creates the table and exits 0; an unreachable database exits 1', async () => {
+  const table = uniqueTable('cli');
+  const file = writeConfig('migrate.yaml', validConfig());
+  const result = await runCli(['migrate', '--config', file], { DATABASE_URL: databaseUrl(), PROXY_PORT: '1', TABLE: table });
+  expect(result.code).toBe(0);
+  const client = new Client({ connectionString: databaseUrl() });
+  await client.connect();
+  const { rows } = await client.query('SELECT to_regclass($1) AS t', [table]);
+  await client.end();
+  expect(rows[0].t).toBe(table);
+
+  const down = await runCli(['migrate', '--config', file], {
+    DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none',
+    PROXY_PORT: '1',
+    TABLE: table,
+    IDEMPOTENCY_PROXY_DB_WAIT: '0',
+  });
+  expect(down.code).toBe(1);
+}, 60_000);
+
+test('serve drains an in-flight request on SIGTERM, stores its result, and exits 0', async () => {
+  const table = uniqueTable('serve');
+  const port = await findFreePort();
+  const file = writeConfig('serve.yaml', validConfig());
+  const { child } = await startServe(['--config', file], { DATABASE_URL: databaseUrl(), PROXY_PORT: String(port), TABLE: table });
+  const url = `http://127.0.0.1:${port}`;
+  const inFlight = postJson(`${url}/jobs`, 'drain-1', { a: 1 }, { 'x-wait': '800' });
+  await sleep(200);
+  child.kill('SIGTERM');
+  const response = await inFlight;
+  expect(response.status).toBe(201);
+  expect(await exitCode(child)).toBe(0);
+  const client = new Client({ connectionString: databaseUrl() });
+  await client.connect();
+  const { rows } = await client.query(`SELECT state, status FROM "${table}" WHERE key = 'drain-1'`);
+  await client.end();
+  expect(rows).toEqual([{ state: 'completed', status: 201 }]);
+}, 60_000);
+
+test('serve starts an embedded PostgreSQL when no database URL is set, and stops it on exit', async () => {
+  const port = await findFreePort();
+  const dataDir = path.join(workDir, 'embedded-data');
+  const file = writeConfig('embedded.yaml', validConfig());
+  const env = { DATABASE_URL: '', PROXY_PORT: String(port), TABLE: 'idempotency_keys', DATA_DIR: dataDir };
+  const { child, output } = await startServe(['--config', file], env);
+  expect(output()).toContain('starting the embedded PostgreSQL');
+  const url = `http://127.0.0.1:${port}`;
+  const first = await postJson(`${url}/jobs`, 'embedded-1', {});
+  const again = await postJson(`${url}/jobs`, 'embedded-1', {});
+  expect(first.status).toBe(201);
+  expect(again.headers['idempotent-replayed']).toBe('true');
+  child.kill('SIGINT');
+  expect(await exitCode(child)).toBe(0);
+  expect(output()).toContain('embedded PostgreSQL stopped');
+  expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
+  expect(fs.existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);
+}, 120_000);
