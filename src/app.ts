@@ -58,7 +58,10 @@ export function createApp(options: AppOptions): App {
       entry.totalMs = roundMs(performance.now() - started);
       entry.storeMs = roundMs(entry.storeMs);
       entry.upstreamMs = roundMs(entry.upstreamMs);
-      logger.info({ ...entry, clientClosedEarly: res.writableFinished ? undefined : true }, 'request');
+      logger.info(
+        { ...entry, clientClosedEarly: res.writableFinished ? undefined : true },
+        'request',
+      );
       if (--active === 0) for (const resolve of idle.splice(0)) resolve();
     };
     res.once('close', done);
@@ -66,8 +69,13 @@ export function createApp(options: AppOptions): App {
     const route = router.match(method, req.headers.host, target.path);
     if (!route) {
       entry.outcome = 'not_found';
-      sendProblem(res, new ProxyError('ROUTE_NOT_FOUND',
-        `No route in the proxy's configuration matches ${method} ${target.path}. Check the base URL, or add a route for it.`));
+      sendProblem(
+        res,
+        new ProxyError(
+          'ROUTE_NOT_FOUND',
+          `No route in the proxy's configuration matches ${method} ${target.path}. Check the base URL, or add a route for it.`,
+        ),
+      );
       return done();
     }
     entry.route = route.name;
@@ -81,7 +89,14 @@ export function createApp(options: AppOptions): App {
       .catch((error: unknown) => {
         logger.error({ err: error, route: route.name }, 'unexpected error in a protected request');
         entry.outcome = 'error';
-        sendProblem(res, new ProxyError('INTERNAL_ERROR', 'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.', { route: route.name }));
+        sendProblem(
+          res,
+          new ProxyError(
+            'INTERNAL_ERROR',
+            'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
+            { route: route.name },
+          ),
+        );
       })
       .finally(done);
   });
@@ -99,7 +114,10 @@ export function createApp(options: AppOptions): App {
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable) return socket.destroy();
-    const status = error.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+    const status =
+      error.code === 'HPE_HEADER_OVERFLOW'
+        ? '431 Request Header Fields Too Large'
+        : '400 Bad Request';
     socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
   });
 

@@ -32,10 +32,14 @@ main(process.argv.slice(2)).then(
       process.exit(2);
     }
     if (error instanceof ConfigError) {
-      process.stderr.write(`idempotency-proxy: invalid configuration (${error.issues.length} problem${error.issues.length === 1 ? '' : 's'}):\n${error.message}\n`);
+      process.stderr.write(
+        `idempotency-proxy: invalid configuration (${error.issues.length} problem${error.issues.length === 1 ? '' : 's'}):\n${error.message}\n`,
+      );
       process.exit(2);
     }
-    process.stderr.write(`idempotency-proxy: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `idempotency-proxy: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

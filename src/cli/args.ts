@@ -26,7 +26,10 @@ Options:
 
 export class UsageError extends Error {}
 
-export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): CliArgs {
+export function parseCliArgs(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): CliArgs {
   let parsed;
   try {
     parsed = parseArgs({

@@ -16,7 +16,10 @@ export async function openDatabase(config: ProxyConfig, logger: Logger): Promise
   let stopEmbedded: (() => Promise<void>) | undefined;
   if (url === undefined) {
     const { startEmbeddedPostgres } = await import('../db/embedded');
-    logger.info({ dataDir: config.store.dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
+    logger.info(
+      { dataDir: config.store.dataDir },
+      'no store.url or DATABASE_URL set: starting the embedded PostgreSQL',
+    );
     const embedded = await startEmbeddedPostgres({
       dataDir: config.store.dataDir,
       onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
@@ -50,7 +53,11 @@ export function startupWaitMs(env: NodeJS.ProcessEnv = process.env): number {
 }
 
 /** Retries `task` while the database refuses connections, up to `timeoutMs`. */
-export async function whenDatabaseReady<T>(task: () => Promise<T>, logger: Logger, timeoutMs = startupWaitMs()): Promise<T> {
+export async function whenDatabaseReady<T>(
+  task: () => Promise<T>,
+  logger: Logger,
+  timeoutMs = startupWaitMs(),
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 1; ; attempt++) {
     try {
@@ -65,7 +72,15 @@ export async function whenDatabaseReady<T>(task: () => Promise<T>, logger: Logge
 
 function isConnectionError(error: unknown): boolean {
   const code = (error as { code?: unknown } | undefined)?.code;
-  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'ECONNRESET') return true;
+  if (
+    code === 'ECONNREFUSED' ||
+    code === 'ENOTFOUND' ||
+    code === 'EAI_AGAIN' ||
+    code === 'ECONNRESET'
+  )
+    return true;
   if (code === '57P03') return true; // the database system is starting up
-  return /timeout exceeded when trying to connect|Connection terminated/i.test(String((error as Error)?.message));
+  return /timeout exceeded when trying to connect|Connection terminated/i.test(
+    String((error as Error)?.message),
+  );
 }

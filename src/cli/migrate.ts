@@ -7,10 +7,15 @@ import { openDatabase, whenDatabaseReady } from './database';
 export async function runMigrate(config: ProxyConfig, logger: Logger): Promise<number> {
   const database = await openDatabase(config, logger);
   try {
-    const result = await whenDatabaseReady(() => migrate(database.pool, config.store.table), logger);
+    const result = await whenDatabaseReady(
+      () => migrate(database.pool, config.store.table),
+      logger,
+    );
     logger.info(
       { table: config.store.table, ...result },
-      result.applied.length === 0 ? 'store schema already up to date' : `applied ${result.applied.length} migration(s)`,
+      result.applied.length === 0
+        ? 'store schema already up to date'
+        : `applied ${result.applied.length} migration(s)`,
     );
     return 0;
   } finally {

@@ -10,21 +10,33 @@ import { openDatabase, whenDatabaseReady } from './database';
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
   const database = await openDatabase(config, logger);
   try {
-    const migration = await whenDatabaseReady(() => migrate(database.pool, config.store.table), logger);
+    const migration = await whenDatabaseReady(
+      () => migrate(database.pool, config.store.table),
+      logger,
+    );
     logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
   } catch (error) {
     await database.close();
     throw error;
   }
 
-  const app = createApp({ config, store: new PostgresKeyStore(database.pool, config.store.table), logger });
+  const app = createApp({
+    config,
+    store: new PostgresKeyStore(database.pool, config.store.table),
+    logger,
+  });
   await new Promise<void>((resolve, reject) => {
     app.server.once('error', reject);
     app.server.listen(config.listen.port, config.listen.host, () => resolve());
   });
   const address = app.server.address() as AddressInfo;
   logger.info(
-    { host: address.address, port: address.port, routes: config.routes.length, config: config.file },
+    {
+      host: address.address,
+      port: address.port,
+      routes: config.routes.length,
+      config: config.file,
+    },
     `idempotency-proxy listening on http://${address.address}:${address.port}`,
   );
 
@@ -32,7 +44,10 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
-  logger.info({ signal, inFlight: app.inFlight(), graceMs: config.shutdownGraceMs }, 'shutting down: draining in-flight requests');
+  logger.info(
+    { signal, inFlight: app.inFlight(), graceMs: config.shutdownGraceMs },
+    'shutting down: draining in-flight requests',
+  );
   const forceExit = (): void => {
     logger.warn('second signal: exiting without waiting');
     process.exit(1);

@@ -59,7 +59,6 @@ function duration(options: { positive?: boolean; timer?: boolean }) {
 }
 /** Durations that end up in setTimeout: > 0 and within Node's timer range. */
 const timer = duration({ positive: true, timer: true });
-const timer0 = duration({ timer: true });
 const size = pattern(SIZE_PATTERN, SIZE_HINT);
 
 // RFC 9110 §5.1: field names are tokens.
@@ -84,26 +83,29 @@ const requestPart = pattern(
 const parts = (what: string) =>
   z.array(requestPart).min(1, { error: `expected at least one ${what}` });
 
-export const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+// Names end up in admin URLs (/keys/{route}/{key}) and logs: keep them plain.
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const name = (what: string) =>
   pattern(
     NAME_PATTERN,
     `expected a ${what} of letters, digits, ".", "_" or "-", starting with a letter or digit`,
   );
 
-export const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 const method = z.enum([...HTTP_METHODS, ...HTTP_METHODS.map((m) => m.toLowerCase())], {
   error: `expected an HTTP method (${HTTP_METHODS.join(', ')})`,
 });
 
-// Mirrors http/router.ts: literal or `:param` segments, or a final `/**` (which also matches the prefix itself).
-const SEGMENT = String.raw`(?:[^/:*?#\s]+|:[A-Za-z_][A-Za-z0-9_]*)`;
+// As http/router.ts matches them: literal segments (a ":" only inside, as in /v1/items:batch),
+// `:param` segments, or a final `/**` (which also matches the prefix itself).
+const LITERAL = String.raw`[^/:*?#\s][^/*?#\s]*`;
+const SEGMENT = String.raw`(?:${LITERAL}|:[A-Za-z_][A-Za-z0-9_]*)`;
 const pathPattern = pattern(
   new RegExp(`^(?:/|(?:/${SEGMENT})+/?|(?:/${SEGMENT})*/\\*\\*)$`),
   'expected a path starting with "/": literal segments, ":param" segments, or a final "/**"',
 );
 const pathPrefix = pattern(
-  /^(?:\/[^/:*?#\s]+)+$/,
+  new RegExp(`^(?:/${LITERAL})+$`),
   'expected a path prefix like "/mail" (literal segments, no trailing "/")',
 );
 const LABEL = '[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?';
@@ -285,7 +287,9 @@ export const configSchema = strict(
     )
       .prefault({})
       .describe('Where the proxy listens. Default: 0.0.0.0:8080.'),
-    shutdownGrace: timer0.default('10s').describe('How long SIGTERM waits for in-flight requests.'),
+    shutdownGrace: duration({ timer: true })
+      .default('10s')
+      .describe('How long SIGTERM waits for in-flight requests.'),
     admin: strict(
       {
         host: listenHost.default('127.0.0.1'),

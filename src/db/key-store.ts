@@ -160,10 +160,20 @@ export class PostgresKeyStore implements KeyStore {
     if (row.state === 'completed') {
       return { kind: 'completed', response: toResponse(row as ResponseRow), attempts };
     }
-    return { kind: 'in-flight', fence: row.fence, leaseRemainingMs: row.lease_remaining_ms, attempts };
+    return {
+      kind: 'in-flight',
+      fence: row.fence,
+      leaseRemainingMs: row.lease_remaining_ms,
+      attempts,
+    };
   }
 
-  async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
+  async complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<boolean> {
     const result = await this.pool.query({
       name: this.names.complete,
       text: this.sql.complete,

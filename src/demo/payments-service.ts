@@ -19,7 +19,11 @@ export interface PaymentsService {
   close(): Promise<void>;
 }
 
-export async function startPaymentsService(port = 4000, host = '127.0.0.1', slowMs = 0): Promise<PaymentsService> {
+export async function startPaymentsService(
+  port = 4000,
+  host = '127.0.0.1',
+  slowMs = 0,
+): Promise<PaymentsService> {
   const refunds: Refund[] = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://payments');
@@ -55,7 +59,12 @@ export async function startPaymentsService(port = 4000, host = '127.0.0.1', slow
   };
 }
 
-function createRefund(req: http.IncomingMessage, body: Buffer, refunds: Refund[], res: http.ServerResponse): void {
+function createRefund(
+  req: http.IncomingMessage,
+  body: Buffer,
+  refunds: Refund[],
+  res: http.ServerResponse,
+): void {
   let input: { order?: string; amount?: number } = {};
   try {
     input = JSON.parse(body.toString('utf8') || '{}') as typeof input;
@@ -71,7 +80,9 @@ function createRefund(req: http.IncomingMessage, body: Buffer, refunds: Refund[]
     createdAt: new Date().toISOString(),
   };
   refunds.push(refund);
-  process.stdout.write(`[payments] refund ${refund.id} of ${refund.amount ?? '?'} for ${refund.order ?? '?'} created\n`);
+  process.stdout.write(
+    `[payments] refund ${refund.id} of ${refund.amount ?? '?'} for ${refund.order ?? '?'} created\n`,
+  );
   reply(res, 201, refund);
 }
 
@@ -82,7 +93,10 @@ function header(req: http.IncomingMessage, name: string): string | undefined {
 
 function reply(res: http.ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
   res.end(body);
 }
 
@@ -90,7 +104,10 @@ if (require.main === module) {
   const port = Number(process.env.PAYMENTS_PORT ?? 4000);
   const host = process.env.PAYMENTS_HOST ?? '127.0.0.1';
   startPaymentsService(port, host, Number(process.env.SLOW_MS ?? 0)).then(
-    (service) => process.stdout.write(`demo payments service (not idempotent) on ${service.url}: POST /refunds, GET /refunds\n`),
+    (service) =>
+      process.stdout.write(
+        `demo payments service (not idempotent) on ${service.url}: POST /refunds, GET /refunds\n`,
+      ),
     (error: unknown) => {
       process.stderr.write(`payments service: ${String(error)}\n`);
       process.exit(1);

@@ -17,7 +17,11 @@ export interface StoryOptions {
 }
 
 export interface StoryResult {
-  readonly attempts: { status: number | 'timeout'; replayed: boolean; refundId: string | undefined }[];
+  readonly attempts: {
+    status: number | 'timeout';
+    replayed: boolean;
+    refundId: string | undefined;
+  }[];
   readonly refundsThroughProxy: number;
   readonly refundsWithoutProxy: number;
 }
@@ -34,7 +38,11 @@ async function postRefund(baseUrl: string, key: string, options: StoryOptions): 
     const response = await request(`${baseUrl}/refunds?slow=${options.serviceDelayMs}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body: JSON.stringify({ order: 'ord_4021', amount: 49.99, reason: 'Accidental double charge' }),
+      body: JSON.stringify({
+        order: 'ord_4021',
+        amount: 49.99,
+        reason: 'Accidental double charge',
+      }),
       // A precise client-side deadline (undici's own timeouts have about 1 s granularity).
       signal: AbortSignal.timeout(options.clientTimeoutMs),
     });
@@ -44,18 +52,30 @@ async function postRefund(baseUrl: string, key: string, options: StoryOptions): 
       status: response.statusCode,
       replayed: response.headers['idempotent-replayed'] === 'true',
       refundId: typeof parsed?.id === 'string' ? parsed.id : undefined,
-      retryAfterSeconds: response.headers['retry-after'] ? Number(response.headers['retry-after']) : undefined,
+      retryAfterSeconds: response.headers['retry-after']
+        ? Number(response.headers['retry-after'])
+        : undefined,
     };
   } catch (error) {
     if ((error as { name?: string }).name === 'TimeoutError') {
-      return { status: 'timeout', replayed: false, refundId: undefined, retryAfterSeconds: undefined };
+      return {
+        status: 'timeout',
+        replayed: false,
+        refundId: undefined,
+        retryAfterSeconds: undefined,
+      };
     }
     throw error;
   }
 }
 
 /** An agent's retry loop: resend with the same key on a timeout or a 409, at most three attempts. */
-async function retryingClient(baseUrl: string, key: string, options: StoryOptions, label: string): Promise<Attempt[]> {
+async function retryingClient(
+  baseUrl: string,
+  key: string,
+  options: StoryOptions,
+  label: string,
+): Promise<Attempt[]> {
   const attempts: Attempt[] = [];
   for (let n = 1; n <= 3; n++) {
     const attempt = await postRefund(baseUrl, key, options);
@@ -63,7 +83,10 @@ async function retryingClient(baseUrl: string, key: string, options: StoryOption
     options.print(`  ${label} attempt ${n}: ${describe(attempt)}`);
     if (attempt.status !== 'timeout' && attempt.status !== 409) break;
     // After a timeout, retry at once; after a 409, wait a while (Retry-After is the lease left: an upper bound).
-    const waitMs = attempt.status === 'timeout' ? 100 : Math.min((attempt.retryAfterSeconds ?? 1) * 1000, options.serviceDelayMs);
+    const waitMs =
+      attempt.status === 'timeout'
+        ? 100
+        : Math.min((attempt.retryAfterSeconds ?? 1) * 1000, options.serviceDelayMs);
     await sleep(waitMs);
   }
   return attempts;
@@ -71,21 +94,37 @@ async function retryingClient(baseUrl: string, key: string, options: StoryOption
 
 export async function tellRefundStory(options: StoryOptions): Promise<StoryResult> {
   const { print } = options;
-  print(`An agent refunds order ord_4021. The payments service takes ${options.serviceDelayMs} ms; the agent gives up after ${options.clientTimeoutMs} ms and retries with the same Idempotency-Key.`);
+  print(
+    `An agent refunds order ord_4021. The payments service takes ${options.serviceDelayMs} ms; the agent gives up after ${options.clientTimeoutMs} ms and retries with the same Idempotency-Key.`,
+  );
   print('');
   print('Through idempotency-proxy:');
   const before = await countRefunds(options.paymentsUrl);
-  const attempts = await retryingClient(options.proxyUrl, `refund-${randomUUID()}`, options, 'proxy');
+  const attempts = await retryingClient(
+    options.proxyUrl,
+    `refund-${randomUUID()}`,
+    options,
+    'proxy',
+  );
   await sleep(options.serviceDelayMs);
   const throughProxy = (await countRefunds(options.paymentsUrl)) - before;
-  print(`  → ${attempts.length} attempts, ${throughProxy} refund${throughProxy === 1 ? '' : 's'} created.`);
+  print(
+    `  → ${attempts.length} attempts, ${throughProxy} refund${throughProxy === 1 ? '' : 's'} created.`,
+  );
   print('');
   print('The same agent calling the payments service directly:');
   const directBefore = await countRefunds(options.paymentsUrl);
-  const direct = await retryingClient(options.paymentsUrl, `refund-${randomUUID()}`, options, 'direct');
+  const direct = await retryingClient(
+    options.paymentsUrl,
+    `refund-${randomUUID()}`,
+    options,
+    'direct',
+  );
   await sleep(options.serviceDelayMs);
   const withoutProxy = (await countRefunds(options.paymentsUrl)) - directBefore;
-  print(`  → ${direct.length} attempts, ${withoutProxy} refund${withoutProxy === 1 ? '' : 's'} created.`);
+  print(
+    `  → ${direct.length} attempts, ${withoutProxy} refund${withoutProxy === 1 ? '' : 's'} created.`,
+  );
   return {
     attempts: attempts.map(({ status, replayed, refundId }) => ({ status, replayed, refundId })),
     refundsThroughProxy: throughProxy,
@@ -101,7 +140,8 @@ async function countRefunds(paymentsUrl: string): Promise<number> {
 
 function describe(attempt: Attempt): string {
   if (attempt.status === 'timeout') return 'timed out waiting for an answer';
-  if (attempt.status === 409) return `409 still in flight (Retry-After: ${attempt.retryAfterSeconds ?? '?'})`;
+  if (attempt.status === 409)
+    return `409 still in flight (Retry-After: ${attempt.retryAfterSeconds ?? '?'})`;
   const how = attempt.replayed ? 'replayed by the proxy (Idempotent-Replayed: true)' : 'executed';
   return `${attempt.status} refund ${attempt.refundId ?? '?'}, ${how}`;
 }

@@ -12,21 +12,32 @@ const root = path.resolve(__dirname, '..', '..');
 async function main(): Promise<number> {
   const payments = await startPaymentsService(await findFreePort());
   const proxyPort = await findFreePort();
-  const proxy = spawn(process.execPath, [path.join(root, 'dist', 'main.js'), 'serve', '--config', path.join(root, 'config', 'proxy.yaml')], {
-    cwd: root,
-    env: {
-      ...process.env,
-      PROXY_HOST: '127.0.0.1',
-      PROXY_PORT: String(proxyPort),
-      ADMIN_PORT: String(await findFreePort()),
-      PAYMENTS_URL: payments.url,
-      IDEMPOTENCY_PROXY_DATA_DIR: process.env.IDEMPOTENCY_PROXY_DATA_DIR ?? '.data/demo-postgres',
-      LOG_LEVEL: 'warn',
+  const proxy = spawn(
+    process.execPath,
+    [
+      path.join(root, 'dist', 'main.js'),
+      'serve',
+      '--config',
+      path.join(root, 'config', 'proxy.yaml'),
+    ],
+    {
+      cwd: root,
+      env: {
+        ...process.env,
+        PROXY_HOST: '127.0.0.1',
+        PROXY_PORT: String(proxyPort),
+        ADMIN_PORT: String(await findFreePort()),
+        PAYMENTS_URL: payments.url,
+        IDEMPOTENCY_PROXY_DATA_DIR: process.env.IDEMPOTENCY_PROXY_DATA_DIR ?? '.data/demo-postgres',
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
     },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
+  );
   try {
-    process.stdout.write(`Demo payments service on ${payments.url}; starting idempotency-proxy on port ${proxyPort}…\n\n`);
+    process.stdout.write(
+      `Demo payments service on ${payments.url}; starting idempotency-proxy on port ${proxyPort}…\n\n`,
+    );
     await waitForProxy(`http://127.0.0.1:${proxyPort}`, proxy);
     const result = await tellRefundStory({
       proxyUrl: `http://127.0.0.1:${proxyPort}`,
@@ -36,7 +47,9 @@ async function main(): Promise<number> {
       print: (line) => process.stdout.write(`${line}\n`),
     });
     const ok = result.refundsThroughProxy === 1;
-    process.stdout.write(`\n${ok ? 'The proxy turned' : 'UNEXPECTED: the proxy turned'} ${result.attempts.length} attempts into ${result.refundsThroughProxy} refund; without it, ${result.refundsWithoutProxy}.\n`);
+    process.stdout.write(
+      `\n${ok ? 'The proxy turned' : 'UNEXPECTED: the proxy turned'} ${result.attempts.length} attempts into ${result.refundsThroughProxy} refund; without it, ${result.refundsWithoutProxy}.\n`,
+    );
     return ok ? 0 : 1;
   } finally {
     await stop(proxy);

@@ -33,7 +33,8 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
       cleanup();
       reject(error);
     };
-    const onAborted = (): void => onError(new Error('client closed the connection before sending the whole body'));
+    const onAborted = (): void =>
+      onError(new Error('client closed the connection before sending the whole body'));
     const cleanup = (): void => {
       req.off('data', onData);
       req.off('end', onEnd);

@@ -13,7 +13,12 @@ export function responseHeaderPairs(
 ): [string, string][] {
   const connectionListed = headers.connection;
   const dropped = connectionListed
-    ? new Set([...FRAMING, ...String(connectionListed).split(',').map((t) => t.trim().toLowerCase())])
+    ? new Set([
+        ...FRAMING,
+        ...String(connectionListed)
+          .split(',')
+          .map((t) => t.trim().toLowerCase()),
+      ])
     : FRAMING;
   const pairs: [string, string][] = [];
   for (const [name, value] of Object.entries(headers)) {

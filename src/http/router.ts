@@ -89,7 +89,10 @@ export function parseRequestTarget(url: string): RequestTarget {
 export function upstreamPath(route: RouteConfig, target: RequestTarget): string {
   let path = target.path;
   const strip = route.stripPrefix;
-  if (strip !== null && (path === strip || path.startsWith(strip.endsWith('/') ? strip : `${strip}/`))) {
+  if (
+    strip !== null &&
+    (path === strip || path.startsWith(strip.endsWith('/') ? strip : `${strip}/`))
+  ) {
     path = path.slice(strip.length);
     if (!path.startsWith('/')) path = `/${path}`;
   }

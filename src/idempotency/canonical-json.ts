@@ -271,6 +271,7 @@ function serializeObject(object: JsonObject, ignore: IgnoreNode | null): string 
 }
 
 /** Characters JSON.stringify escapes (controls, quote, backslash) plus surrogates (lone ones are escaped). */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point here
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
 
 /** JSON.stringify's string form (RFC 8785 §3.2.2.2), skipping the call for the common plain string. */

@@ -32,7 +32,10 @@ export class PassThrough {
     // request smuggling). Drop that pass: a chunked body then stays chunked.
     const passes = (this.proxy as unknown as { webPasses: { name: string }[] }).webPasses;
     const index = passes.findIndex((pass) => pass.name === 'deleteLength');
-    if (index === -1) throw new Error('http-proxy changed: deleteLength pass not found; re-check the smuggling guard');
+    if (index === -1)
+      throw new Error(
+        'http-proxy changed: deleteLength pass not found; re-check the smuggling guard',
+      );
     passes.splice(index, 1);
 
     this.proxy.on('proxyRes', (proxyRes) => {
@@ -51,7 +54,13 @@ export class PassThrough {
     this.proxy.web(req, res, this.optionsFor(route, req));
   }
 
-  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, route: RouteConfig, path: string): void {
+  ws(
+    req: http.IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    route: RouteConfig,
+    path: string,
+  ): void {
     prepareRequest(req, path, true);
     this.proxy.ws(req, socket, head, this.optionsFor(route, req));
   }
@@ -70,7 +79,11 @@ export class PassThrough {
     };
   }
 
-  private onError(error: Error, req: http.IncomingMessage, target: http.ServerResponse | Duplex | unknown): void {
+  private onError(
+    error: Error,
+    req: http.IncomingMessage,
+    target: http.ServerResponse | Duplex | unknown,
+  ): void {
     const route = (req as RequestWithRoute).proxyRoute?.route;
     if (!(target instanceof http.ServerResponse)) {
       (target as Duplex | undefined)?.destroy?.();
@@ -81,11 +94,14 @@ export class PassThrough {
       return;
     }
     const timedOut = (req as RequestWithRoute).upstreamTimedOut === true;
-    const failure = classifyTransportError(timedOut ? Object.assign(error, { code: 'ETIMEDOUT' }) : error, {
-      upstream: route.upstream.name,
-      route: route.name,
-      timeoutMs: route.upstream.timeoutMs,
-    });
+    const failure = classifyTransportError(
+      timedOut ? Object.assign(error, { code: 'ETIMEDOUT' }) : error,
+      {
+        upstream: route.upstream.name,
+        route: route.name,
+        timeoutMs: route.upstream.timeoutMs,
+      },
+    );
     sendProblem(target, failure.error);
   }
 }

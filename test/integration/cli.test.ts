@@ -17,9 +17,13 @@ let workDir: string;
 
 beforeAll(async () => {
   // The real artifact: `npm run build` output, as `npm start` and the package's bin use it.
-  execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')], {
-    stdio: 'inherit',
-  });
+  execFileSync(
+    process.execPath,
+    [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')],
+    {
+      stdio: 'inherit',
+    },
+  );
   upstream = await startUpstream(async (req, res) => {
     await sleep(Number(req.headers['x-wait'] ?? 0));
     res.writeHead(201, { 'content-type': 'text/plain' });
@@ -60,7 +64,10 @@ interface CliResult {
 
 function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, ...env }, cwd: workDir });
+    const child = spawn(process.execPath, [bin, ...args], {
+      env: { ...process.env, ...env },
+      cwd: workDir,
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -69,9 +76,15 @@ function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult>
   });
 }
 
-function startServe(args: string[], env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; output: () => string }> {
+function startServe(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ child: ChildProcess; output: () => string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, 'serve', ...args], { env: { ...process.env, ...env }, cwd: workDir });
+    const child = spawn(process.execPath, [bin, 'serve', ...args], {
+      env: { ...process.env, ...env },
+      cwd: workDir,
+    });
     let output = '';
     const onData = (d: Buffer): void => {
       output += d.toString();
@@ -84,7 +97,9 @@ function startServe(args: string[], env: NodeJS.ProcessEnv): Promise<{ child: Ch
 }
 
 const exitCode = (child: ChildProcess): Promise<number | null> =>
-  new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve)));
+  new Promise((resolve) =>
+    child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve),
+  );
 
 test('check prints the resolved routes and exits 0', async () => {
   const file = writeConfig('ok.yaml', validConfig());
@@ -100,15 +115,25 @@ test('check exits 2 and names file, line and column for broken YAML and unknown 
   expect(result.code).toBe(2);
   expect(result.stderr).toMatch(/broken\.yaml:\d+:\d+/);
 
-  const typo = writeConfig('typo.yaml', validConfig().replace('shutdownGrace: 5s', 'shutdownGrace: 5s\nshutdownGrase: 5s'));
-  const typoResult = await runCli(['check', '--config', typo], { PROXY_PORT: '1', TABLE: 'keys_ok' });
+  const typo = writeConfig(
+    'typo.yaml',
+    validConfig().replace('shutdownGrace: 5s', 'shutdownGrace: 5s\nshutdownGrase: 5s'),
+  );
+  const typoResult = await runCli(['check', '--config', typo], {
+    PROXY_PORT: '1',
+    TABLE: 'keys_ok',
+  });
   expect(typoResult.code).toBe(2);
   expect(typoResult.stderr).toMatch(/typo\.yaml:6:1 shutdownGrase/);
 });
 
 test('the config file also comes from IDEMPOTENCY_PROXY_CONFIG, and a missing one exits 2', async () => {
   const file = writeConfig('env.yaml', validConfig());
-  const viaEnv = await runCli(['check'], { IDEMPOTENCY_PROXY_CONFIG: file, PROXY_PORT: '1', TABLE: 'k' });
+  const viaEnv = await runCli(['check'], {
+    IDEMPOTENCY_PROXY_CONFIG: file,
+    PROXY_PORT: '1',
+    TABLE: 'k',
+  });
   expect(viaEnv.code).toBe(0);
   const missing = await runCli(['check', '--config', path.join(workDir, 'nope.yaml')]);
   expect(missing.code).toBe(2);
@@ -128,7 +153,11 @@ test('an unknown command or option exits 2 with the usage', async () => {
 test('migrate creates the table and exits 0; an unreachable database exits 1', async () => {
   const table = uniqueTable('cli');
   const file = writeConfig('migrate.yaml', validConfig());
-  const result = await runCli(['migrate', '--config', file], { DATABASE_URL: databaseUrl(), PROXY_PORT: '1', TABLE: table });
+  const result = await runCli(['migrate', '--config', file], {
+    DATABASE_URL: databaseUrl(),
+    PROXY_PORT: '1',
+    TABLE: table,
+  });
   expect(result.code).toBe(0);
   const client = new Client({ connectionString: databaseUrl() });
   await client.connect();
@@ -149,7 +178,11 @@ test('serve drains an in-flight request on SIGTERM, stores its result, and exits
   const table = uniqueTable('serve');
   const port = await findFreePort();
   const file = writeConfig('serve.yaml', validConfig());
-  const { child } = await startServe(['--config', file], { DATABASE_URL: databaseUrl(), PROXY_PORT: String(port), TABLE: table });
+  const { child } = await startServe(['--config', file], {
+    DATABASE_URL: databaseUrl(),
+    PROXY_PORT: String(port),
+    TABLE: table,
+  });
   const url = `http://127.0.0.1:${port}`;
   const inFlight = postJson(`${url}/jobs`, 'drain-1', { a: 1 }, { 'x-wait': '800' });
   await sleep(200);
@@ -168,7 +201,12 @@ test('serve starts an embedded PostgreSQL when no database URL is set, and stops
   const port = await findFreePort();
   const dataDir = path.join(workDir, 'embedded-data');
   const file = writeConfig('embedded.yaml', validConfig());
-  const env = { DATABASE_URL: '', PROXY_PORT: String(port), TABLE: 'idempotency_keys', DATA_DIR: dataDir };
+  const env = {
+    DATABASE_URL: '',
+    PROXY_PORT: String(port),
+    TABLE: 'idempotency_keys',
+    DATA_DIR: dataDir,
+  };
   const { child, output } = await startServe(['--config', file], env);
   expect(output()).toContain('starting the embedded PostgreSQL');
   const url = `http://127.0.0.1:${port}`;

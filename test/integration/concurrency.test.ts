@@ -29,12 +29,18 @@ afterAll(async () => {
 
 test('100 concurrent requests with one key execute once; the rest get 409 or the replay', async () => {
   const responses = await Promise.all(
-    Array.from({ length: 100 }, () => postJson(`${proxy.url}/charges`, 'storm-1', { amount: 5 }, { 'x-wait': '300' })),
+    Array.from({ length: 100 }, () =>
+      postJson(`${proxy.url}/charges`, 'storm-1', { amount: 5 }, { 'x-wait': '300' }),
+    ),
   );
   expect(upstream.executions()).toHaveLength(1);
   const statuses = responses.map((r) => r.status);
-  expect(statuses.filter((s) => s === 201).length + statuses.filter((s) => s === 409).length).toBe(100);
-  const executed = responses.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined);
+  expect(statuses.filter((s) => s === 201).length + statuses.filter((s) => s === 409).length).toBe(
+    100,
+  );
+  const executed = responses.filter(
+    (r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined,
+  );
   expect(executed).toHaveLength(1);
   for (const conflict of responses.filter((r) => r.status === 409)) {
     expect(Number(conflict.headers['retry-after'])).toBeGreaterThanOrEqual(1);
@@ -53,7 +59,9 @@ test('100 concurrent requests with one key execute once; the rest get 409 or the
     expect(repeat.body.equals(original)).toBe(true);
   }
   expect(upstream.executions()).toHaveLength(1);
-  const { rows } = await proxy.pool.query(`SELECT attempts, replays FROM ${proxy.table} WHERE key = 'storm-1'`);
+  const { rows } = await proxy.pool.query(
+    `SELECT attempts, replays FROM ${proxy.table} WHERE key = 'storm-1'`,
+  );
   expect(rows[0]).toEqual({ attempts: 150, replays: 50 + executedReplays(responses) });
 });
 
@@ -61,7 +69,9 @@ test('concurrent requests with distinct keys each execute exactly once', async (
   const before = upstream.executions().length;
   const keys = Array.from({ length: 60 }, (_, i) => `distinct-${i}`);
   const responses = await Promise.all(
-    [...keys, ...keys].map((key) => postJson(`${proxy.url}/charges`, key, { key }, { 'x-wait': '50' })),
+    [...keys, ...keys].map((key) =>
+      postJson(`${proxy.url}/charges`, key, { key }, { 'x-wait': '50' }),
+    ),
   );
   expect(responses.every((r) => r.status === 201 || r.status === 409)).toBe(true);
   const executed = upstream.executions().slice(before);
@@ -69,6 +79,8 @@ test('concurrent requests with distinct keys each execute exactly once', async (
   expect(new Set(executed.map((r) => r.headers['idempotency-key'])).size).toBe(60);
 });
 
-function executedReplays(responses: { status: number; headers: Record<string, unknown> }[]): number {
+function executedReplays(
+  responses: { status: number; headers: Record<string, unknown> }[],
+): number {
   return responses.filter((r) => r.headers['idempotent-replayed'] === 'true').length;
 }

@@ -27,7 +27,10 @@ afterAll(async () => {
 test('the default config protects POST /refunds and passes GET /refunds through', async () => {
   const created = await postJson(`${proxy.url}/refunds`, 'readme-1', { order: 'ord_1', amount: 5 });
   expect(created.status).toBe(201);
-  const replayed = await postJson(`${proxy.url}/refunds`, 'readme-1', { order: 'ord_1', amount: 5 });
+  const replayed = await postJson(`${proxy.url}/refunds`, 'readme-1', {
+    order: 'ord_1',
+    amount: 5,
+  });
   expect(replayed.headers['idempotent-replayed']).toBe('true');
   expect(replayed.body.equals(created.body)).toBe(true);
   const missing = await postJson(`${proxy.url}/refunds`, undefined, { order: 'ord_1', amount: 5 });

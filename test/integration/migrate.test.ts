@@ -22,7 +22,21 @@ test('applies every migration once, even when several replicas migrate at the sa
     [table],
   );
   expect(columns.rows.map((r: { column_name: string }) => r.column_name)).toEqual(
-    expect.arrayContaining(['scope', 'tenant', 'key', 'fingerprint', 'state', 'fence', 'lease_expires_at', 'status', 'headers', 'body', 'attempts', 'replays', 'expires_at']),
+    expect.arrayContaining([
+      'scope',
+      'tenant',
+      'key',
+      'fingerprint',
+      'state',
+      'fence',
+      'lease_expires_at',
+      'status',
+      'headers',
+      'body',
+      'attempts',
+      'replays',
+      'expires_at',
+    ]),
   );
 });
 

@@ -14,7 +14,13 @@ beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
     if (req.url.includes('slow')) await sleep(1_000);
     if (req.url.includes('stream')) {
-      res.writeHead(200, { 'content-type': 'text/plain', 'x-custom': 'kept', 'keep-alive': 'timeout=5', connection: 'keep-alive, x-private', 'x-private': 'secret' });
+      res.writeHead(200, {
+        'content-type': 'text/plain',
+        'x-custom': 'kept',
+        'keep-alive': 'timeout=5',
+        connection: 'keep-alive, x-private',
+        'x-private': 'secret',
+      });
       for (let i = 0; i < 5; i++) {
         res.write(`chunk-${i};`);
         await sleep(20);
@@ -57,7 +63,12 @@ beforeEach(() => {
 test('forwards the method, path, query and body, with the base path and X-Forwarded-* headers', async () => {
   const res = await send(`${proxy.url}/items/42?x=1`, {
     method: 'PATCH',
-    headers: { 'content-type': 'text/plain', 'x-forwarded-for': '10.0.0.9', 'proxy-authorization': 'Basic c2VjcmV0', te: 'trailers' },
+    headers: {
+      'content-type': 'text/plain',
+      'x-forwarded-for': '10.0.0.9',
+      'proxy-authorization': 'Basic c2VjcmV0',
+      te: 'trailers',
+    },
     body: 'hello',
   });
   expect(res.status).toBe(200);
@@ -72,9 +83,17 @@ test('forwards the method, path, query and body, with the base path and X-Forwar
 });
 
 test('strips the prefix and routes by Host', async () => {
-  const res = await send(`${proxy.url}/mail/emails`, { method: 'POST', headers: { host: 'mail.internal:8080' }, body: 'x' });
+  const res = await send(`${proxy.url}/mail/emails`, {
+    method: 'POST',
+    headers: { host: 'mail.internal:8080' },
+    body: 'x',
+  });
   expect(res.json()).toMatchObject({ url: '/base/emails' });
-  const wrongHost = await send(`${proxy.url}/mail/emails`, { method: 'POST', headers: { host: 'other' }, body: 'x' });
+  const wrongHost = await send(`${proxy.url}/mail/emails`, {
+    method: 'POST',
+    headers: { host: 'other' },
+    body: 'x',
+  });
   expect(wrongHost.status).toBe(404);
   expect(wrongHost.headers['content-type']).toBe('application/problem+json');
   expect(wrongHost.json()).toMatchObject({ code: 'ROUTE_NOT_FOUND', status: 404 });
@@ -88,7 +107,9 @@ test('answers 404 problem+json when the method does not match', async () => {
 
 test('streams the response and strips hop-by-hop response headers', async () => {
   const chunks: number[] = [];
-  const res = await new Promise<http.IncomingMessage>((resolve) => http.get(`${proxy.url}/items/stream`, resolve));
+  const res = await new Promise<http.IncomingMessage>((resolve) =>
+    http.get(`${proxy.url}/items/stream`, resolve),
+  );
   const body = await new Promise<string>((resolve) => {
     let text = '';
     res.on('data', (chunk: Buffer) => {

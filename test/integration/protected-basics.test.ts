@@ -10,7 +10,10 @@ let slowMs = 0;
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
     if (req.url.includes('/slow')) await sleep(slowMs);
-    const body = JSON.stringify({ n: upstream.executions().length, echo: req.body.toString('utf8') });
+    const body = JSON.stringify({
+      n: upstream.executions().length,
+      echo: req.body.toString('utf8'),
+    });
     res.writeHead(201, { 'content-type': 'application/json', 'x-upstream-says': 'hello' });
     res.end(body);
   });
@@ -79,7 +82,9 @@ describe('a protected route', () => {
       expect(replay.headers['x-upstream-says']).toBe('hello');
       expect(replay.headers['content-type']).toBe('application/json');
     }
-    const { rows } = await proxy.pool.query(`SELECT attempts, replays, state FROM ${proxy.table} WHERE key = 'replay-1'`);
+    const { rows } = await proxy.pool.query(
+      `SELECT attempts, replays, state FROM ${proxy.table} WHERE key = 'replay-1'`,
+    );
     expect(rows).toEqual([{ attempts: 3, replays: 2, state: 'completed' }]);
   });
 
@@ -147,7 +152,11 @@ describe('a protected route', () => {
     const original = await postJson(`${proxy.url}/orders`, 'mismatch-1', { amount: 10 });
     const changed = await postJson(`${proxy.url}/orders`, 'mismatch-1', { amount: 11 });
     expect(changed.status).toBe(422);
-    expect(changed.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED', key: 'mismatch-1', route: 'orders' });
+    expect(changed.json()).toMatchObject({
+      code: 'IDEMPOTENCY_KEY_REUSED',
+      key: 'mismatch-1',
+      route: 'orders',
+    });
     const otherMethod = await send(`${proxy.url}/orders`, {
       method: 'PUT',
       headers: { 'content-type': 'application/json', 'idempotency-key': 'mismatch-1' },
@@ -166,7 +175,11 @@ describe('a protected route', () => {
     const res = await postJson(`${proxy.url}/orders`, undefined, { a: 1 });
     expect(res.status).toBe(400);
     expect(res.headers['content-type']).toBe('application/problem+json');
-    expect(res.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', status: 400, route: 'orders' });
+    expect(res.json()).toMatchObject({
+      code: 'IDEMPOTENCY_KEY_MISSING',
+      status: 400,
+      route: 'orders',
+    });
     expect(upstream.received).toHaveLength(0);
   });
 
@@ -179,7 +192,10 @@ describe('a protected route', () => {
     ['an unterminated quote', '"abc'],
   ])('answers 400 to a key that is %s, without calling the upstream', async (_name, key) => {
     const res = await send(`${proxy.url}/orders`, {
-      headers: { 'content-type': 'application/json', 'idempotency-key': Buffer.from(key, 'utf8').toString('latin1') },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key': Buffer.from(key, 'utf8').toString('latin1'),
+      },
       body: '{}',
     });
     expect(res.status).toBe(400);
@@ -204,14 +220,24 @@ describe('a protected route', () => {
 
   test('answers 413 to a body over maxRequestBytes, declared or chunked, without calling the upstream', async () => {
     const big = 'x'.repeat(1025);
-    const declared = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': 'big-1' }, body: big });
+    const declared = await send(`${proxy.url}/orders`, {
+      headers: { 'idempotency-key': 'big-1' },
+      body: big,
+    });
     expect(declared.status).toBe(413);
     expect(declared.json()).toMatchObject({ code: 'REQUEST_TOO_LARGE', key: 'big-1' });
-    const chunked = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': 'big-2' }, body: big, chunked: true });
+    const chunked = await send(`${proxy.url}/orders`, {
+      headers: { 'idempotency-key': 'big-2' },
+      body: big,
+      chunked: true,
+    });
     expect(chunked.status).toBe(413);
     expect(upstream.received).toHaveLength(0);
     // Nothing was claimed: the same key with an acceptable body executes.
-    const fine = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': 'big-1' }, body: 'x'.repeat(1024) });
+    const fine = await send(`${proxy.url}/orders`, {
+      headers: { 'idempotency-key': 'big-1' },
+      body: 'x'.repeat(1024),
+    });
     expect(fine.status).toBe(201);
   });
 
@@ -229,8 +255,14 @@ describe('a protected route', () => {
   });
 
   test('lets safe methods on a protected route pass through, ignoring their key', async () => {
-    const a = await send(`${proxy.url}/slow`, { method: 'GET', headers: { 'idempotency-key': 'get-1' } });
-    const b = await send(`${proxy.url}/slow`, { method: 'GET', headers: { 'idempotency-key': 'get-1' } });
+    const a = await send(`${proxy.url}/slow`, {
+      method: 'GET',
+      headers: { 'idempotency-key': 'get-1' },
+    });
+    const b = await send(`${proxy.url}/slow`, {
+      method: 'GET',
+      headers: { 'idempotency-key': 'get-1' },
+    });
     expect([a.status, b.status]).toEqual([201, 201]);
     expect(upstream.received.filter((r) => r.method === 'GET')).toHaveLength(2);
     expect(b.headers['idempotent-replayed']).toBeUndefined();

@@ -77,8 +77,7 @@ beforeEach(() => {
 
 const rowFor = async (key: string) =>
   (await proxy.pool.query(`SELECT * FROM ${proxy.table} WHERE key = $1`, [key])).rows[0] as
-    | Record<string, unknown>
-    | undefined;
+    Record<string, unknown> | undefined;
 
 test('returns a released status and drops the claim, so a retry executes again', async () => {
   const first = await postJson(`${proxy.url}/ops?status=503`, 'release-1', {});
@@ -114,7 +113,11 @@ test('drops the claim for a status the route does not store', async () => {
 test('answers 502 when the upstream is unreachable and drops the claim, so a retry executes', async () => {
   const first = await postJson(`${proxy.url}/dead`, 'dead-1', {});
   expect(first.status).toBe(502);
-  expect(first.json()).toMatchObject({ code: 'UPSTREAM_UNREACHABLE', key: 'dead-1', route: 'dead' });
+  expect(first.json()).toMatchObject({
+    code: 'UPSTREAM_UNREACHABLE',
+    key: 'dead-1',
+    route: 'dead',
+  });
   expect(first.headers['idempotency-outcome']).toBeUndefined();
   expect(await rowFor('dead-1')).toBeUndefined();
   const retry = await postJson(`${proxy.url}/dead`, 'dead-1', {});
@@ -134,7 +137,11 @@ test('stores a 504 with Idempotency-Outcome: unknown when the upstream times out
   expect(repeat.body.equals(first.body)).toBe(true);
   await sleep(2_000); // let the slow upstream finish its (single) execution
   expect(upstream.executions()).toHaveLength(1);
-  expect(await rowFor('timeout-1')).toMatchObject({ state: 'completed', outcome_unknown: true, status: 504 });
+  expect(await rowFor('timeout-1')).toMatchObject({
+    state: 'completed',
+    outcome_unknown: true,
+    status: 504,
+  });
 });
 
 test('stores a 502 unknown outcome when the upstream drops the connection after the request was sent', async () => {
@@ -160,7 +167,12 @@ test('treats a response body cut off mid-stream as an unknown outcome', async ()
 test('under unknownOutcome: retry, keeps the claim after a timeout and lets one repeat take over after the lease', async () => {
   // x-wait is not part of the fingerprint: the same request, slow the first time only.
   const claimedAt = Date.now();
-  const first = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 }, { 'x-wait': '2500' });
+  const first = await postJson(
+    `${proxy.url}/retrying`,
+    'takeover-1',
+    { v: 1 },
+    { 'x-wait': '2500' },
+  );
   expect(first.status).toBe(504);
   expect(first.headers['idempotency-outcome']).toBe('unknown');
   const during = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 });
@@ -172,18 +184,28 @@ test('under unknownOutcome: retry, keeps the claim after a timeout and lets one 
   const replay = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 });
   expect(replay.headers['idempotent-replayed']).toBe('true');
   expect(replay.body.equals(takeover.body)).toBe(true);
-  expect(upstream.executions().map((r) => r.headers['idempotency-key'])).toEqual(['takeover-1', 'takeover-1']);
+  expect(upstream.executions().map((r) => r.headers['idempotency-key'])).toEqual([
+    'takeover-1',
+    'takeover-1',
+  ]);
   expect(await rowFor('takeover-1')).toMatchObject({ state: 'completed', fence: '2', status: 200 });
 });
 
-test('replays an unknown outcome once a crashed holder\'s lease ends (unknownOutcome: fail)', async () => {
+test("replays an unknown outcome once a crashed holder's lease ends (unknownOutcome: fail)", async () => {
   // A proxy that claimed the key and died: the claim exists, nothing completes it.
   const store = new PostgresKeyStore(proxy.pool, proxy.table);
   const body = JSON.stringify({ n: 1 });
   const { computeFingerprint } = await import('../../src/idempotency/fingerprint');
   const route = proxy.config.routes.find((r) => r.name === 'ops')!;
   const fingerprint = computeFingerprint(
-    { method: 'POST', path: '/ops', query: '', headers: {}, body: Buffer.from(body), contentType: 'application/json' },
+    {
+      method: 'POST',
+      path: '/ops',
+      query: '',
+      headers: {},
+      body: Buffer.from(body),
+      contentType: 'application/json',
+    },
     route.idempotency!.fingerprint,
   );
   const claim = await store.claim({
@@ -250,7 +272,11 @@ test('keeps forwarding and stores the result when the client hangs up mid-reques
   await new Promise<void>((resolve) => {
     const req = http.request(`${proxy.url}/ops?wait=200`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': 'hangup-1', 'content-length': '2' },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key': 'hangup-1',
+        'content-length': '2',
+      },
     });
     req.on('error', () => resolve());
     req.end('{}');

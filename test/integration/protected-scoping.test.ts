@@ -70,7 +70,12 @@ test('scopes keys per tenant: the same key from two tenants executes twice, and 
   const aliceAgain = await postJson(`${proxy.url}/tenanted`, 'shared-key', { a: 1 }, alice);
   expect(aliceAgain.headers['idempotent-replayed']).toBe('true');
   expect(aliceAgain.text()).toBe('execution 1 for /tenanted');
-  const otherOrg = await postJson(`${proxy.url}/tenanted`, 'shared-key', { a: 1 }, { ...alice, 'x-org': 'other' });
+  const otherOrg = await postJson(
+    `${proxy.url}/tenanted`,
+    'shared-key',
+    { a: 1 },
+    { ...alice, 'x-org': 'other' },
+  );
   expect(otherOrg.headers['idempotent-replayed']).toBeUndefined();
   expect(upstream.executions()).toHaveLength(3);
 
@@ -115,6 +120,8 @@ test('treats an expired record as absent: the same key executes again after ttl'
   expect(again.status).toBe(200);
   expect(again.headers['idempotent-replayed']).toBeUndefined();
   expect(upstream.executions()).toHaveLength(2);
-  const { rows } = await proxy.pool.query(`SELECT attempts, replays, fence FROM ${proxy.table} WHERE key = 'expiring-1'`);
+  const { rows } = await proxy.pool.query(
+    `SELECT attempts, replays, fence FROM ${proxy.table} WHERE key = 'expiring-1'`,
+  );
   expect(rows).toEqual([{ attempts: 1, replays: 0, fence: '2' }]);
 });

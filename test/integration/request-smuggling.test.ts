@@ -28,24 +28,28 @@ afterAll(async () => {
   await upstream?.close();
 });
 
-test.each(['DELETE', 'OPTIONS'])('a chunked %s body reaches the upstream as one request, not two', async (method) => {
-  upstream.received.length = 0;
-  const smuggled = 'GET /admin/secret HTTP/1.1\r\nHost: internal\r\n\r\n';
-  const chunk = (text: string): string => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
-  const raw =
-    `${method} /things/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n` +
-    chunk(smuggled) +
-    '0\r\n\r\n';
-  const response = await new Promise<string>((resolve, reject) => {
-    const socket = net.connect(proxy.port, '127.0.0.1', () => socket.write(raw));
-    let text = '';
-    socket.on('data', (data: Buffer) => (text += data.toString()));
-    socket.on('end', () => resolve(text));
-    socket.on('error', reject);
-  });
-  await sleep(100);
-  expect(response).toContain('200 OK');
-  expect(upstream.received.map((r) => `${r.method} ${r.url}`)).toEqual([`${method} /things/1`]);
-  expect(upstream.received[0]!.body.toString()).toBe(smuggled);
-  expect(upstream.received.some((r) => r.url.includes('/admin/secret'))).toBe(false);
-});
+test.each(['DELETE', 'OPTIONS'])(
+  'a chunked %s body reaches the upstream as one request, not two',
+  async (method) => {
+    upstream.received.length = 0;
+    const smuggled = 'GET /admin/secret HTTP/1.1\r\nHost: internal\r\n\r\n';
+    const chunk = (text: string): string =>
+      `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
+    const raw =
+      `${method} /things/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n` +
+      chunk(smuggled) +
+      '0\r\n\r\n';
+    const response = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(proxy.port, '127.0.0.1', () => socket.write(raw));
+      let text = '';
+      socket.on('data', (data: Buffer) => (text += data.toString()));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    await sleep(100);
+    expect(response).toContain('200 OK');
+    expect(upstream.received.map((r) => `${r.method} ${r.url}`)).toEqual([`${method} /things/1`]);
+    expect(upstream.received[0]!.body.toString()).toBe(smuggled);
+    expect(upstream.received.some((r) => r.url.includes('/admin/secret'))).toBe(false);
+  },
+);

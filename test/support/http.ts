@@ -46,10 +46,19 @@ export function send(url: string, request: TestRequest = {}): Promise<TestRespon
   });
 }
 
-export function postJson(url: string, key: string | undefined, value: unknown, headers: Record<string, string> = {}): Promise<TestResponse> {
+export function postJson(
+  url: string,
+  key: string | undefined,
+  value: unknown,
+  headers: Record<string, string> = {},
+): Promise<TestResponse> {
   return send(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+    headers: {
+      'content-type': 'application/json',
+      ...(key === undefined ? {} : { 'idempotency-key': key }),
+      ...headers,
+    },
     body: JSON.stringify(value),
   });
 }

@@ -38,8 +38,12 @@ process.on('message', async (message) => {
       if (!initialised) {
         if (isRoot) {
           fs.mkdirSync(dataDir, { recursive: true });
-          const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim() || NaN);
-          const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim() || NaN);
+          const uid = Number(
+            execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim() || NaN,
+          );
+          const gid = Number(
+            execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim() || NaN,
+          );
           if (Number.isInteger(uid)) fs.chownSync(dataDir, uid, gid);
         }
         await server.initialise();

@@ -26,7 +26,9 @@ export interface TestUpstream {
   close(): Promise<void>;
 }
 
-export async function startUpstream(handler: UpstreamHandler = defaultHandler): Promise<TestUpstream> {
+export async function startUpstream(
+  handler: UpstreamHandler = defaultHandler,
+): Promise<TestUpstream> {
   const received: ReceivedRequest[] = [];
   const server = http.createServer((raw, res) => {
     const chunks: Buffer[] = [];

@@ -1,7 +1,18 @@
 import type { RouteConfig } from '../../src/config/types';
-import { compilePathPattern, createRouter, parseRequestTarget, upstreamPath } from '../../src/http/router';
+import {
+  compilePathPattern,
+  createRouter,
+  parseRequestTarget,
+  upstreamPath,
+} from '../../src/http/router';
 
-function route(name: string, path: string, extra: Partial<RouteConfig> = {}, methods: string[] | null = null, host: string | null = null): RouteConfig {
+function route(
+  name: string,
+  path: string,
+  extra: Partial<RouteConfig> = {},
+  methods: string[] | null = null,
+  host: string | null = null,
+): RouteConfig {
   return {
     name,
     match: { methods: methods && new Set(methods), path, host },
