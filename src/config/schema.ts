@@ -88,7 +88,7 @@ const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 const name = (what: string) =>
   pattern(
     NAME_PATTERN,
-    `expected a ${what} of letters, digits, ".", "_" or "-", starting with a letter or digit`,
+    `expected ${what} of letters, digits, ".", "_" or "-", starting with a letter or digit`,
   );
 
 const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
@@ -113,7 +113,8 @@ const hostName = pattern(
   new RegExp(`^(?:\\[[0-9A-Fa-f:.]+\\]|${LABEL}(?:\\.${LABEL})*)$`),
   'expected a host name without a port, like "mail.internal"',
 );
-const text = z.string({ error: 'expected a string (quote it if it looks like a number)' });
+// No number-to-string coercion: YAML reads `token: 0123` as 123, silently changing the secret.
+const quotedText = z.string({ error: 'expected a string (quote it if it looks like a number)' });
 const TABLE_HINT =
   'expected a plain SQL identifier: lower-case letters, digits and "_", not starting with a digit';
 const TABLE_LENGTH_HINT = 'expected at most 50 characters (the store appends "_migrations" etc.)';
@@ -228,7 +229,10 @@ export const idempotencySchema = strict(
     replayedHeader: opt(headerName, 'Header marking a replayed response.', D.replayedHeader),
     enforce: opt(bool, 'false = shadow mode (not supported yet).', D.enforce),
     tenant: opt(z.array(tenantPart), 'Headers scoping keys per tenant: [header:authorization].'),
-    group: opt(name('group name'), 'Share keys across routes of one group (default: route name).'),
+    group: opt(
+      name('a group name'),
+      'Share keys across routes of one group (default: route name).',
+    ),
     allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method.', D.allowSafeMethods),
     replaySetCookie: opt(bool, 'Store and replay Set-Cookie.', D.replaySetCookie),
   },
@@ -248,7 +252,7 @@ const idempotencyOrFlag = z.preprocess(
 
 const routeSchema = strict(
   {
-    name: name('route name').describe('Unique route name; the key scope unless group is set.'),
+    name: name('a route name').describe('Unique route name; the key scope unless group is set.'),
     match: strict(
       {
         method: opt(methods, 'Method or list of methods; absent = any method.'),
@@ -294,7 +298,7 @@ export const configSchema = strict(
       {
         host: listenHost.default('127.0.0.1'),
         port: port.default(9090),
-        token: text.default('').describe('Bearer token for /keys; empty = /keys is off.'),
+        token: quotedText.default('').describe('Bearer token for /keys; empty = /keys is off.'),
       },
       'admin settings (host, port, token)',
     )
@@ -303,17 +307,21 @@ export const configSchema = strict(
     store: strict(
       {
         url: storeUrl.default('').describe('Postgres URL; empty = embedded. DATABASE_URL wins.'),
-        dataDir: pattern(/./, 'expected a directory').default('.data/postgres'),
-        table: tableName.default('idempotency_keys'),
-        poolSize: integer(1, 1000).default(10),
-        pruneInterval: timer.default('5m'),
+        dataDir: pattern(/./, 'expected a directory')
+          .default('.data/postgres')
+          .describe('Embedded PostgreSQL data, relative to the working directory.'),
+        table: tableName.default('idempotency_keys').describe('Table of idempotency records.'),
+        poolSize: integer(1, 1000).default(10).describe('Postgres connections per instance.'),
+        pruneInterval: timer.default('5m').describe('How often expired records are deleted.'),
       },
       'store settings (url, dataDir, table, poolSize, pruneInterval)',
     )
       .prefault({})
       .describe('The Postgres holding idempotency records.'),
     upstreams: z
-      .record(name('upstream name'), upstreamSchema, { error: 'expected a mapping of upstreams' })
+      .record(name('an upstream name'), upstreamSchema, {
+        error: 'expected a mapping of upstreams',
+      })
       .describe('Services the proxy forwards to, by name.'),
     defaults: opt(idempotencySchema, 'Idempotency settings every protected route starts from.'),
     routes: z

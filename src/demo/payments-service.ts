@@ -19,11 +19,18 @@ export interface PaymentsService {
   close(): Promise<void>;
 }
 
+export interface PaymentsOptions {
+  readonly port?: number;
+  readonly host?: string;
+  /** Default delay of POST /refunds, in ms (?slow= overrides it per request). */
+  readonly slowMs?: number;
+  readonly onRefund?: (refund: Refund) => void;
+}
+
 export async function startPaymentsService(
-  port = 4000,
-  host = '127.0.0.1',
-  slowMs = 0,
+  options: PaymentsOptions = {},
 ): Promise<PaymentsService> {
+  const { port = 4000, host = '127.0.0.1', slowMs = 0, onRefund } = options;
   const refunds: Refund[] = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://payments');
@@ -32,7 +39,10 @@ export async function startPaymentsService(
     req.on('end', () => {
       if (url.pathname === '/refunds' && req.method === 'POST') {
         const delay = Number(url.searchParams.get('slow') ?? slowMs);
-        setTimeout(() => createRefund(req, Buffer.concat(chunks), refunds, res), delay);
+        setTimeout(() => {
+          const refund = createRefund(req, Buffer.concat(chunks), refunds, res);
+          if (refund) onRefund?.(refund);
+        }, delay);
       } else if (url.pathname === '/refunds' && req.method === 'GET') {
         reply(res, 200, { count: refunds.length, refunds });
       } else if (url.pathname === '/health') {
@@ -64,13 +74,13 @@ function createRefund(
   body: Buffer,
   refunds: Refund[],
   res: http.ServerResponse,
-): void {
+): Refund | undefined {
   let input: { order?: string; amount?: number } = {};
   try {
     input = JSON.parse(body.toString('utf8') || '{}') as typeof input;
   } catch {
     reply(res, 400, { error: 'body must be JSON like {"order":"ord_1","amount":49.99}' });
-    return;
+    return undefined;
   }
   const refund: Refund = {
     id: `re_${String(refunds.length + 1).padStart(4, '0')}`,
@@ -80,10 +90,8 @@ function createRefund(
     createdAt: new Date().toISOString(),
   };
   refunds.push(refund);
-  process.stdout.write(
-    `[payments] refund ${refund.id} of ${refund.amount ?? '?'} for ${refund.order ?? '?'} created\n`,
-  );
   reply(res, 201, refund);
+  return refund;
 }
 
 function header(req: http.IncomingMessage, name: string): string | undefined {
@@ -103,7 +111,15 @@ function reply(res: http.ServerResponse, status: number, value: unknown): void {
 if (require.main === module) {
   const port = Number(process.env.PAYMENTS_PORT ?? 4000);
   const host = process.env.PAYMENTS_HOST ?? '127.0.0.1';
-  startPaymentsService(port, host, Number(process.env.SLOW_MS ?? 0)).then(
+  startPaymentsService({
+    port,
+    host,
+    slowMs: Number(process.env.SLOW_MS ?? 0),
+    onRefund: (refund) =>
+      process.stdout.write(
+        `[payments] refund ${refund.id} of ${refund.amount ?? '?'} for ${refund.order ?? '?'} created\n`,
+      ),
+  }).then(
     (service) =>
       process.stdout.write(
         `demo payments service (not idempotent) on ${service.url}: POST /refunds, GET /refunds\n`,

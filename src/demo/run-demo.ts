@@ -10,7 +10,7 @@ import { tellRefundStory } from './refund-story';
 const root = path.resolve(__dirname, '..', '..');
 
 async function main(): Promise<number> {
-  const payments = await startPaymentsService(await findFreePort());
+  const payments = await startPaymentsService({ port: await findFreePort() });
   const proxyPort = await findFreePort();
   const proxy = spawn(
     process.execPath,

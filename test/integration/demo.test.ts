@@ -12,7 +12,7 @@ let payments: PaymentsService;
 let proxy: TestProxy;
 
 beforeAll(async () => {
-  payments = await startPaymentsService(await findFreePort());
+  payments = await startPaymentsService({ port: await findFreePort() });
   proxy = await startProxy({
     yaml: fs.readFileSync(path.join(__dirname, '../../config/proxy.yaml'), 'utf8'),
     env: { PAYMENTS_URL: payments.url },

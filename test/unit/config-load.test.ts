@@ -209,6 +209,18 @@ describe('unknown keys', () => {
     ]);
   });
 
+  it('reports a bad upstream name at the name itself', () => {
+    expect(issuesOf(ROUTES.replace('  app: {', '  "my app": {'))).toEqual([
+      {
+        path: 'upstreams["my app"]',
+        line: 2,
+        column: 3,
+        message:
+          'expected an upstream name of letters, digits, ".", "_" or "-", starting with a letter or digit, got "my app"',
+      },
+    ]);
+  });
+
   it('is not fooled by a __proto__ key', () => {
     expect(issuesOf(`__proto__: { listen: 1 }\n${ROUTES}`)).toEqual([
       expect.objectContaining({ path: '__proto__', line: 1, column: 1 }),
