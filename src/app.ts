@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { type ProxyConfig, type RouteConfig, SAFE_METHODS } from './config/types';
 import { ProxyError } from './errors';
-import { sendProblem } from './http/problem';
+import { problemType, sendProblem } from './http/problem';
 import { newLogEntry, roundMs } from './http/request-log';
 import { createRouter, parseRequestTarget, upstreamPath } from './http/router';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
@@ -113,12 +113,8 @@ export function createApp(options: AppOptions): App {
     passThrough.ws(req, socket, head, route, upstreamPath(route, target));
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
-    if (!socket.writable) return socket.destroy();
-    const status =
-      error.code === 'HPE_HEADER_OVERFLOW'
-        ? '431 Request Header Fields Too Large'
-        : '400 Bad Request';
-    socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+    if (!socket.writable || error.code === 'ECONNRESET') return socket.destroy();
+    socket.end(malformedRequestAnswer(error));
   });
 
   return {
@@ -144,6 +140,22 @@ function isProtectedMethod(route: RouteConfig, method: string): boolean {
   if (!SAFE_METHODS.has(method)) return true;
   const policy = route.idempotency;
   return policy !== null && policy.allowSafeMethods && route.match.methods?.has(method) === true;
+}
+
+/** A raw HTTP answer for a request Node's parser rejected (bad header bytes, oversized headers, …). */
+function malformedRequestAnswer(error: NodeJS.ErrnoException): string {
+  const tooLarge = error.code === 'HPE_HEADER_OVERFLOW';
+  const body = JSON.stringify({
+    type: problemType('BAD_REQUEST'),
+    title: tooLarge ? 'Request headers too large' : 'Malformed request',
+    status: tooLarge ? 431 : 400,
+    detail: tooLarge
+      ? 'The request headers are larger than the proxy accepts; send fewer or smaller headers.'
+      : `The request is not valid HTTP/1.1 (${error.code ?? 'parse error'}): check for control characters in header names and values.`,
+    code: 'BAD_REQUEST',
+  });
+  const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
+  return `HTTP/1.1 ${status}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
 
 function delay(ms: number): Promise<void> {

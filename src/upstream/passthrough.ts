@@ -38,8 +38,11 @@ export class PassThrough {
       );
     passes.splice(index, 1);
 
-    this.proxy.on('proxyRes', (proxyRes) => {
+    this.proxy.on('proxyRes', (proxyRes, _req, res) => {
       for (const name of hopByHopNames(proxyRes.headers)) delete proxyRes.headers[name];
+      // Our hop's Connection header is ours to decide: http-proxy would otherwise send `keep-alive` and
+      // keep the socket open even for a client that asked for `Connection: close`.
+      proxyRes.headers.connection = res.shouldKeepAlive ? 'keep-alive' : 'close';
     });
     // http-proxy aborts a request that hit proxyTimeout, which surfaces as a plain ECONNRESET; remember
     // the timeout so the client gets a 504 rather than a 502.

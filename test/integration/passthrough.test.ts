@@ -150,3 +150,19 @@ test('refuses a websocket upgrade that matches no route', async () => {
   const error = await new Promise<Error>((resolve) => socket.on('error', resolve));
   expect(error.message).toMatch(/404/);
 });
+
+test('honours a client that asks for Connection: close', async () => {
+  const net = await import('node:net');
+  const started = Date.now();
+  const response = await new Promise<string>((resolve, reject) => {
+    const socket = net.connect(proxy.port, '127.0.0.1', () =>
+      socket.write('GET /items/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n'),
+    );
+    let text = '';
+    socket.on('data', (data: Buffer) => (text += data.toString()));
+    socket.on('end', () => resolve(text));
+    socket.on('error', reject);
+  });
+  expect(response.toLowerCase()).toContain('connection: close');
+  expect(Date.now() - started).toBeLessThan(2_000); // closed by us, not by an idle timeout (5 s)
+});

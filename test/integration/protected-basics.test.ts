@@ -283,3 +283,29 @@ describe('a protected route', () => {
     expect(typeof lines[0]!.totalMs).toBe('number');
   });
 });
+
+describe('control characters in keys', () => {
+  test.each([
+    ['a tab', 'key\twith-tab'],
+    ['DEL', 'key\x7fdel'],
+    ['a NUL', 'key\x00nul'],
+  ])('a key with %s gets 400 and never reaches the upstream', async (_name, key) => {
+    const net = await import('node:net');
+    const raw =
+      `POST /orders HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+      `Idempotency-Key: ${key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`;
+    const response = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(proxy.port, '127.0.0.1', () =>
+        socket.write(Buffer.from(raw, 'latin1')),
+      );
+      let text = '';
+      socket.on('data', (data: Buffer) => (text += data.toString('latin1')));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    expect(response).toMatch(/^HTTP\/1\.1 400 /);
+    expect(response.toLowerCase()).toContain('content-type: application/problem+json');
+    expect(response).toMatch(/"code":"(IDEMPOTENCY_KEY_INVALID|BAD_REQUEST)"/);
+    expect(upstream.received).toHaveLength(0);
+  });
+});
