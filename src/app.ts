@@ -10,7 +10,7 @@ import { problemType, sendProblem } from './http/problem';
 import { newLogEntry, roundMs } from './http/request-log';
 import { createRouter, parseRequestTarget, upstreamPath } from './http/router';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
-import type { KeyStore } from './idempotency/record';
+import type { CompletionWaiter, KeyStore } from './idempotency/record';
 import { PassThrough } from './upstream/passthrough';
 import { UpstreamPools } from './upstream/protected';
 
@@ -18,6 +18,8 @@ export interface AppOptions {
   readonly config: ProxyConfig;
   readonly store: KeyStore;
   readonly logger: Logger;
+  /** Wakes onConcurrent: wait requests (db/completion-listener.ts); without one they poll. */
+  readonly waiter?: CompletionWaiter;
 }
 
 export interface App {
@@ -37,6 +39,7 @@ export function createApp(options: AppOptions): App {
     store,
     upstreams,
     passThrough,
+    waiter: options.waiter,
     onStoreError: (error, operation) =>
       logger.error({ err: error, operation }, 'idempotency store operation failed'),
   };
@@ -58,6 +61,7 @@ export function createApp(options: AppOptions): App {
       entry.totalMs = roundMs(performance.now() - started);
       entry.storeMs = roundMs(entry.storeMs);
       entry.upstreamMs = roundMs(entry.upstreamMs);
+      entry.waitMs = roundMs(entry.waitMs);
       logger.info(
         { ...entry, clientClosedEarly: res.writableFinished ? undefined : true },
         'request',

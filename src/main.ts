@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Process entry: the only file that exits. Exit codes: 0 success, 2 bad config or usage, 1 runtime failure.
 import { describeConfig } from './config/describe';
+import { leaseWarnings } from './config/lease-warnings';
 import { loadConfigFile } from './config/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
@@ -17,6 +18,8 @@ async function main(argv: readonly string[]): Promise<number> {
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
     process.stdout.write(`${describeConfig(config)}\n`);
+    for (const warning of leaseWarnings(config))
+      process.stdout.write(`warning: ${warning.message}\n`);
     return 0;
   }
   const logger = createLogger();

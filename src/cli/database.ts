@@ -7,6 +7,8 @@ import { createPool } from '../db/pool';
 
 export interface OpenDatabase {
   readonly pool: Pool;
+  /** The connection string in use (the embedded server's when it was started). */
+  readonly url: string;
   readonly embedded: boolean;
   close(): Promise<void>;
 }
@@ -38,6 +40,7 @@ export async function openDatabase(config: ProxyConfig, logger: Logger): Promise
   });
   return {
     pool,
+    url,
     embedded: stopEmbedded !== undefined,
     async close() {
       await pool.end();

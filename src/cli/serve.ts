@@ -2,12 +2,16 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { createApp } from '../app';
+import { leaseWarnings } from '../config/lease-warnings';
 import type { ProxyConfig } from '../config/types';
-import { PostgresKeyStore } from '../db/key-store';
+import { CompletionListener } from '../db/completion-listener';
+import { completionChannel, PostgresKeyStore } from '../db/key-store';
 import { migrate } from '../db/migrate';
 import { openDatabase, whenDatabaseReady } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
+  for (const warning of leaseWarnings(config))
+    logger.warn({ route: warning.route }, warning.message);
   const database = await openDatabase(config, logger);
   try {
     const migration = await whenDatabaseReady(
@@ -20,10 +24,17 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     throw error;
   }
 
+  const listener = new CompletionListener(
+    database.url,
+    completionChannel(config.store.table),
+    logger,
+  );
+  await listener.start();
   const app = createApp({
     config,
     store: new PostgresKeyStore(database.pool, config.store.table),
     logger,
+    waiter: listener,
   });
   await new Promise<void>((resolve, reject) => {
     app.server.once('error', reject);
@@ -55,6 +66,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   process.once('SIGTERM', forceExit);
   process.once('SIGINT', forceExit);
   await app.close(config.shutdownGraceMs);
+  await listener.close();
   await database.close();
   logger.info('stopped');
   return 0;

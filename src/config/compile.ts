@@ -112,7 +112,6 @@ export function rejectUnsupportedFeatures(parsed: ParsedConfig): PathIssue[] {
   const add = (path: IssuePath, message: string) => issues.push({ path, message });
   for (const [at, block] of ownBlocks(parsed)) {
     if (block.key?.derive !== undefined) add([...at, 'key', 'derive'], UNSUPPORTED.derive);
-    if (block.onConcurrent === 'wait') add([...at, 'onConcurrent'], UNSUPPORTED.wait);
     if (block.enforce === false) add([...at, 'enforce'], UNSUPPORTED.shadow);
   }
   return issues;
@@ -121,7 +120,6 @@ export function rejectUnsupportedFeatures(parsed: ParsedConfig): PathIssue[] {
 const UNSUPPORTED = {
   derive:
     'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
-  wait: 'onConcurrent: wait is not supported yet; use reject (clients retry on 409 with Retry-After)',
   shadow:
     'enforce: false (shadow mode) is not supported yet; remove it, or make the route pass-through with idempotency: false',
 };

@@ -7,9 +7,11 @@ import type {
   ClaimResult,
   HeaderPairs,
   KeyStore,
+  PeekResult,
   RecordId,
   StoredResponse,
 } from '../idempotency/record';
+import { recordDigest } from '../idempotency/record';
 import { quoteTableName } from './identifier';
 
 interface ClaimRow {
@@ -95,30 +97,50 @@ export function buildStatements(tableName: string) {
         r.attempts,
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
           AS lease_remaining_ms`,
+    // Completion and release nudge waiters (onConcurrent: wait) with NOTIFY, but only when another
+    // request has seen the key while it ran (attempts > 1): the common path pays nothing for it.
     complete: `
-      UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
-             body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
-             lease_expires_at = NULL, expires_at = now() + ${ms('$10')}
-      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'`,
+      WITH done AS (
+        UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+               body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
+               lease_expires_at = NULL, expires_at = now() + ${ms('$10')}
+        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
+        RETURNING attempts
+      ), nudge AS (SELECT pg_notify($11::text, $12::text) FROM done WHERE attempts > 1)
+      SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
     release: `
-      DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'`,
+      WITH done AS (
+        DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
+        RETURNING attempts
+      ), nudge AS (SELECT pg_notify($5::text, $6::text) FROM done WHERE attempts > 1)
+      SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
     takeOver: `
       UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
              expires_at = GREATEST(expires_at, now() + ${ms('$6')})
       WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
       RETURNING fence::text AS fence`,
     settleUnknown: `
-      UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
-             body_omitted = false, outcome_unknown = true, completed_at = now(),
-             lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1
-      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-      RETURNING status, headers, body, body_omitted, outcome_unknown`,
+      WITH done AS (
+        UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+               body_omitted = false, outcome_unknown = true, completed_at = now(),
+               lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1
+        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
+        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts
+      ), nudge AS (SELECT pg_notify($9::text, $10::text) FROM done WHERE attempts > 1)
+      SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`,
+    // Read-only look for waiters: no counters bumped, nothing locked.
+    peek: `
+      SELECT state, fingerprint = $4::bytea AS same_fingerprint, expires_at <= now() AS expired,
+             GREATEST(0, ceil(extract(epoch FROM (lease_expires_at - now())) * 1000))::int
+               AS lease_remaining_ms
+      FROM ${t} WHERE ${where}`,
   } as const;
 }
 
 export class PostgresKeyStore implements KeyStore {
   private readonly sql: ReturnType<typeof buildStatements>;
   private readonly names: Record<keyof ReturnType<typeof buildStatements>, string>;
+  private readonly channel: string;
 
   constructor(
     private readonly pool: Pool,
@@ -132,7 +154,9 @@ export class PostgresKeyStore implements KeyStore {
       release: `ip_release_${tableName}`,
       takeOver: `ip_take_over_${tableName}`,
       settleUnknown: `ip_settle_unknown_${tableName}`,
+      peek: `ip_peek_${tableName}`,
     };
+    this.channel = completionChannel(tableName);
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -188,18 +212,33 @@ export class PostgresKeyStore implements KeyStore {
         response.bodyOmitted,
         response.outcomeUnknown,
         Math.round(ttlMs),
+        this.channel,
+        recordDigest(id),
       ],
     });
-    return result.rowCount === 1;
+    return (result.rows[0] as { changed: number } | undefined)?.changed === 1;
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {
     const result = await this.pool.query({
       name: this.names.release,
       text: this.sql.release,
-      values: [id.scope, id.tenant, id.key, fence],
+      values: [id.scope, id.tenant, id.key, fence, this.channel, recordDigest(id)],
     });
-    return result.rowCount === 1;
+    return (result.rows[0] as { changed: number } | undefined)?.changed === 1;
+  }
+
+  async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
+    const { rows } = await this.pool.query<PeekRow>({
+      name: this.names.peek,
+      text: this.sql.peek,
+      values: [id.scope, id.tenant, id.key, fingerprint],
+    });
+    const row = rows[0];
+    if (!row || row.expired) return { kind: 'absent' };
+    if (!row.same_fingerprint) return { kind: 'mismatch' };
+    if (row.state === 'completed') return { kind: 'completed' };
+    return { kind: 'in-flight', leaseRemainingMs: row.lease_remaining_ms };
   }
 
   async takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null> {
@@ -229,11 +268,25 @@ export class PostgresKeyStore implements KeyStore {
         JSON.stringify(response.headers),
         response.body,
         Math.round(ttlMs),
+        this.channel,
+        recordDigest(id),
       ],
     });
     const row = rows[0];
     return row ? toResponse(row) : null;
   }
+}
+
+interface PeekRow {
+  state: string;
+  same_fingerprint: boolean;
+  expired: boolean;
+  lease_remaining_ms: number;
+}
+
+/** The NOTIFY channel that completions and releases of this table are announced on. */
+export function completionChannel(tableName: string): string {
+  return `ip_done_${tableName}`;
 }
 
 function toResponse(row: ResponseRow): StoredResponse {

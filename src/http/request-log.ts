@@ -12,6 +12,7 @@ export type Outcome =
   | 'upstream_error'
   | 'passthrough'
   | 'not_found'
+  | 'client_gone'
   | 'error';
 
 export interface RequestLogEntry {
@@ -24,6 +25,8 @@ export interface RequestLogEntry {
   attempts: number | undefined;
   storeMs: number;
   upstreamMs: number;
+  /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
+  waitMs: number;
   totalMs: number;
 }
 
@@ -38,6 +41,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     attempts: undefined,
     storeMs: 0,
     upstreamMs: 0,
+    waitMs: 0,
     totalMs: 0,
   };
 }

@@ -29,7 +29,14 @@ import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
 import { computeFingerprint } from './fingerprint';
 import { parseIdempotencyKey } from './key';
-import type { HeaderPairs, KeyStore, RecordId, StoredResponse } from './record';
+import {
+  type CompletionWaiter,
+  type HeaderPairs,
+  type KeyStore,
+  type RecordId,
+  recordDigest,
+  type StoredResponse,
+} from './record';
 import { tenantHash } from './tenant';
 
 export interface ProtectedDeps {
@@ -37,6 +44,8 @@ export interface ProtectedDeps {
   readonly upstreams: UpstreamPools;
   readonly passThrough: PassThrough;
   readonly onStoreError: (error: unknown, operation: string) => void;
+  /** Wakes onConcurrent: wait requests; without one they poll. */
+  readonly waiter?: CompletionWaiter;
 }
 
 export interface ProtectedRequest {
@@ -53,6 +62,8 @@ export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
 const STORE_RETRY_AFTER_SECONDS = 1;
 /** Rounds of claim → (take over | settle) before giving up with a 409; only races need more than one. */
 const MAX_CLAIM_ROUNDS = 3;
+/** How often a waiting request looks at its record when no notification comes. */
+const WAIT_POLL_MS = 500;
 
 export async function handleProtectedRequest(
   deps: ProtectedDeps,
@@ -115,6 +126,8 @@ export async function handleProtectedRequest(
     policy.fingerprint,
   );
 
+  // Only wait once per request: `waitDeadline` is fixed when the first wait starts.
+  let waitDeadline: number | undefined;
   for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
     const claim = await storeCall(deps, request, 'claim', () =>
       deps.store.claim({
@@ -144,7 +157,25 @@ export async function handleProtectedRequest(
           ),
         );
       case 'in-flight': {
-        if (claim.leaseRemainingMs > 0) return inFlight(request, key, claim.leaseRemainingMs);
+        if (claim.leaseRemainingMs > 0) {
+          if (policy.onConcurrent !== 'wait') return inFlight(request, key, claim.leaseRemainingMs);
+          waitDeadline ??= performance.now() + policy.waitTimeoutMs;
+          const waitStarted = performance.now();
+          const waited = await storeCall(deps, request, 'wait', () =>
+            waitForChange(deps, request, id, fingerprint, waitDeadline!),
+          );
+          // The wait is not store time: the two peeks in it are small next to the pause.
+          log.waitMs += performance.now() - waitStarted;
+          log.storeMs -= performance.now() - waitStarted;
+          if (waited === undefined) return;
+          if (waited.kind === 'client-gone') {
+            log.outcome = 'client_gone';
+            return;
+          }
+          if (waited.kind === 'timeout') return inFlight(request, key, waited.leaseRemainingMs);
+          round--; // a change is progress, not a lost race: read the record again
+          break;
+        }
         if (policy.unknownOutcome === 'retry') {
           const fence = await storeCall(deps, request, 'take over', () =>
             deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
@@ -170,6 +201,56 @@ export async function handleProtectedRequest(
     }
   }
   return inFlight(request, key, 1_000);
+}
+
+type WaitResult =
+  | { readonly kind: 'changed' }
+  | { readonly kind: 'timeout'; readonly leaseRemainingMs: number }
+  | { readonly kind: 'client-gone' };
+
+/**
+ * onConcurrent: wait. Blocks until the in-flight record completes, is released, or its lease ends
+ * (then the claim loop replays, executes or takes over), woken by NOTIFY with polling as the backstop.
+ * Holds no database connection while waiting, and stops as soon as the client hangs up.
+ */
+async function waitForChange(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fingerprint: Buffer,
+  deadline: number,
+): Promise<WaitResult> {
+  const digest = recordDigest(id);
+  const gone = clientGone(request.res);
+  let leaseRemainingMs = 1_000;
+  for (;;) {
+    const subscription = deps.waiter?.waitFor(digest);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      // Look after subscribing, so a completion between the claim and now is not missed.
+      const seen = await deps.store.peek(id, fingerprint);
+      if (seen.kind !== 'in-flight' || seen.leaseRemainingMs === 0) return { kind: 'changed' };
+      leaseRemainingMs = seen.leaseRemainingMs;
+      const left = deadline - performance.now();
+      if (left <= 0) return { kind: 'timeout', leaseRemainingMs };
+      const pause = new Promise<'poll'>((resolve) => {
+        timer = setTimeout(
+          () => resolve('poll'),
+          Math.min(left, WAIT_POLL_MS, seen.leaseRemainingMs),
+        );
+      });
+      const woke = await Promise.race([pause, gone, subscription?.changed ?? pause]);
+      if (woke === 'gone') return { kind: 'client-gone' };
+    } finally {
+      clearTimeout(timer);
+      subscription?.cancel();
+    }
+  }
+}
+
+function clientGone(res: ServerResponse): Promise<'gone'> {
+  if (res.destroyed) return Promise.resolve('gone');
+  return new Promise((resolve) => res.once('close', () => resolve('gone')));
 }
 
 async function forward(

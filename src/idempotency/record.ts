@@ -7,6 +7,8 @@
 //                       ├─ unknownOutcome: fail  ──► completed with the unknown-outcome answer
 //                       └─ unknownOutcome: retry ──► taken over: fence + 1, forwarded again
 
+import { createHash } from 'node:crypto';
+
 export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
 export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
 
@@ -55,12 +57,21 @@ export interface ClaimRequest {
   readonly claimExpiryMs: number;
 }
 
+/** What a waiter sees when it looks at a record without touching it. */
+export type PeekResult =
+  | { readonly kind: 'absent' }
+  | { readonly kind: 'mismatch' }
+  | { readonly kind: 'completed' }
+  | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number };
+
 export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
   /** False when the fence is stale (another holder took over): the result was not stored. */
   complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
   /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
   release(id: RecordId, fence: string): Promise<boolean>;
+  /** Reads a record's state without counting an attempt (for waiters). */
+  peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult>;
   /** Takes over an in-progress claim whose lease ended; returns the new fence, or null if someone else did. */
   takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null>;
   /**
@@ -73,4 +84,15 @@ export interface KeyStore {
     response: StoredResponse,
     ttlMs: number,
   ): Promise<StoredResponse | null>;
+}
+
+/** A record's identity in a completion NOTIFY payload: short, fixed-size, and free of the raw key. */
+export function recordDigest(id: RecordId): string {
+  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('base64url');
+}
+
+/** Wakes requests waiting on an in-flight record (onConcurrent: wait) when it completes or is released. */
+export interface CompletionWaiter {
+  /** Resolves when the record with this digest may have changed; `cancel` must be called when done. */
+  waitFor(digest: string): { readonly changed: Promise<void>; cancel(): void };
 }

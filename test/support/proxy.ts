@@ -7,7 +7,8 @@ import pino from 'pino';
 import { type App, createApp } from '../../src/app';
 import { parseConfigText } from '../../src/config/load';
 import type { ProxyConfig } from '../../src/config/types';
-import { PostgresKeyStore } from '../../src/db/key-store';
+import { CompletionListener } from '../../src/db/completion-listener';
+import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 
@@ -19,6 +20,7 @@ export interface TestProxy {
   readonly config: ProxyConfig;
   readonly table: string;
   readonly logs: Record<string, unknown>[];
+  readonly listener: CompletionListener;
   close(): Promise<void>;
 }
 
@@ -57,7 +59,14 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     { level: 'info', base: undefined },
     { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) },
   );
-  const app = createApp({ config, store: new PostgresKeyStore(pool, config.store.table), logger });
+  const listener = new CompletionListener(url, completionChannel(config.store.table), logger);
+  await listener.start();
+  const app = createApp({
+    config,
+    store: new PostgresKeyStore(pool, config.store.table),
+    logger,
+    waiter: listener,
+  });
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
   const port = (app.server.address() as AddressInfo).port;
   return {
@@ -68,8 +77,10 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     config,
     table: config.store.table,
     logs,
+    listener,
     async close() {
       await app.close(1_000);
+      await listener.close();
       await pool.end();
     },
   };

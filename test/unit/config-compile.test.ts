@@ -362,6 +362,10 @@ describe('cross-field checks', () => {
 });
 
 describe('features not supported yet', () => {
+  it('accepts onConcurrent: wait now that it is built', () => {
+    expect(policyOf(routeYaml('    idempotency:\n      onConcurrent: wait\n')).onConcurrent).toBe('wait');
+  });
+
   it.each([
     [
       'key.derive',
@@ -369,13 +373,6 @@ describe('features not supported yet', () => {
       'routes[0].idempotency.key.derive',
       39,
       /^key\.derive \(derived keys\) is not supported yet; /,
-    ],
-    [
-      'onConcurrent: wait',
-      'onConcurrent: wait',
-      'routes[0].idempotency.onConcurrent',
-      21,
-      /^onConcurrent: wait is not supported yet; use reject \(clients retry on 409 with Retry-After\)$/,
     ],
     [
       'enforce: false',
@@ -392,9 +389,9 @@ describe('features not supported yet', () => {
   });
 
   it('reports a value set in defaults once, where it is written', () => {
-    const text = `${routeYaml('    idempotency: true\n', 'defaults: { onConcurrent: wait }\n')}  - name: b\n    upstream: app\n    match: { path: /b }\n    idempotency: true\n`;
+    const text = `${routeYaml('    idempotency: true\n', 'defaults: { enforce: false }\n')}  - name: b\n    upstream: app\n    match: { path: /b }\n    idempotency: true\n`;
     expect(issuesOf(text)).toEqual([
-      expect.objectContaining({ path: 'defaults.onConcurrent', line: 3 }),
+      expect.objectContaining({ path: 'defaults.enforce', line: 3 }),
     ]);
   });
 });
