@@ -209,7 +209,11 @@ export async function idempotentFetch(
     if ('response' in result) {
       const { response } = result;
       const replayed = isTrue(response.headers.get(replayedHeader));
-      const outcome = isUnknown(response.headers.get(OUTCOME_HEADER)) ? 'unknown' : undefined;
+      const outcome: IdempotencyOutcome | undefined = isUnknown(
+        response.headers.get(OUTCOME_HEADER),
+      )
+        ? 'unknown'
+        : undefined;
       const final = {
         response,
         status: response.status,

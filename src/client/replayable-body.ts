@@ -9,13 +9,16 @@
 export type ReplayableBody =
   string | Uint8Array | ArrayBuffer | ArrayBufferView | URLSearchParams | Blob;
 
+/** What {@link snapshotBody} returns: views are copied into a `Uint8Array`. */
+export type BodySnapshot = string | Uint8Array | ArrayBuffer | URLSearchParams | Blob;
+
 /**
  * A snapshot of `body` that is safe to send on every attempt: bytes and parameters are copied, so
  * the caller changing them after the call cannot change what a retry sends.
  *
  * @throws TypeError for a stream, an async iterable, `FormData`, or any other kind of body.
  */
-export function snapshotBody(body: unknown): ReplayableBody | undefined {
+export function snapshotBody(body: unknown): BodySnapshot | undefined {
   if (body === undefined || body === null) return undefined;
   if (typeof body === 'string') return body;
   if (body instanceof URLSearchParams) return new URLSearchParams(body);

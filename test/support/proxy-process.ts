@@ -1,0 +1,59 @@
+// Runs the built proxy (dist/main.js, built by the jest global setup) as its own process, as users
+// and orchestrators do: for the CLI, several instances on one database, and kill -9.
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { findFreePort } from '../../src/db/embedded';
+
+export const PROXY_BIN = path.resolve(__dirname, '../../dist/main.js');
+
+export interface ProxyProcess {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly port: number;
+  output(): string;
+  /** Resolves with the exit code (null when killed by a signal). */
+  exited(): Promise<number | null>;
+  kill(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export interface ProxyProcessOptions {
+  /** YAML; `${PROXY_PORT}` is the port chosen for this process. */
+  readonly yaml: string;
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+export async function startProxyProcess(options: ProxyProcessOptions): Promise<ProxyProcess> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-proc-'));
+  const file = path.join(dir, 'proxy.yaml');
+  fs.writeFileSync(file, options.yaml);
+  const port = await findFreePort();
+  const child = spawn(process.execPath, [PROXY_BIN, 'serve', '--config', file], {
+    env: { ...process.env, LOG_LEVEL: 'info', ...options.env, PROXY_PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  void exit.then(() => fs.rmSync(dir, { recursive: true, force: true }));
+  await new Promise<void>((resolve, reject) => {
+    const onData = (data: Buffer): void => {
+      output += data.toString();
+      if (output.includes('idempotency-proxy listening')) resolve();
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (data: Buffer) => (output += data.toString()));
+    void exit.then((code) => reject(new Error(`proxy exited early (${code}):\n${output}`)));
+  });
+  return {
+    child,
+    url: `http://127.0.0.1:${port}`,
+    port,
+    output: () => output,
+    exited: () => exit,
+    kill: (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exit;
+    },
+  };
+}
