@@ -11,6 +11,8 @@ export interface EmbeddedDatabase {
   readonly dataDir: string;
   readonly port: number;
   stop(): Promise<void>;
+  /** Starts the server again after stop() (same data, same port). */
+  restart(): Promise<void>;
 }
 
 export interface EmbeddedOptions {
@@ -62,6 +64,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     dataDir,
     port,
     stop: () => server.stop(),
+    restart: () => server.start(),
   };
 }
 
