@@ -25,6 +25,12 @@ export interface RequestLogEntry {
   attempts: number | undefined;
   storeMs: number;
   upstreamMs: number;
+  /** Shadow mode (enforce: false): what enforcement would have done instead of forwarding. */
+  shadow?: 'would_replay' | 'would_reject_in_flight' | 'would_reject_mismatch';
+  /** True when the key was derived from the request (no key header was sent). */
+  keyDerived?: boolean;
+  /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
+  outcomeUnknown?: boolean;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;
   totalMs: number;

@@ -46,6 +46,15 @@ export interface ProtectedDeps {
   readonly onStoreError: (error: unknown, operation: string) => void;
   /** Wakes onConcurrent: wait requests; without one they poll. */
   readonly waiter?: CompletionWaiter;
+  /** Metrics hooks (observability/metrics.ts); the state machine itself knows no metrics library. */
+  readonly observer?: ProtectedObserver;
+}
+
+export interface ProtectedObserver {
+  /** One store round trip (or a wait, operation 'wait'), with its error if it failed. */
+  storeCall(operation: string, ms: number, error: unknown): void;
+  /** +1 when this instance starts forwarding under a claim, -1 when it has stored or released it. */
+  claimsHeld(delta: 1 | -1): void;
 }
 
 export interface ProtectedRequest {
@@ -194,7 +203,10 @@ export async function handleProtectedRequest(
             deps.store.settleUnknown(id, claim.fence, unknown, policy.ttlMs),
           );
           if (settled === undefined) return;
-          if (settled !== null) return replay(request, settled);
+          if (settled !== null) {
+            log.outcomeUnknown = true;
+            return replay(request, settled);
+          }
         }
         break; // someone else moved the record on: read it again
       }
@@ -254,6 +266,21 @@ function clientGone(res: ServerResponse): Promise<'gone'> {
 }
 
 async function forward(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  body: Buffer,
+): Promise<void> {
+  deps.observer?.claimsHeld(1);
+  try {
+    await forwardAndSettle(deps, request, id, fence, body);
+  } finally {
+    deps.observer?.claimsHeld(-1);
+  }
+}
+
+async function forwardAndSettle(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   id: RecordId,
@@ -347,6 +374,7 @@ async function settleFailure(
     return;
   }
   const unknown = unknownOutcomeResponse(failure.error);
+  request.log.outcomeUnknown = true;
   if (policy.unknownOutcome === 'fail') {
     // At most once: this answer is what every repeat gets until an operator clears the key.
     await storeCall(
@@ -397,9 +425,11 @@ async function storeCall<T>(
   answerOnFailure = true,
 ): Promise<T | undefined> {
   const started = performance.now();
+  let failure: unknown;
   try {
     return await call();
   } catch (error) {
+    failure = error;
     deps.onStoreError(error, operation);
     if (answerOnFailure) {
       fail(
@@ -419,7 +449,9 @@ async function storeCall<T>(
     }
     return undefined;
   } finally {
-    request.log.storeMs += performance.now() - started;
+    const ms = performance.now() - started;
+    request.log.storeMs += ms;
+    deps.observer?.storeCall(operation, ms, failure);
   }
 }
 
