@@ -204,8 +204,6 @@ export async function idempotentFetch(
     const timeoutMs = Math.min(policy.attemptTimeoutMs ?? Infinity, Math.max(1, deadline - now()));
     const result = await attemptOnce(fetchImpl, url, request, callerSignal, timeoutMs);
 
-    let reason: RetryReason;
-    let retryAfterMs: number | undefined;
     if ('response' in result) {
       const { response } = result;
       const replayed = isTrue(response.headers.get(replayedHeader));
@@ -228,8 +226,7 @@ export async function idempotentFetch(
         outcomeUnknown: outcome !== undefined,
       });
       if (retryReason === undefined) return final;
-      reason = retryReason;
-      retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), now());
+      const retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), now());
       const delayMs = retryDelayMs(attempt, retryAfterMs, policy, random);
       if (attempt >= policy.maxAttempts || now() + delayMs >= deadline) return final;
       await discard(response);
@@ -237,7 +234,7 @@ export async function idempotentFetch(
         key,
         url,
         attempt,
-        reason,
+        reason: retryReason,
         status: response.status,
         retryAfterMs,
         delayMs,
@@ -245,7 +242,6 @@ export async function idempotentFetch(
       });
       await sleep(delayMs, callerSignal);
     } else {
-      reason = result.reason;
       const delayMs = retryDelayMs(attempt, undefined, policy, random);
       if (attempt >= policy.maxAttempts) {
         throw new IdempotentFetchError('ATTEMPTS_EXHAUSTED', key, attempt, result.error);
@@ -257,7 +253,7 @@ export async function idempotentFetch(
         key,
         url,
         attempt,
-        reason,
+        reason: result.reason,
         error: result.error,
         delayMs,
         elapsedMs: now() - startedAt,
@@ -295,7 +291,7 @@ async function attemptOnce(
     if (timeout?.signal.aborted) return { error, reason: 'attempt-timeout' };
     // The fetch standard reports every network error as a TypeError ("fetch failed", with the
     // socket error as its cause). Argument errors are TypeErrors too, but were checked up front.
-    if (error instanceof TypeError) return { error, reason: 'network-error' };
+    if (isTypeError(error)) return { error, reason: 'network-error' };
     throw error;
   } finally {
     clearTimeout(timer);
@@ -324,6 +320,19 @@ function sleepFor(ms: number, signal?: AbortSignal): Promise<void> {
 /** Frees the connection of a response that will not be returned. */
 async function discard(response: Response): Promise<void> {
   await response.body?.cancel().catch(() => undefined);
+}
+
+/**
+ * `instanceof TypeError` fails across realms (Node's built-in fetch throws its own realm's TypeError
+ * into a vm context or a jest sandbox), so the name decides.
+ */
+function isTypeError(error: unknown): boolean {
+  if (error instanceof TypeError) return true;
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as { name?: unknown }).name === 'TypeError'
+  );
 }
 
 function isTrue(value: string | null): boolean {

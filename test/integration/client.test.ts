@@ -15,18 +15,31 @@ import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
 let proxy: TestProxy;
+/** Upstream requests held with ?hold, by key, until release(key). */
+const held = new Map<string, (() => void)[]>();
+
+function release(key: string): void {
+  for (const resume of held.get(key) ?? []) resume();
+  held.delete(key);
+}
+
+/** Resolves once the upstream holds a request with this key. */
+async function heldUpstream(key: string): Promise<void> {
+  while (!held.has(key)) await sleep(5);
+}
 
 beforeAll(async () => {
-  // Query parameters script the upstream, per key: ?slow=ms delays the answer, ?drop hangs up after
-  // receiving the request, ?fail=n answers ?status= (503) to the key's first n executions.
+  // Query parameters script the upstream, per key: ?hold keeps the answer until the test calls
+  // release(key), ?drop hangs up after receiving the request, ?fail=n answers ?status= (503) to the
+  // key's first n executions.
   const executionsByKey = new Map<string, number>();
   upstream = await startUpstream(async (req, res, raw) => {
     const url = new URL(req.url, 'http://upstream');
     const key = String(req.headers['idempotency-key']);
     const execution = (executionsByKey.get(key) ?? 0) + 1;
     executionsByKey.set(key, execution);
-    const slowMs = Number(url.searchParams.get('slow') ?? 0);
-    if (slowMs) await sleep(slowMs);
+    if (url.searchParams.has('hold'))
+      await new Promise<void>((resolve) => held.set(key, [...(held.get(key) ?? []), resolve]));
     if (url.searchParams.has('drop')) {
       raw.socket.destroy();
       return;
@@ -70,6 +83,7 @@ routes:
 });
 
 afterAll(async () => {
+  for (const key of held.keys()) release(key);
   await proxy?.close();
   await upstream?.close();
 });
@@ -104,10 +118,14 @@ describe('against the proxy', () => {
     const key = newKey();
     const retries: RetryInfo[] = [];
     const result = await idempotentFetch(
-      `${proxy.url}/tools/refunds?slow=400`,
+      `${proxy.url}/tools/refunds?hold`,
       post(key, {
-        retry: { attemptTimeoutMs: 100, baseDelayMs: 20, maxDelayMs: 100, maxAttempts: 30 },
-        onRetry: (info) => retries.push(info),
+        retry: { attemptTimeoutMs: 100, baseDelayMs: 20, maxDelayMs: 50, maxAttempts: 50 },
+        onRetry: (info) => {
+          retries.push(info);
+          // The upstream answers only once a retry has seen the 409: the order is certain.
+          if (info.reason === 'in-flight') release(key);
+        },
       }),
     );
     expect(result).toMatchObject({ status: 201, replayed: true, outcome: undefined, key });
@@ -119,10 +137,9 @@ describe('against the proxy', () => {
     });
     expect(executionsOf(key)).toHaveLength(1);
     expect(retries[0]).toMatchObject({ attempt: 1, reason: 'attempt-timeout', key });
-    const inFlight = retries.find((r) => r.reason === 'in-flight');
+    expect(retries[1]).toMatchObject({ attempt: 2, reason: 'in-flight', status: 409, delayMs: 50 });
     // The 409's Retry-After is the lease left (about 10 s); each wait is capped at maxDelayMs.
-    expect(inFlight).toMatchObject({ status: 409, delayMs: 100 });
-    expect(inFlight?.retryAfterMs).toBeGreaterThanOrEqual(8_000);
+    expect(retries[1]?.retryAfterMs).toBeGreaterThanOrEqual(8_000);
     expect(retries.map((r) => r.attempt)).toEqual(retries.map((_, i) => i + 1));
   });
 
@@ -150,13 +167,16 @@ describe('against the proxy', () => {
   test('gives up with IdempotentFetchError when no attempt reaches the proxy', async () => {
     const key = newKey();
     const { waits, sleep: fakeSleep } = recordingSleep();
+    const closed = await startUpstream();
+    await closed.close(); // a port where nothing listens: connection refused, nothing sent
     const error: unknown = await idempotentFetch(
-      'http://127.0.0.1:1/tools/refunds',
+      `${closed.url}/tools/refunds`,
       post(key, { sleep: fakeSleep, retry: { maxAttempts: 3 } }),
     ).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(IdempotentFetchError);
     expect(error).toMatchObject({ code: 'ATTEMPTS_EXHAUSTED', key, attempts: 3 });
-    expect((error as Error).cause).toBeInstanceOf(TypeError);
+    // Node's fetch throws its own realm's TypeError ("fetch failed"), so compare by name.
+    expect((error as Error).cause).toMatchObject({ name: 'TypeError', message: 'fetch failed' });
     expect(waits).toHaveLength(2);
   });
 
@@ -263,9 +283,9 @@ describe('against the proxy', () => {
 
   test("the caller's signal cancels a Retry-After wait", async () => {
     const key = newKey();
-    const url = `${proxy.url}/tools/refunds?slow=600`;
+    const url = `${proxy.url}/tools/refunds?hold`;
     const first = idempotentFetch(url, post(key));
-    await sleep(100); // the first request now holds the claim
+    await heldUpstream(key); // the first request holds the claim
     const controller = new AbortController();
     const retries: RetryInfo[] = [];
     const started = Date.now();
@@ -280,9 +300,10 @@ describe('against the proxy', () => {
       }),
     );
     await expect(second).rejects.toThrow('agent cancelled');
-    expect(Date.now() - started).toBeLessThan(1_000); // not the 5 s wait (Retry-After ≈ 10 s, capped)
+    expect(Date.now() - started).toBeLessThan(2_000); // not the 5 s wait (Retry-After ≈ 10 s, capped)
     expect(retries).toEqual([expect.objectContaining({ reason: 'in-flight', delayMs: 5_000 })]);
-    expect(await first).toMatchObject({ status: 201, attempts: 1 });
+    release(key);
+    expect(await first).toMatchObject({ status: 201, attempts: 1, replayed: false });
     expect(executionsOf(key)).toHaveLength(1);
   });
 });

@@ -1,0 +1,10 @@
+// The package's library entry, for embedding the proxy in another Node process (tests do this).
+// Agent builders want `idempotency-proxy/client` instead.
+export { createApp, type App, type AppOptions } from './app';
+export { loadConfigFile, parseConfigText } from './config/load';
+export type { ProxyConfig, RouteConfig, IdempotencyPolicy } from './config/types';
+export { PostgresKeyStore } from './db/key-store';
+export { migrate } from './db/migrate';
+export { createPool } from './db/pool';
+export { CompletionListener } from './db/completion-listener';
+export { ConfigError, ProxyError, ERROR_TABLE, type ErrorCode } from './errors';
