@@ -12,9 +12,9 @@ FROM node:20.20-bookworm-slim AS base
 WORKDIR /app
 
 # Production dependencies only. --omit=optional leaves out embedded-postgres's platform binaries
-# (about 60 MB): in a container the store is the PostgreSQL that DATABASE_URL names, so the embedded
-# server is never started (without DATABASE_URL or store.url the proxy fails at start, saying so).
-# --ignore-scripts: none of the remaining packages needs an install script.
+# (about 60 MB) and pg-cloudflare: in a container the store is the PostgreSQL that DATABASE_URL
+# names, so the embedded server is never started. Without DATABASE_URL (or store.url) the proxy logs
+# "no store.url or DATABASE_URL set" and exits 1. --ignore-scripts: nothing left needs one.
 FROM base AS deps
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --omit=optional --ignore-scripts

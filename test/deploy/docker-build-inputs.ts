@@ -98,7 +98,7 @@ export function execForm(args: string): string[] | undefined {
 export function splitFlags(args: string): { flags: Map<string, string>; rest: string } {
   const flags = new Map<string, string>();
   let rest = args.trim();
-  for (let match = /^--([\w-]+)(?:=(\S*))?\s*/.exec(rest); match; ) {
+  for (let match = /^--([\w-]+)(?:=(\S*))?\s*/.exec(rest); match;) {
     flags.set(match[1]!, match[2] ?? '');
     rest = rest.slice(match[0].length);
     match = /^--([\w-]+)(?:=(\S*))?\s*/.exec(rest);
@@ -119,7 +119,7 @@ export function stageNamed(dockerfile: Dockerfile, name?: string): Stage {
 /** `stage` and the earlier stages it is built FROM, nearest first: what the image inherits. */
 export function lineage(dockerfile: Dockerfile, stage: Stage): Stage[] {
   const chain = [stage];
-  for (let parent = earlierStage(dockerfile, stage); parent; ) {
+  for (let parent = earlierStage(dockerfile, stage); parent;) {
     chain.push(parent);
     parent = earlierStage(dockerfile, parent);
   }
