@@ -1,18 +1,21 @@
-// Wires the proxy together: router, pass-through and protected paths, logging, graceful close.
-// createApp does not listen and does not own the database pool; serve (cli) and the tests do.
+// Wires the proxy together: router, pass-through and protected paths, logging, metrics, reload and
+// graceful close. createApp does not listen and does not own the database pool; serve (cli) and the
+// tests do.
+import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { type ProxyConfig, type RouteConfig, SAFE_METHODS } from './config/types';
 import { ProxyError } from './errors';
-import { problemType, sendProblem } from './http/problem';
-import { newLogEntry, roundMs } from './http/request-log';
-import { createRouter, parseRequestTarget, upstreamPath } from './http/router';
+import { malformedRequestAnswer } from './http/malformed';
+import { sendProblem } from './http/problem';
+import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
+import { parseRequestTarget, upstreamPath } from './http/router';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
-import { PassThrough } from './upstream/passthrough';
-import { UpstreamPools } from './upstream/protected';
+import type { ProxyMetrics } from './observability/metrics';
+import { restartOnlyChanges, Runtime } from './runtime';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
@@ -20,33 +23,39 @@ export interface AppOptions {
   readonly logger: Logger;
   /** Wakes onConcurrent: wait requests (db/completion-listener.ts); without one they poll. */
   readonly waiter?: CompletionWaiter;
+  readonly metrics?: ProxyMetrics;
 }
 
 export interface App {
   readonly server: http.Server;
+  /** The config in force: the latest one reload() accepted. */
+  config(): ProxyConfig;
   /** Requests currently being handled. */
   inFlight(): number;
+  /** True once close() has begun. */
+  draining(): boolean;
+  /**
+   * Swaps in a new config for new requests; in-flight ones finish on the old. Throws (and keeps the
+   * old config) when the new one changes settings that need a restart.
+   */
+  reload(next: ProxyConfig): void;
   /** Stops accepting, waits up to graceMs for in-flight requests, then closes everything. */
   close(graceMs?: number): Promise<void>;
 }
 
 export function createApp(options: AppOptions): App {
-  const { config, store, logger } = options;
-  const router = createRouter(config.routes);
-  const upstreams = new UpstreamPools(config.upstreams.values());
-  const passThrough = new PassThrough(config.upstreams.values());
-  const deps: ProtectedDeps = {
-    store,
-    upstreams,
-    passThrough,
-    waiter: options.waiter,
-    onStoreError: (error, operation) =>
-      logger.error({ err: error, operation }, 'idempotency store operation failed'),
-  };
+  const { store, logger, metrics } = options;
+  let runtime = new Runtime(options.config);
   let active = 0;
+  let closing = false;
   const idle: (() => void)[] = [];
+  const onStoreError = (error: unknown, operation: string): void =>
+    logger.error({ err: error, operation }, 'idempotency store operation failed');
 
   const server = http.createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+    // Each request runs to its end on the runtime it started with, even if a reload swaps it.
+    const current = runtime;
+    current.enter();
     active++;
     const started = performance.now();
     const target = parseRequestTarget(req.url ?? '/');
@@ -57,20 +66,13 @@ export function createApp(options: AppOptions): App {
     let pending = 2;
     const done = (): void => {
       if (--pending > 0) return;
-      entry.status = res.statusCode;
-      entry.totalMs = roundMs(performance.now() - started);
-      entry.storeMs = roundMs(entry.storeMs);
-      entry.upstreamMs = roundMs(entry.upstreamMs);
-      entry.waitMs = roundMs(entry.waitMs);
-      logger.info(
-        { ...entry, clientClosedEarly: res.writableFinished ? undefined : true },
-        'request',
-      );
+      finish(entry, res, performance.now() - started, current);
+      current.leave();
       if (--active === 0) for (const resolve of idle.splice(0)) resolve();
     };
     res.once('close', done);
 
-    const route = router.match(method, req.headers.host, target.path);
+    const route = current.router.match(method, req.headers.host, target.path);
     if (!route) {
       entry.outcome = 'not_found';
       sendProblem(
@@ -86,9 +88,17 @@ export function createApp(options: AppOptions): App {
     const policy = route.idempotency;
     if (!policy || !isProtectedMethod(route, method)) {
       entry.outcome = 'passthrough';
-      passThrough.web(req, res, route, upstreamPath(route, target));
+      current.passThrough.web(req, res, route, upstreamPath(route, target));
       return done();
     }
+    const deps: ProtectedDeps = {
+      store,
+      upstreams: current.upstreams,
+      passThrough: current.passThrough,
+      waiter: options.waiter,
+      observer: metrics,
+      onStoreError,
+    };
     handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })
       .catch((error: unknown) => {
         logger.error({ err: error, route: route.name }, 'unexpected error in a protected request');
@@ -105,16 +115,36 @@ export function createApp(options: AppOptions): App {
       .finally(done);
   });
 
+  const finish = (
+    entry: RequestLogEntry,
+    res: http.ServerResponse,
+    totalMs: number,
+    current: Runtime,
+  ): void => {
+    entry.status = res.statusCode;
+    entry.totalMs = roundMs(totalMs);
+    entry.storeMs = roundMs(entry.storeMs);
+    entry.upstreamMs = roundMs(entry.upstreamMs);
+    entry.waitMs = roundMs(entry.waitMs);
+    metrics?.observeRequest(entry);
+    const line: Record<string, unknown> = { ...entry };
+    if (entry.key !== undefined && current.hashesKeys.has(entry.route ?? ''))
+      line.key = hashKey(entry.key);
+    if (!res.writableFinished) line.clientClosedEarly = true;
+    logger.info(line, 'request');
+  };
+
   server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
+    const current = runtime;
     const target = parseRequestTarget(req.url ?? '/');
     const method = req.method ?? 'GET';
-    const route = router.match(method, req.headers.host, target.path);
+    const route = current.router.match(method, req.headers.host, target.path);
     // Upgrades are GETs: they pass through on any matched route that does not protect GET itself.
     if (!route || (route.idempotency && isProtectedMethod(route, method))) {
       socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    passThrough.ws(req, socket, head, route, upstreamPath(route, target));
+    current.passThrough.ws(req, socket, head, route, upstreamPath(route, target));
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable || error.code === 'ECONNRESET') return socket.destroy();
@@ -123,8 +153,20 @@ export function createApp(options: AppOptions): App {
 
   return {
     server,
+    config: () => runtime.config,
     inFlight: () => active,
-    async close(graceMs = config.shutdownGraceMs) {
+    draining: () => closing,
+    reload(next) {
+      const blocked = restartOnlyChanges(runtime.config, next);
+      if (blocked.length > 0) {
+        throw new Error(`these settings need a restart, not a reload: ${blocked.join(', ')}`);
+      }
+      const previous = runtime;
+      runtime = new Runtime(next);
+      previous.retire();
+    },
+    async close(graceMs = runtime.config.shutdownGraceMs) {
+      closing = true;
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
       if (active > 0) {
@@ -133,8 +175,7 @@ export function createApp(options: AppOptions): App {
       }
       server.closeAllConnections();
       await closed;
-      passThrough.close();
-      await upstreams.close();
+      await runtime.close();
     },
   };
 }
@@ -146,20 +187,9 @@ function isProtectedMethod(route: RouteConfig, method: string): boolean {
   return policy !== null && policy.allowSafeMethods && route.match.methods?.has(method) === true;
 }
 
-/** A raw HTTP answer for a request Node's parser rejected (bad header bytes, oversized headers, …). */
-function malformedRequestAnswer(error: NodeJS.ErrnoException): string {
-  const tooLarge = error.code === 'HPE_HEADER_OVERFLOW';
-  const body = JSON.stringify({
-    type: problemType('BAD_REQUEST'),
-    title: tooLarge ? 'Request headers too large' : 'Malformed request',
-    status: tooLarge ? 431 : 400,
-    detail: tooLarge
-      ? 'The request headers are larger than the proxy accepts; send fewer or smaller headers.'
-      : `The request is not valid HTTP/1.1 (${error.code ?? 'parse error'}): check for control characters in header names and values.`,
-    code: 'BAD_REQUEST',
-  });
-  const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
-  return `HTTP/1.1 ${status}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+/** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */
+export function hashKey(key: string): string {
+  return `sha256:${createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
 }
 
 function delay(ms: number): Promise<void> {

@@ -1,12 +1,19 @@
-// `idempotency-proxy serve`: migrate, listen, and drain on SIGTERM/SIGINT.
+// `idempotency-proxy serve`: migrate, listen (proxy and admin), prune in the background, reload on
+// SIGHUP, and drain on SIGTERM/SIGINT.
 import type { AddressInfo } from 'node:net';
+import type http from 'node:http';
 import type { Logger } from 'pino';
-import { createApp } from '../app';
+import { createAdminServer } from '../admin/admin-server';
+import { type App, createApp } from '../app';
 import { leaseWarnings } from '../config/lease-warnings';
+import { loadConfigFile } from '../config/load';
 import type { ProxyConfig } from '../config/types';
 import { CompletionListener } from '../db/completion-listener';
 import { completionChannel, PostgresKeyStore } from '../db/key-store';
 import { migrate } from '../db/migrate';
+import { startPruner } from '../db/pruner';
+import { ConfigError } from '../errors';
+import { ProxyMetrics } from '../observability/metrics';
 import { openDatabase, whenDatabaseReady } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
@@ -24,6 +31,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     throw error;
   }
 
+  const metrics = new ProxyMetrics();
   const listener = new CompletionListener(
     database.url,
     completionChannel(config.store.table),
@@ -35,28 +43,37 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     store: new PostgresKeyStore(database.pool, config.store.table),
     logger,
     waiter: listener,
+    metrics,
   });
-  await new Promise<void>((resolve, reject) => {
-    app.server.once('error', reject);
-    app.server.listen(config.listen.port, config.listen.host, () => resolve());
+  const admin = createAdminServer({
+    config: () => app.config(),
+    pool: database.pool,
+    metrics,
+    draining: () => app.draining(),
+    beforeScrape: () => metrics.waiting(listener.stats.waiting),
   });
-  const address = app.server.address() as AddressInfo;
-  logger.info(
-    {
-      host: address.address,
-      port: address.port,
-      routes: config.routes.length,
-      config: config.file,
+  const pruner = startPruner(database.pool, config.store.table, config.store.pruneIntervalMs, {
+    pruned: (result) => {
+      if (result.deleted > 0) metrics.prunedRows(result.deleted);
+      if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
     },
-    `idempotency-proxy listening on http://${address.address}:${address.port}`,
-  );
+    failed: (error) => {
+      metrics.storeError('prune');
+      logger.warn({ err: error }, 'pruning expired records failed; will retry next round');
+    },
+  });
+
+  await listen(app.server, config.listen.port, config.listen.host, logger, 'idempotency-proxy');
+  await listen(admin, config.admin.port, config.admin.host, logger, 'admin');
+  const onReload = (): void => reload(app, config.file, logger);
+  process.on('SIGHUP', onReload);
 
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   logger.info(
-    { signal, inFlight: app.inFlight(), graceMs: config.shutdownGraceMs },
+    { signal, inFlight: app.inFlight(), graceMs: app.config().shutdownGraceMs },
     'shutting down: draining in-flight requests',
   );
   const forceExit = (): void => {
@@ -65,9 +82,48 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   };
   process.once('SIGTERM', forceExit);
   process.once('SIGINT', forceExit);
-  await app.close(config.shutdownGraceMs);
+  process.off('SIGHUP', onReload);
+  await app.close(app.config().shutdownGraceMs);
+  await new Promise<void>((resolve) => admin.close(() => resolve()));
+  await pruner.stop();
   await listener.close();
   await database.close();
   logger.info('stopped');
   return 0;
+}
+
+/** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */
+function reload(app: App, file: string, logger: Logger): void {
+  try {
+    const next = loadConfigFile(file);
+    app.reload(next);
+    for (const warning of leaseWarnings(next))
+      logger.warn({ route: warning.route }, warning.message);
+    logger.info({ config: file, routes: next.routes.length }, 'configuration reloaded');
+  } catch (error) {
+    const issues =
+      error instanceof ConfigError ? error.message.split('\n') : [(error as Error).message];
+    logger.error(
+      { config: file, issues },
+      'configuration reload rejected; keeping the running configuration',
+    );
+  }
+}
+
+async function listen(
+  server: http.Server,
+  port: number,
+  host: string,
+  logger: Logger,
+  what: string,
+): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  logger.info(
+    { host: address.address, port: address.port },
+    `${what} listening on http://${address.address}:${address.port}`,
+  );
 }

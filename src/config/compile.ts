@@ -4,6 +4,7 @@
 // re-checks any of this.
 import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
+import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
 import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
 import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
 import type {
@@ -103,26 +104,13 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
 }
 
 /**
- * Features that are part of the config contract but not implemented in this version. One line
- * each, so each can be deleted when its feature lands. A value set in `defaults` is reported once,
- * where it is written, not once per route that inherits it.
+ * Features that are part of the config contract but not implemented in this version, one issue
+ * each at the path where the value is written (in `defaults` once, not once per route inheriting
+ * it). None right now: derived keys and shadow mode landed with issue 4.
  */
-export function rejectUnsupportedFeatures(parsed: ParsedConfig): PathIssue[] {
-  const issues: PathIssue[] = [];
-  const add = (path: IssuePath, message: string) => issues.push({ path, message });
-  for (const [at, block] of ownBlocks(parsed)) {
-    if (block.key?.derive !== undefined) add([...at, 'key', 'derive'], UNSUPPORTED.derive);
-    if (block.enforce === false) add([...at, 'enforce'], UNSUPPORTED.shadow);
-  }
-  return issues;
+export function rejectUnsupportedFeatures(_parsed: ParsedConfig): PathIssue[] {
+  return [];
 }
-
-const UNSUPPORTED = {
-  derive:
-    'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
-  shadow:
-    'enforce: false (shadow mode) is not supported yet; remove it, or make the route pass-through with idempotency: false',
-};
 
 /** Checks that span several fields (or need a URL parser); single-field formats are the schema's. */
 export function checkConfig(parsed: ParsedConfig): PathIssue[] {
@@ -192,17 +180,16 @@ function checkProtectedRoute(
         'key.window is only allowed together with key.derive (it is a derived key’s lifetime)',
     });
   }
+  // A derived key is stored, logged and forwarded like a sent one, so it must fit the same limit.
+  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
+  if (derive !== undefined && maxLength < DERIVED_KEY_LENGTH) {
+    const where = block.key?.maxLength !== undefined ? [...at, 'idempotency'] : ['defaults'];
+    issues.push({
+      path: [...where, 'key', 'maxLength'],
+      message: `expected at least ${DERIVED_KEY_LENGTH} with key.derive: a derived key ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
+    });
+  }
   return issues;
-}
-
-function ownBlocks(parsed: ParsedConfig): [IssuePath, IdempotencyBlock][] {
-  const blocks: [IssuePath, IdempotencyBlock][] = [];
-  if (parsed.defaults) blocks.push([['defaults'], parsed.defaults]);
-  parsed.routes.forEach((route, i) => {
-    if (typeof route.idempotency === 'object')
-      blocks.push([['routes', i, 'idempotency'], route.idempotency]);
-  });
-  return blocks;
 }
 
 /** True when every path `pattern` matches starts with `prefix` (whole segments, all literal). */
@@ -291,6 +278,7 @@ function resolvePolicy(
     enforce: pick('enforce') ?? BUILT_IN.enforce,
     allowSafeMethods: pick('allowSafeMethods') ?? BUILT_IN.allowSafeMethods,
     replaySetCookie: pick('replaySetCookie') ?? BUILT_IN.replaySetCookie,
+    logKey: pick('logKey') ?? BUILT_IN.logKey,
   };
 }
 

@@ -155,6 +155,7 @@ export const IDEMPOTENCY_DEFAULTS = {
   enforce: true,
   allowSafeMethods: false,
   replaySetCookie: false,
+  logKey: 'plain',
 } as const;
 
 const D = IDEMPOTENCY_DEFAULTS;
@@ -217,7 +218,7 @@ export const idempotencySchema = strict(
     ),
     onConcurrent: opt(
       z.enum(['reject', 'wait'], { error: 'expected reject or wait' }),
-      'A repeat while the first is in flight: reject (409) or wait (not supported yet).',
+      'A repeat while the first is in flight: reject (409 + Retry-After) or wait (block until it completes, then replay).',
       D.onConcurrent,
     ),
     waitTimeout: opt(timer, 'Longest wait with onConcurrent: wait.', D.waitTimeout),
@@ -235,6 +236,11 @@ export const idempotencySchema = strict(
     ),
     allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method.', D.allowSafeMethods),
     replaySetCookie: opt(bool, 'Store and replay Set-Cookie.', D.replaySetCookie),
+    logKey: opt(
+      z.enum(['plain', 'hash'], { error: 'expected plain or hash' }),
+      'How request logs show the key: plain, or hash (a short SHA-256) when keys are sensitive.',
+      D.logKey,
+    ),
   },
   'idempotency settings',
 );

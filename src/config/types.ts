@@ -85,6 +85,8 @@ export interface IdempotencyPolicy {
   readonly enforce: boolean;
   readonly allowSafeMethods: boolean;
   readonly replaySetCookie: boolean;
+  /** How request logs show the key: as sent, or as a short hash. */
+  readonly logKey: 'plain' | 'hash';
 }
 
 export interface RouteMatch {

@@ -38,6 +38,12 @@ interface ResponseRow {
 
 const ms = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
 
+/** A one-element jsonb array for the record's history (migration 2). */
+function event(name: string, fence: string, status?: string): string {
+  const statusPart = status ? `, 'status', ${status}` : '';
+  return `jsonb_build_array(jsonb_build_object('event', ${name}, 'at', now(), 'fence', ${fence}${statusPart}))`;
+}
+
 /** Column assignments of the claim's ON CONFLICT branch: an expired row is claimed afresh. */
 function claimUpsertAssignments(): string {
   const expired = 'r.expires_at <= now()';
@@ -57,6 +63,7 @@ function claimUpsertAssignments(): string {
     created_at: ['now()', 'r.created_at'],
     completed_at: ['NULL', 'r.completed_at'],
     expires_at: ['excluded.expires_at', 'r.expires_at'],
+    events: [event("'claimed'", 'r.fence + 1'), 'r.events'],
   };
   const assignments = Object.entries(fresh).map(
     ([column, [whenExpired, otherwise]]) =>
@@ -79,9 +86,9 @@ export function buildStatements(tableName: string) {
     // claim_token is ours); any other row is returned as it stands, with the audit counters bumped.
     claim: `
       INSERT INTO ${t} AS r (scope, tenant, key, route, fingerprint, state, claim_token, fence,
-                             lease_expires_at, expires_at)
+                             lease_expires_at, expires_at, events)
       VALUES ($1::text, $2::text, $3::text, $4::text, $5::bytea, 'in_progress', $6::uuid, 1,
-              now() + ${ms('$7')}, now() + ${ms('$8')})
+              now() + ${ms('$7')}, now() + ${ms('$8')}, ${event("'claimed'", '1')})
       ON CONFLICT (scope, tenant, key) DO UPDATE SET
         ${claimUpsertAssignments()}
       RETURNING
@@ -103,7 +110,8 @@ export function buildStatements(tableName: string) {
       WITH done AS (
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
                body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('$10')}
+               lease_expires_at = NULL, expires_at = now() + ${ms('$10')},
+               events = events || ${event("'completed'", 'fence', '$5::smallint')}
         WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
         RETURNING attempts
       ), nudge AS (SELECT pg_notify($11::text, $12::text) FROM done WHERE attempts > 1)
@@ -116,14 +124,16 @@ export function buildStatements(tableName: string) {
       SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
     takeOver: `
       UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
-             expires_at = GREATEST(expires_at, now() + ${ms('$6')})
+             expires_at = GREATEST(expires_at, now() + ${ms('$6')}),
+             events = events || ${event("'taken_over'", 'fence + 1')}
       WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
       RETURNING fence::text AS fence`,
     settleUnknown: `
       WITH done AS (
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
                body_omitted = false, outcome_unknown = true, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1
+               lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1,
+               events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
         WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts
       ), nudge AS (SELECT pg_notify($9::text, $10::text) FROM done WHERE attempts > 1)

@@ -26,7 +26,15 @@ export interface RequestLogEntry {
   storeMs: number;
   upstreamMs: number;
   /** Shadow mode (enforce: false): what enforcement would have done instead of forwarding. */
-  shadow?: 'would_replay' | 'would_reject_in_flight' | 'would_reject_mismatch';
+  shadow?:
+    | 'would_replay'
+    | 'would_reject_in_flight'
+    | 'would_wait'
+    | 'would_reject_mismatch'
+    | 'would_reject_missing_key'
+    | 'would_reject_invalid_key'
+    | 'would_reject_too_large'
+    | 'would_reject_store_unavailable';
   /** True when the key was derived from the request (no key header was sent). */
   keyDerived?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */

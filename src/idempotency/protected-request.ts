@@ -1,34 +1,40 @@
 // The protected-request state machine, top to bottom (SPEC §4):
 //
-//   key → body → fingerprint → claim ─┬─ claimed ──► forward ─┬─ stored status ──► complete → respond
-//                                     │                       ├─ released status ► release  → respond
-//                                     │                       ├─ nothing sent ───► release  → 502
-//                                     │                       └─ maybe ran ──────► fail: store unknown outcome
-//                                     │                                            retry: keep claim (lease)
-//                                     ├─ completed ─► replay
-//                                     ├─ mismatch ──► 422 (record untouched)
-//                                     └─ in flight ─┬─ lease left ─► 409 + Retry-After
-//                                                   └─ lease over ─► fail: settle as unknown, replay
-//                                                                    retry: take over (fence + 1), forward
+//   key ─┬─ sent ─────────────┐
+//        └─ none, derive set ─┤ (derived-key.ts: hashed from the request once its body is read)
+//                             ▼
+//   body → fingerprint → claim ─┬─ claimed ──► forward ─┬─ stored status ──► complete → respond
+//                               │                       ├─ released status ► release  → respond
+//                               │                       ├─ nothing sent ───► release  → 502
+//                               │                       └─ maybe ran ──────► fail: store unknown outcome
+//                               │                                            retry: keep claim (lease)
+//                               ├─ completed ─► replay
+//                               ├─ mismatch ──► 422 (record untouched)
+//                               └─ in flight ─┬─ lease left ─► 409 + Retry-After
+//                                             └─ lease over ─► fail: settle as unknown, replay
+//                                                              retry: take over (fence + 1), forward
+//
+// Shadow mode (enforce: false, shadow.ts) leaves this path wherever enforcement would answer for the
+// upstream (400, 413, 503, replay, 409, 422): it forwards anyway and only logs what it would have done.
 //
 // The response is stored before the client sees its last byte, so once a client has a whole answer,
 // every retry replays it.
-import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
-import { forwardedHeaders, hopByHopNames } from '../http/headers';
 import { problemBody, problemHeaders, sendProblem } from '../http/problem';
 import type { Outcome, RequestLogEntry } from '../http/request-log';
-import { responseHeaderPairs, statusHasBody, writeWhole } from '../http/response';
+import { responseHeaderPairs, writeWhole } from '../http/response';
 import { type RequestTarget, upstreamPath } from '../http/router';
 import type { PassThrough } from '../upstream/passthrough';
 import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
-import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
-import { computeFingerprint } from './fingerprint';
-import { parseIdempotencyKey } from './key';
+import type { TransportFailure } from '../upstream/transport-errors';
+import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from './derived-key';
+import { computeFingerprint, type FingerprintInput } from './fingerprint';
+import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
+import { type KeyParseResult, parseIdempotencyKey } from './key';
 import {
   type CompletionWaiter,
   type HeaderPairs,
@@ -37,6 +43,7 @@ import {
   recordDigest,
   type StoredResponse,
 } from './record';
+import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
 import { tenantHash } from './tenant';
 
 export interface ProtectedDeps {
@@ -81,27 +88,17 @@ export async function handleProtectedRequest(
   const { req, res, route, policy, log } = request;
 
   const parsed = parseIdempotencyKey(req.headersDistinct[policy.key.header], policy.key.maxLength);
-  if (!parsed.ok) {
-    if (parsed.problem === 'missing' && !policy.key.required) {
-      // No key and none required: forwarded unprotected, streamed like any pass-through request.
-      log.outcome = 'passthrough';
-      deps.passThrough.web(req, res, route, upstreamPath(route, request.target));
-      return;
-    }
-    const code =
-      parsed.problem === 'missing' ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-    return fail(
-      request,
-      parsed.problem === 'missing' ? 'missing_key' : 'invalid_key',
-      new ProxyError(code, parsed.detail, { route: route.name }),
-    );
-  }
-  const key = parsed.key;
-  log.key = key;
+  // No key header on a route with key.derive: the key is derived once the body is read. A key that
+  // was sent but is invalid is never replaced by a derived one: that would hide a client bug.
+  const derivesKey = !parsed.ok && parsed.problem === 'missing' && policy.key.derive !== null;
+  if (!parsed.ok && !derivesKey) return refuseKey(deps, request, parsed);
+  if (parsed.ok) log.key = parsed.key;
 
   let body: Buffer;
   try {
-    body = await readBody(req, policy.maxRequestBytes);
+    body = policy.enforce
+      ? await readBody(req, policy.maxRequestBytes)
+      : await readBodyOrRewind(req, policy.maxRequestBytes);
   } catch (error) {
     if (!(error instanceof BodyTooLargeError)) {
       // The client went away mid-body: nothing was claimed, nobody to answer.
@@ -109,6 +106,7 @@ export async function handleProtectedRequest(
       res.destroy();
       return;
     }
+    if (!policy.enforce) return passThroughInShadow(deps, request, 'would_reject_too_large');
     // The unread rest of the body would be parsed as the next request: close the connection.
     res.shouldKeepAlive = false;
     return fail(
@@ -117,23 +115,69 @@ export async function handleProtectedRequest(
       new ProxyError(
         'REQUEST_TOO_LARGE',
         `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
-        { route: route.name, key },
+        { route: route.name, key: log.key },
       ),
     );
   }
 
-  const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
-  const fingerprint = computeFingerprint(
-    {
-      method: req.method ?? 'POST',
-      path: request.target.path,
-      query: request.target.query,
-      headers: req.headers,
-      body,
-      contentType: req.headers['content-type'],
-    },
-    policy.fingerprint,
+  const input: FingerprintInput = {
+    method: req.method ?? 'POST',
+    path: request.target.path,
+    query: request.target.query,
+    headers: req.headers,
+    body,
+    contentType: req.headers['content-type'],
+  };
+  if (parsed.ok) return claimAndAnswer(deps, request, parsed.key, input);
+  // Only a route with key.derive gets here (refuseKey took every other keyless request). A derived
+  // key's record lives for key.window instead of ttl; the rest is as for a sent key.
+  const key = deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
+  log.key = key;
+  log.keyDerived = true;
+  return claimAndAnswer(deps, { ...request, policy: derivedKeyPolicy(policy) }, key, input);
+}
+
+/** No usable key and none to derive: 400, forwarded unprotected (required: false), or in shadow mode forwarded anyway. */
+function refuseKey(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  parsed: Extract<KeyParseResult, { ok: false }>,
+): void {
+  const { route, policy, log } = request;
+  const missing = parsed.problem === 'missing';
+  if (missing && !policy.key.required) {
+    // No key and none required: forwarded unprotected, streamed like any pass-through request.
+    log.outcome = 'passthrough';
+    deps.passThrough.web(request.req, request.res, route, upstreamPath(route, request.target));
+    return;
+  }
+  if (!policy.enforce) {
+    return passThroughInShadow(
+      deps,
+      request,
+      missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
+    );
+  }
+  fail(
+    request,
+    missing ? 'missing_key' : 'invalid_key',
+    new ProxyError(missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID', parsed.detail, {
+      route: route.name,
+    }),
   );
+}
+
+/** Claims (scope, key) and answers: forward, replay, 409 or 422 (SPEC §4). */
+async function claimAndAnswer(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  key: string,
+  input: FingerprintInput,
+): Promise<void> {
+  const { req, route, policy, log } = request;
+  const body = input.body;
+  const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
+  const fingerprint = computeFingerprint(input, policy.fingerprint);
 
   // Only wait once per request: `waitDeadline` is fixed when the first wait starts.
   let waitDeadline: number | undefined;
@@ -147,8 +191,12 @@ export async function handleProtectedRequest(
         claimExpiryMs: Math.max(policy.ttlMs, policy.lockTimeoutMs),
       }),
     );
-    if (claim === undefined) return;
+    if (claim === undefined) return storeUnavailable(deps, request, key, body);
     log.attempts = claim.attempts;
+
+    const wouldHave = policy.enforce ? undefined : shadowVerdict(claim, policy);
+    if (wouldHave !== undefined)
+      return forwardUnstored(deps.upstreams, request, key, body, wouldHave);
 
     switch (claim.kind) {
       case 'claimed':
@@ -189,7 +237,7 @@ export async function handleProtectedRequest(
           const fence = await storeCall(deps, request, 'take over', () =>
             deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
           );
-          if (fence === undefined) return;
+          if (fence === undefined) return storeUnavailable(deps, request, key, body);
           if (fence !== null) return forward(deps, request, id, fence, body);
         } else {
           const unknown = unknownOutcomeResponse(
@@ -213,6 +261,20 @@ export async function handleProtectedRequest(
     }
   }
   return inFlight(request, key, 1_000);
+}
+
+/**
+ * The store failed before this request could claim: enforcing, storeCall has answered 503 and
+ * nothing is forwarded (fail closed); in shadow mode the request is forwarded anyway.
+ */
+function storeUnavailable(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  key: string,
+  body: Buffer,
+): Promise<void> | undefined {
+  if (request.policy.enforce) return undefined;
+  return forwardUnstored(deps.upstreams, request, key, body, 'would_reject_store_unavailable');
 }
 
 type WaitResult =
@@ -299,7 +361,7 @@ async function forwardAndSettle(
     });
   } catch (error) {
     log.upstreamMs += performance.now() - started;
-    return settleFailure(deps, request, id, fence, transportFailure(request, error, id.key));
+    return settleFailure(deps, request, id, fence, transportFailure(request.route, error, id.key));
   }
 
   const status = response.status;
@@ -322,7 +384,7 @@ async function forwardAndSettle(
     }
   } catch (error) {
     log.upstreamMs += performance.now() - started;
-    const failure = transportFailure(request, error, id.key);
+    const failure = transportFailure(request.route, error, id.key);
     if (streaming) res.destroy(); // the client already has a head and part of a body
     return settleFailure(deps, request, id, fence, { sent: true, error: failure.error }, streaming);
   }
@@ -386,14 +448,17 @@ async function settleFailure(
     );
   }
   // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
-  if (!clientAlreadyAnswered)
-    writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
+  if (clientAlreadyAnswered) return;
+  // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
+  if (!policy.enforce) sendProblem(request.res, failure.error);
+  else writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
 }
 
 function replay(request: ProtectedRequest, stored: StoredResponse): void {
   const { res, policy, log } = request;
   log.outcome = 'replayed';
   const extra: [string, string][] = [[policy.replayedHeader, 'true']];
+  if (log.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
   if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
   writeWhole(res, stored.status, stored.headers, stored.body, extra);
 }
@@ -416,7 +481,10 @@ function fail(request: ProtectedRequest, outcome: Outcome, error: ProxyError): v
   sendProblem(request.res, error);
 }
 
-/** Runs a store operation; on failure answers 503 (unless told not to) and returns undefined. */
+/**
+ * Runs a store operation; on failure answers 503 (unless told not to, or in shadow mode) and returns
+ * undefined.
+ */
 async function storeCall<T>(
   deps: ProtectedDeps,
   request: ProtectedRequest,
@@ -431,7 +499,8 @@ async function storeCall<T>(
   } catch (error) {
     failure = error;
     deps.onStoreError(error, operation);
-    if (answerOnFailure) {
+    // Shadow mode never answers for the upstream: its caller forwards the request anyway.
+    if (answerOnFailure && request.policy.enforce) {
       fail(
         request,
         'store_unavailable',
@@ -455,20 +524,6 @@ async function storeCall<T>(
   }
 }
 
-function transportFailure(
-  request: ProtectedRequest,
-  error: unknown,
-  key: string,
-): TransportFailure {
-  const upstream = request.route.upstream;
-  return classifyTransportError(error, {
-    upstream: upstream.name,
-    route: request.route.name,
-    key,
-    timeoutMs: upstream.timeoutMs,
-  });
-}
-
 /** The problem answer for a request that may have run: stored under `fail`, marked either way. */
 function unknownOutcomeResponse(error: ProxyError): StoredResponse {
   const body = Buffer.from(JSON.stringify(problemBody(error)));
@@ -477,51 +532,4 @@ function unknownOutcomeResponse(error: ProxyError): StoredResponse {
     [OUTCOME_HEADER, 'unknown'],
   ];
   return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
-}
-
-/** Request headers sent upstream: no hop-by-hop, no framing, the key as forwardKeyAs. */
-function outgoingHeaders(
-  req: IncomingMessage,
-  policy: IdempotencyPolicy,
-  key: string,
-): Record<string, string | string[]> {
-  const dropped = hopByHopNames(req.headers);
-  const headers: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(req.headers)) {
-    if (value === undefined || dropped.has(name)) continue;
-    if (
-      name === 'host' ||
-      name === 'content-length' ||
-      name === 'expect' ||
-      name === policy.key.header
-    )
-      continue;
-    headers[name] = value;
-  }
-  Object.assign(headers, forwardedHeaders(req));
-  if (policy.forwardKeyAs !== null) {
-    // Sent with the configured spelling: some legacy services compare header names case-sensitively.
-    delete headers[policy.forwardKeyAs.toLowerCase()];
-    headers[policy.forwardKeyAs] = key;
-  }
-  return headers;
-}
-
-function startStreaming(
-  res: ServerResponse,
-  status: number,
-  headers: HeaderPairs,
-  contentLength: string | string[] | undefined,
-): void {
-  if (res.destroyed) return;
-  const flat: string[] = [];
-  for (const [name, value] of headers) flat.push(name, value);
-  if (typeof contentLength === 'string' && statusHasBody(status))
-    flat.push('content-length', contentLength);
-  res.writeHead(status, flat);
-}
-
-async function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> {
-  if (res.destroyed) return; // the client left; keep reading so the upstream call completes
-  if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
 }

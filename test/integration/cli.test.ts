@@ -40,6 +40,8 @@ const validConfig = (): string => `
 listen:
   host: 127.0.0.1
   port: \${PROXY_PORT}
+admin:
+  port: \${ADMIN_PORT:-0}
 shutdownGrace: 5s
 store:
   table: \${TABLE}
@@ -117,7 +119,7 @@ test('check exits 2 and names file, line and column for broken YAML and unknown 
     TABLE: 'keys_ok',
   });
   expect(typoResult.code).toBe(2);
-  expect(typoResult.stderr).toMatch(/typo\.yaml:6:1 shutdownGrase/);
+  expect(typoResult.stderr).toMatch(/typo\.yaml:8:1 shutdownGrase/);
 });
 
 test('the config file also comes from IDEMPOTENCY_PROXY_CONFIG, and a missing one exits 2', async () => {

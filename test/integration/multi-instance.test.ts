@@ -11,7 +11,12 @@ beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
     await sleep(Number(req.headers['x-wait'] ?? 0));
     res.writeHead(201, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ execution: upstream.executions().length, key: req.headers['idempotency-key'] }));
+    res.end(
+      JSON.stringify({
+        execution: upstream.executions().length,
+        key: req.headers['idempotency-key'],
+      }),
+    );
   });
 });
 
@@ -27,6 +32,8 @@ const config = (table: string, idempotency: string): string => `
 listen:
   host: 127.0.0.1
   port: \${PROXY_PORT}
+admin:
+  port: \${ADMIN_PORT}
 store:
   table: ${table}
   poolSize: 10
@@ -36,7 +43,10 @@ routes:
   - { name: retried, match: { path: /retried }, upstream: api, idempotency: { unknownOutcome: retry, lockTimeout: 2s } }
 `;
 
-async function twoProxies(table: string, idempotency: string): Promise<[ProxyProcess, ProxyProcess]> {
+async function twoProxies(
+  table: string,
+  idempotency: string,
+): Promise<[ProxyProcess, ProxyProcess]> {
   const env = { DATABASE_URL: databaseUrl() };
   return Promise.all([
     startProxyProcess({ yaml: config(table, idempotency), env }),
@@ -47,7 +57,12 @@ async function twoProxies(table: string, idempotency: string): Promise<[ProxyPro
 function storm(proxies: ProxyProcess[], key: string, count: number): Promise<TestResponse[]> {
   return Promise.all(
     Array.from({ length: count }, (_, i) =>
-      postJson(`${proxies[i % proxies.length]!.url}/orders`, key, { amount: 10 }, { 'x-wait': '400' }),
+      postJson(
+        `${proxies[i % proxies.length]!.url}/orders`,
+        key,
+        { amount: 10 },
+        { 'x-wait': '400' },
+      ),
     ),
   );
 }
@@ -60,7 +75,9 @@ test('200 duplicates split across two proxy processes execute once (reject: 409 
     const ok = responses.filter((r) => r.status === 201);
     expect(ok.length + responses.filter((r) => r.status === 409).length).toBe(200);
     expect(new Set(ok.map((r) => r.text())).size).toBe(1);
-    const after = await Promise.all(proxies.map((p) => postJson(`${p.url}/orders`, 'multi-reject', { amount: 10 })));
+    const after = await Promise.all(
+      proxies.map((p) => postJson(`${p.url}/orders`, 'multi-reject', { amount: 10 })),
+    );
     for (const response of after) {
       expect(response.headers['idempotent-replayed']).toBe('true');
       expect(response.text()).toBe(ok[0]!.text());
@@ -71,7 +88,10 @@ test('200 duplicates split across two proxy processes execute once (reject: 409 
 }, 60_000);
 
 test('200 duplicates split across two proxy processes execute once (wait: everyone gets the stored response)', async () => {
-  const proxies = await twoProxies(uniqueTable('multi'), '{ onConcurrent: wait, waitTimeout: 10s, lockTimeout: 30s }');
+  const proxies = await twoProxies(
+    uniqueTable('multi'),
+    '{ onConcurrent: wait, waitTimeout: 10s, lockTimeout: 30s }',
+  );
   try {
     const responses = await storm(proxies, 'multi-wait', 200);
     expect(upstream.executions()).toHaveLength(1);
@@ -90,8 +110,12 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
   const doomed = await startProxyProcess({ yaml, env });
   // Two requests in flight on the doomed proxy, one per unknownOutcome mode.
   const lost = [
-    postJson(`${doomed.url}/orders`, 'crash-fail', { a: 1 }, { 'x-wait': '5000' }).catch(() => 'connection lost'),
-    postJson(`${doomed.url}/retried`, 'crash-retry', { a: 1 }, { 'x-wait': '5000' }).catch(() => 'connection lost'),
+    postJson(`${doomed.url}/orders`, 'crash-fail', { a: 1 }, { 'x-wait': '5000' }).catch(
+      () => 'connection lost',
+    ),
+    postJson(`${doomed.url}/retried`, 'crash-retry', { a: 1 }, { 'x-wait': '5000' }).catch(
+      () => 'connection lost',
+    ),
   ];
   for (let i = 0; i < 50 && upstream.executions().length < 2; i++) await sleep(20);
   const claimedAt = Date.now();
@@ -109,7 +133,10 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
     const settled = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(settled.status).toBe(502);
     expect(settled.headers['idempotency-outcome']).toBe('unknown');
-    expect(settled.json()).toMatchObject({ code: 'IDEMPOTENCY_OUTCOME_UNKNOWN', key: 'crash-fail' });
+    expect(settled.json()).toMatchObject({
+      code: 'IDEMPOTENCY_OUTCOME_UNKNOWN',
+      key: 'crash-fail',
+    });
     const settledAgain = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(settledAgain.body.equals(settled.body)).toBe(true);
 

@@ -17,6 +17,8 @@ import { findFreePort, startEmbeddedPostgres } from '../../src/db/embedded';
 
 type Fate = 'ok' | 'released' | 'drop' | 'slow';
 interface Execution {
+  /** When the client sent the request behind this execution: a lower bound of its claim time. */
+  sentAt: number;
   key: string;
   route: string;
   fate: Fate;
@@ -28,7 +30,8 @@ const ROOT = path.resolve(__dirname, '../../../..');
 const BIN = path.join(ROOT, 'dist', 'main.js');
 const LOCK_MS = 3_000;
 const UPSTREAM_TIMEOUT_MS = 1_000;
-const SLACK_MS = 100;
+// Bounds chain lower bounds (claim after send, release after the answer): slack is clock granularity.
+const SLACK_MS = 5;
 
 const { values } = parseArgs({
   options: {
@@ -140,6 +143,8 @@ function soakConfig(table: string, upstream: { url: string }): string {
 listen:
   host: 127.0.0.1
   port: \${PROXY_PORT}
+admin:
+  port: \${ADMIN_PORT}
 shutdownGrace: 5s
 store:
   table: ${table}
@@ -172,6 +177,7 @@ async function startFaultyUpstream(
     req.on('end', () => {
       const fate = (req.headers['x-fate'] as Fate | undefined) ?? 'ok';
       const execution: Execution = {
+        sentAt: Number(req.headers['x-sent-at']),
         key: String(req.headers['idempotency-key']),
         route: (req.url ?? '').slice(1),
         fate,
@@ -210,7 +216,7 @@ function findDuplicates(executions: Execution[]): { key: string; runs: Execution
       const next = runs[i]!;
       const released = prev.fate === 'released' && next.startedAt >= prev.endedAt - SLACK_MS;
       const takenOver =
-        prev.route === 'retried' && next.startedAt >= prev.startedAt + LOCK_MS - SLACK_MS;
+        prev.route === 'retried' && next.startedAt >= prev.sentAt + LOCK_MS - SLACK_MS;
       if (!released && !takenOver) duplicates.push({ key, runs });
     }
   }
@@ -226,7 +232,12 @@ async function send(
   try {
     const res = await fetch(`${base}/${route}`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-fate': fate },
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key': key,
+        'x-fate': fate,
+        'x-sent-at': String(Date.now()),
+      },
       body: JSON.stringify({ key }),
       signal: AbortSignal.timeout(10_000),
     });
@@ -252,8 +263,15 @@ interface RunningProxy {
 
 async function startProxy(configFile: string, databaseUrl: string): Promise<RunningProxy> {
   const port = await findFreePort();
+  const adminPort = await findFreePort();
   const child = spawn(process.execPath, [BIN, 'serve', '--config', configFile], {
-    env: { ...process.env, DATABASE_URL: databaseUrl, PROXY_PORT: String(port), LOG_LEVEL: 'warn' },
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PROXY_PORT: String(port),
+      ADMIN_PORT: String(adminPort),
+      LOG_LEVEL: 'warn',
+    },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;

@@ -12,6 +12,8 @@ export interface ProxyProcess {
   readonly child: ChildProcess;
   readonly url: string;
   readonly port: number;
+  /** The admin listener (the YAML must say `admin: { port: "${ADMIN_PORT}" }` to get it). */
+  readonly adminUrl: string;
   output(): string;
   /** Resolves with the exit code (null when killed by a signal). */
   exited(): Promise<number | null>;
@@ -19,7 +21,7 @@ export interface ProxyProcess {
 }
 
 export interface ProxyProcessOptions {
-  /** YAML; `${PROXY_PORT}` is the port chosen for this process. */
+  /** YAML; `${PROXY_PORT}` and `${ADMIN_PORT}` are the ports chosen for this process. */
   readonly yaml: string;
   readonly env?: NodeJS.ProcessEnv;
 }
@@ -29,8 +31,15 @@ export async function startProxyProcess(options: ProxyProcessOptions): Promise<P
   const file = path.join(dir, 'proxy.yaml');
   fs.writeFileSync(file, options.yaml);
   const port = await findFreePort();
+  const adminPort = await findFreePort();
   const child = spawn(process.execPath, [PROXY_BIN, 'serve', '--config', file], {
-    env: { ...process.env, LOG_LEVEL: 'info', ...options.env, PROXY_PORT: String(port) },
+    env: {
+      ...process.env,
+      LOG_LEVEL: 'info',
+      ...options.env,
+      PROXY_PORT: String(port),
+      ADMIN_PORT: String(adminPort),
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -39,7 +48,7 @@ export async function startProxyProcess(options: ProxyProcessOptions): Promise<P
   await new Promise<void>((resolve, reject) => {
     const onData = (data: Buffer): void => {
       output += data.toString();
-      if (output.includes('idempotency-proxy listening')) resolve();
+      if (output.includes('admin listening')) resolve();
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', (data: Buffer) => (output += data.toString()));
@@ -49,6 +58,7 @@ export async function startProxyProcess(options: ProxyProcessOptions): Promise<P
     child,
     url: `http://127.0.0.1:${port}`,
     port,
+    adminUrl: `http://127.0.0.1:${adminPort}`,
     output: () => output,
     exited: () => exit,
     kill: (signal = 'SIGTERM') => {

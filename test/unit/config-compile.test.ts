@@ -93,6 +93,7 @@ describe('defaults', () => {
       enforce: true,
       allowSafeMethods: false,
       replaySetCookie: false,
+      logKey: 'plain',
     });
     expect([200, 303, 404, 500].map(storesStatus)).toEqual([true, true, true, true]);
     expect([408, 425, 429, 503, 101].map(storesStatus)).toEqual([
@@ -361,56 +362,87 @@ describe('cross-field checks', () => {
   });
 });
 
-describe('features not supported yet', () => {
+describe('derived keys, shadow mode and onConcurrent: wait (issue 4)', () => {
   it('accepts onConcurrent: wait now that it is built', () => {
-    expect(policyOf(routeYaml('    idempotency:\n      onConcurrent: wait\n')).onConcurrent).toBe('wait');
+    expect(policyOf(routeYaml('    idempotency:\n      onConcurrent: wait\n')).onConcurrent).toBe(
+      'wait',
+    );
   });
 
-  it.each([
-    [
-      'key.derive',
-      'key: { required: false, derive: [body] }',
-      'routes[0].idempotency.key.derive',
-      39,
-      /^key\.derive \(derived keys\) is not supported yet; /,
-    ],
-    [
-      'enforce: false',
-      'enforce: false',
-      'routes[0].idempotency.enforce',
-      16,
-      /^enforce: false \(shadow mode\) is not supported yet; /,
-    ],
-  ])('rejects %s at its own path', (_, line, where, column, message) => {
-    const issues = issuesOf(routeYaml(`    idempotency:\n      ${line}\n`));
-    expect(issues).toEqual([
-      { path: where, line: 8, column, message: expect.stringMatching(message) },
+  it('compiles key.derive into request parts and key.window into milliseconds', () => {
+    const policy = policyOf(
+      routeYaml(
+        '    idempotency:\n      key: { required: false, derive: [body, body.order.id, "header:X-Run-Id", query.x], window: 10m }\n',
+      ),
+    );
+    expect(policy.key).toEqual({
+      header: 'idempotency-key',
+      required: false,
+      maxLength: 255,
+      derive: [
+        { kind: 'body' },
+        { kind: 'body-field', path: ['order', 'id'] },
+        { kind: 'header', name: 'x-run-id' },
+        { kind: 'query-param', name: 'x' },
+      ],
+      windowMs: 600_000,
+    });
+  });
+
+  it('keeps windowMs null when key.derive has no window (the record then lives for ttl)', () => {
+    const policy = policyOf(routeYaml('    idempotency:\n      key: { derive: [body] }\n'));
+    expect(policy.key.derive).toEqual([{ kind: 'body' }]);
+    expect(policy.key.windowMs).toBeNull();
+  });
+
+  it('inherits key.derive and key.window from defaults, merged field by field', () => {
+    const text = routeYaml(
+      '    idempotency:\n      key: { required: false }\n',
+      'defaults: { key: { derive: [body], window: 30s } }\n',
+    );
+    expect(policyOf(text).key).toMatchObject({
+      required: false,
+      derive: [{ kind: 'body' }],
+      windowMs: 30_000,
+    });
+  });
+
+  it('compiles enforce: false (shadow mode), in a route or in defaults', () => {
+    expect(policyOf(routeYaml('    idempotency:\n      enforce: false\n')).enforce).toBe(false);
+    const inherited = routeYaml('    idempotency: true\n', 'defaults: { enforce: false }\n');
+    expect(policyOf(inherited).enforce).toBe(false);
+  });
+
+  it('rejects a key.maxLength too short for a derived key, where the maxLength is written', () => {
+    expect(
+      issuesOf(routeYaml('    idempotency:\n      key: { maxLength: 50, derive: [body] }\n')),
+    ).toEqual([
+      {
+        path: 'routes[0].idempotency.key.maxLength',
+        line: 8,
+        column: 25,
+        message:
+          'expected at least 51 with key.derive: a derived key ("derived:" and a base64url SHA-256) is 51 characters long',
+      },
+    ]);
+    const inDefaults = routeYaml(
+      '    idempotency:\n      key: { derive: [body] }\n',
+      'defaults: { key: { maxLength: 40 } }\n',
+    );
+    expect(issuesOf(inDefaults)).toEqual([
+      expect.objectContaining({ path: 'defaults.key.maxLength', line: 3 }),
     ]);
   });
 
-  it('reports a value set in defaults once, where it is written', () => {
-    const text = `${routeYaml('    idempotency: true\n', 'defaults: { enforce: false }\n')}  - name: b\n    upstream: app\n    match: { path: /b }\n    idempotency: true\n`;
-    expect(issuesOf(text)).toEqual([
-      expect.objectContaining({ path: 'defaults.enforce', line: 3 }),
-    ]);
+  it('accepts key.maxLength of exactly the derived key length', () => {
+    const text = routeYaml('    idempotency:\n      key: { maxLength: 51, derive: [body] }\n');
+    expect(policyOf(text).key.maxLength).toBe(51);
   });
 });
 
 describe('the SPEC §3 example', () => {
-  it('parses except for its derived-key route, which gets exactly the not-supported issue', () => {
-    expect(issuesOf(SPEC_EXAMPLE)).toEqual([
-      {
-        path: 'routes[1].idempotency.key.derive',
-        line: 43,
-        column: 39,
-        message:
-          'key.derive (derived keys) is not supported yet; have clients send an Idempotency-Key, or set key.required: false to forward keyless requests unprotected',
-      },
-    ]);
-  });
-
-  it('parses and resolves completely once derive and window are removed', () => {
-    const config = parse(SPEC_EXAMPLE.replace('derive: [body], window: 10m ', ''), {
+  it('parses and resolves completely, its derived-key route included', () => {
+    const config = parse(SPEC_EXAMPLE, {
       ADMIN_TOKEN: 'secret',
       DATABASE_URL: 'postgres://proxy:hunter2@db:5432/idem',
     });
@@ -423,9 +455,16 @@ describe('the SPEC §3 example', () => {
     const emails = config.routes[1]!;
     expect(emails.upstream.basePath).toBe('/api');
     expect(emails.stripPrefix).toBe('/mail');
+    expect(emails.idempotency!.key).toMatchObject({
+      required: false,
+      derive: [{ kind: 'body' }],
+      windowMs: 600_000,
+    });
     expect(emails.idempotency!.fingerprint.ignore).toEqual([['sent_at']]);
     expect(emails.idempotency!.fingerprint.parts).toHaveLength(4);
+    expect(emails.idempotency!.enforce).toBe(true);
     expect(config.routes[0]!.idempotency!.ttlMs).toBe(72 * 3_600_000);
+    expect(config.routes[0]!.idempotency!.key.derive).toBeNull();
 
     const text = describeConfig(config);
     expect(text).toContain('store: postgres://proxy:***@db:5432/idem');

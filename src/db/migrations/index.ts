@@ -44,4 +44,13 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX "${tableName}_expires_at_idx" ON ${table} (expires_at);
     `,
   },
+  {
+    version: 2,
+    name: 'keep a history of state changes per record',
+    // What `inspect` and the admin API show as a record's history: each claim, takeover, completion
+    // and unknown-outcome settlement, with its time and fence. Repeats only bump the counters.
+    sql: (table) => `
+      ALTER TABLE ${table} ADD COLUMN events jsonb NOT NULL DEFAULT '[]'::jsonb;
+    `,
+  },
 ];

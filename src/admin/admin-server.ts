@@ -1,0 +1,204 @@
+// The admin listener (SPEC §6), on its own port: health, readiness, Prometheus metrics, and key
+// inspection/clearing behind a bearer token. No token configured → the /keys endpoints are off (404),
+// never open.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import type { Pool } from 'pg';
+import type { ProxyConfig } from '../config/types';
+import { quoteTableName } from '../db/identifier';
+import { LATEST_VERSION } from '../db/migrate';
+import { deleteRecord, findRecord } from '../db/record-queries';
+import { ProxyError } from '../errors';
+import { problemBody } from '../http/problem';
+import type { RecordId } from '../idempotency/record';
+import { tenantHash } from '../idempotency/tenant';
+import type { ProxyMetrics } from '../observability/metrics';
+
+export interface AdminDeps {
+  /** The config in force (it changes on reload). */
+  readonly config: () => ProxyConfig;
+  readonly pool: Pool;
+  readonly metrics: ProxyMetrics;
+  readonly draining: () => boolean;
+  /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
+  readonly beforeScrape?: () => void;
+}
+
+const READINESS_TIMEOUT_MS = 2_000;
+
+export function createAdminServer(deps: AdminDeps): http.Server {
+  return http.createServer((req, res) => {
+    handle(deps, req, res).catch((error: unknown) => {
+      json(res, 500, { status: 'error', detail: String(error) });
+    });
+  });
+}
+
+async function handle(
+  deps: AdminDeps,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://admin');
+  const method = req.method ?? 'GET';
+  if (url.pathname === '/healthz' && method === 'GET') return json(res, 200, { status: 'ok' });
+  if (url.pathname === '/readyz' && method === 'GET') return readiness(deps, res);
+  if (url.pathname === '/metrics' && method === 'GET') {
+    deps.beforeScrape?.();
+    const text = await deps.metrics.registry.metrics();
+    res.writeHead(200, { 'content-type': deps.metrics.registry.contentType });
+    res.end(text);
+    return;
+  }
+  const keyPath = /^\/keys\/([^/]+)\/([^/]+)$/.exec(url.pathname);
+  if (keyPath && (method === 'GET' || method === 'DELETE')) {
+    return keys(deps, req, res, method, url, decode(keyPath[1]!), decode(keyPath[2]!));
+  }
+  problem(
+    res,
+    404,
+    'Not found',
+    `No admin endpoint ${method} ${url.pathname}. Try /healthz, /readyz, /metrics or /keys/{route}/{key}.`,
+  );
+}
+
+async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<void> {
+  const config = deps.config();
+  const checks: Record<string, string> = {};
+  if (deps.draining()) checks.draining = 'shutting down: not accepting new work';
+  try {
+    const version = await withTimeout(
+      schemaVersion(deps.pool, config.store.table),
+      READINESS_TIMEOUT_MS,
+    );
+    if (version < LATEST_VERSION)
+      checks.migrations = `schema version ${version}, this build needs ${LATEST_VERSION}: run idempotency-proxy migrate`;
+  } catch (error) {
+    checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
+  }
+  const ready = Object.keys(checks).length === 0;
+  json(res, ready ? 200 : 503, {
+    status: ready ? 'ready' : 'not ready',
+    ...(ready ? {} : { checks }),
+  });
+}
+
+async function schemaVersion(pool: Pool, table: string): Promise<number> {
+  const { rows } = await pool.query<{ version: number | null }>(
+    `SELECT max(version) AS version FROM ${quoteTableName(`${table}_migrations`)}`,
+  );
+  return rows[0]?.version ?? 0;
+}
+
+async function keys(
+  deps: AdminDeps,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  method: string,
+  url: URL,
+  scope: string,
+  key: string,
+): Promise<void> {
+  const config = deps.config();
+  const token = config.admin.token;
+  if (token === undefined) {
+    return problem(
+      res,
+      404,
+      'Key inspection is off',
+      'Set admin.token (e.g. ADMIN_TOKEN) to enable /keys.',
+    );
+  }
+  if (!bearerMatches(req.headers.authorization, token)) {
+    res.setHeader('www-authenticate', 'Bearer realm="idempotency-proxy admin"');
+    return problem(res, 401, 'Unauthorized', 'Send Authorization: Bearer <admin.token>.');
+  }
+  const route = config.routes.find((r) => r.idempotency?.scope === scope);
+  if (!route?.idempotency) {
+    return problem(res, 404, 'Unknown route', `No protected route or group is named "${scope}".`);
+  }
+  const tenantValues = url.searchParams.getAll('tenant');
+  const tenantParts = route.idempotency.tenant;
+  if (tenantValues.length !== 0 && tenantValues.length !== tenantParts.length) {
+    return problem(
+      res,
+      400,
+      'Wrong tenant',
+      `Route "${route.name}" is scoped by ${tenantParts.length} tenant part(s) (${tenantParts.join(', ') || 'none'}); pass one ?tenant= per part, in that order.`,
+    );
+  }
+  const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
+  const table = config.store.table;
+  if (method === 'DELETE') {
+    const deleted = await deleteRecord(deps.pool, table, id);
+    if (!deleted)
+      return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
+    return json(res, 200, { deleted: true, scope, key });
+  }
+  const record = await findRecord(deps.pool, table, id, url.searchParams.get('body') === '1');
+  if (!record)
+    return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
+  json(res, 200, record);
+}
+
+/** The tenant hash for raw values given in the order of the route's tenant parts. */
+export function tenantOf(parts: readonly string[], values: readonly string[]): string {
+  if (parts.length === 0) return '';
+  const headers: http.IncomingHttpHeaders = {};
+  parts.forEach((part, i) => {
+    const value = values[i];
+    if (value !== undefined) headers[part.slice('header:'.length)] = value;
+  });
+  return tenantHash(headers, parts);
+}
+
+/** Constant-time comparison of the presented bearer token with the configured one. */
+function bearerMatches(header: string | undefined, token: string): boolean {
+  const match = /^Bearer\s+(.+)$/i.exec(header ?? '');
+  const presented = createHash('sha256')
+    .update(match?.[1]?.trim() ?? '')
+    .digest();
+  const expected = createHash('sha256').update(token).digest();
+  return timingSafeEqual(presented, expected) && match !== null;
+}
+
+function decode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+function json(res: http.ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value, null, 2);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+function problem(res: http.ServerResponse, status: number, title: string, detail: string): void {
+  const error = new ProxyError('BAD_REQUEST', detail);
+  const body = JSON.stringify({
+    ...problemBody(error),
+    type: 'about:blank',
+    title,
+    status,
+    code: `ADMIN_${status}`,
+  });
+  res.writeHead(status, {
+    'content-type': 'application/problem+json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,129 @@
+// Operator access to records: read one (admin API, `inspect`), find a key across scopes, clear one.
+// Not on the request path; plain parameterised statements.
+import type { Pool } from 'pg';
+import type { RecordId } from '../idempotency/record';
+import { quoteTableName } from './identifier';
+
+export interface RecordView {
+  scope: string;
+  tenant: string;
+  key: string;
+  route: string;
+  state: string;
+  fence: string;
+  status: number | null;
+  outcomeUnknown: boolean;
+  bodyOmitted: boolean;
+  bodyBytes: number | null;
+  attempts: number;
+  replays: number;
+  createdAt: string;
+  completedAt: string | null;
+  lastSeenAt: string;
+  expiresAt: string;
+  leaseExpiresAt: string | null;
+  expired: boolean;
+  headers: [string, string][] | null;
+  history: { event: string; at: string; fence: number; status?: number }[];
+  body?: { encoding: 'utf8' | 'base64'; data: string } | null;
+}
+
+const COLUMNS = `scope, tenant, key, route, state, fence::text AS fence, status, outcome_unknown,
+  body_omitted, octet_length(body) AS body_bytes, attempts, replays, created_at, completed_at,
+  last_seen_at, expires_at, lease_expires_at, expires_at <= now() AS expired, headers, events`;
+
+interface Row {
+  scope: string;
+  tenant: string;
+  key: string;
+  route: string;
+  state: string;
+  fence: string;
+  status: number | null;
+  outcome_unknown: boolean;
+  body_omitted: boolean;
+  body_bytes: number | null;
+  attempts: number;
+  replays: number;
+  created_at: Date;
+  completed_at: Date | null;
+  last_seen_at: Date;
+  expires_at: Date;
+  lease_expires_at: Date | null;
+  expired: boolean;
+  headers: [string, string][] | null;
+  events: RecordView['history'];
+  body?: Buffer | null;
+}
+
+export async function findRecord(
+  pool: Pool,
+  tableName: string,
+  id: RecordId,
+  withBody = false,
+): Promise<RecordView | undefined> {
+  const { rows } = await pool.query<Row>(
+    `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)}
+     WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
+    [id.scope, id.tenant, id.key],
+  );
+  return rows[0] && toView(rows[0], withBody);
+}
+
+/** Every record with this key, whatever its scope or tenant (for `inspect KEY` without --route). */
+export async function findRecordsByKey(
+  pool: Pool,
+  tableName: string,
+  key: string,
+  withBody = false,
+): Promise<RecordView[]> {
+  const { rows } = await pool.query<Row>(
+    `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)} WHERE key = $1::text
+     ORDER BY scope, tenant`,
+    [key],
+  );
+  return rows.map((row) => toView(row, withBody));
+}
+
+/** Clears a record in any state, so the next request with the key executes. */
+export async function deleteRecord(pool: Pool, tableName: string, id: RecordId): Promise<boolean> {
+  const result = await pool.query(
+    `DELETE FROM ${quoteTableName(tableName)} WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
+    [id.scope, id.tenant, id.key],
+  );
+  return result.rowCount === 1;
+}
+
+function toView(row: Row, withBody: boolean): RecordView {
+  const view: RecordView = {
+    scope: row.scope,
+    tenant: row.tenant,
+    key: row.key,
+    route: row.route,
+    state: row.state,
+    fence: row.fence,
+    status: row.status,
+    outcomeUnknown: row.outcome_unknown,
+    bodyOmitted: row.body_omitted,
+    bodyBytes: row.body_bytes,
+    attempts: row.attempts,
+    replays: row.replays,
+    createdAt: row.created_at.toISOString(),
+    completedAt: row.completed_at?.toISOString() ?? null,
+    lastSeenAt: row.last_seen_at.toISOString(),
+    expiresAt: row.expires_at.toISOString(),
+    leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
+    expired: row.expired,
+    headers: row.headers,
+    history: row.events,
+  };
+  if (withBody) view.body = row.body ? encodeBody(row.body) : null;
+  return view;
+}
+
+function encodeBody(body: Buffer): { encoding: 'utf8' | 'base64'; data: string } {
+  const text = body.toString('utf8');
+  return Buffer.from(text, 'utf8').equals(body)
+    ? { encoding: 'utf8', data: text }
+    : { encoding: 'base64', data: body.toString('base64') };
+}

@@ -1,0 +1,125 @@
+// Prometheus metrics (prom-client). Labels are bounded sets only — route names, outcomes, store
+// operations, status classes — never a key or a tenant, which would explode cardinality and leak data.
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { RequestLogEntry } from '../http/request-log';
+import type { ProtectedObserver } from '../idempotency/protected-request';
+
+const PREFIX = 'idempotency_proxy_';
+const LATENCY_BUCKETS = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+];
+
+export class ProxyMetrics implements ProtectedObserver {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'route' | 'outcome' | 'status_class'>;
+  private readonly replays: Counter<'route'>;
+  private readonly unknownOutcomes: Counter<'route'>;
+  private readonly shadow: Counter<'route' | 'would'>;
+  private readonly upstreamSeconds: Histogram<'route'>;
+  private readonly storeSeconds: Histogram<'operation'>;
+  private readonly storeErrors: Counter<'operation'>;
+  private readonly inFlightClaims: Gauge;
+  private readonly pruned: Counter;
+  private readonly waitingRequests: Gauge;
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    if (options.defaultMetrics !== false)
+      collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+    this.requests = new Counter({
+      name: `${PREFIX}requests_total`,
+      help: 'Requests answered, by route, outcome (executed, replayed, in_flight, mismatch, ...) and status class.',
+      labelNames: ['route', 'outcome', 'status_class'],
+      registers,
+    });
+    this.replays = new Counter({
+      name: `${PREFIX}replays_total`,
+      help: 'Requests answered from a stored response.',
+      labelNames: ['route'],
+      registers,
+    });
+    this.unknownOutcomes = new Counter({
+      name: `${PREFIX}unknown_outcomes_total`,
+      help: 'Answers marked Idempotency-Outcome: unknown (the upstream may or may not have acted).',
+      labelNames: ['route'],
+      registers,
+    });
+    this.shadow = new Counter({
+      name: `${PREFIX}shadow_decisions_total`,
+      help: 'Shadow mode (enforce: false): what enforcement would have done instead of forwarding.',
+      labelNames: ['route', 'would'],
+      registers,
+    });
+    this.upstreamSeconds = new Histogram({
+      name: `${PREFIX}upstream_duration_seconds`,
+      help: 'Time spent on upstream calls of protected requests.',
+      labelNames: ['route'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.storeSeconds = new Histogram({
+      name: `${PREFIX}store_duration_seconds`,
+      help: 'Latency of idempotency store round trips, by operation (claim, complete, release, ...).',
+      labelNames: ['operation'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.storeErrors = new Counter({
+      name: `${PREFIX}store_errors_total`,
+      help: 'Failed idempotency store operations.',
+      labelNames: ['operation'],
+      registers,
+    });
+    this.inFlightClaims = new Gauge({
+      name: `${PREFIX}in_flight_claims`,
+      help: 'Claims this instance holds right now (forwarding, not yet stored or released).',
+      registers,
+    });
+    this.waitingRequests = new Gauge({
+      name: `${PREFIX}waiting_requests`,
+      help: 'Requests waiting for an in-flight duplicate (onConcurrent: wait).',
+      registers,
+    });
+    this.pruned = new Counter({
+      name: `${PREFIX}pruned_rows_total`,
+      help: 'Expired records deleted by this instance.',
+      registers,
+    });
+  }
+
+  /** Called once per finished request with its log entry. */
+  observeRequest(entry: RequestLogEntry): void {
+    const route = entry.route ?? '(none)';
+    this.requests.inc({ route, outcome: entry.outcome, status_class: statusClass(entry.status) });
+    if (entry.outcome === 'replayed') this.replays.inc({ route });
+    if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
+    if (entry.shadow) this.shadow.inc({ route, would: entry.shadow });
+    if (entry.upstreamMs > 0) this.upstreamSeconds.observe({ route }, entry.upstreamMs / 1000);
+  }
+
+  storeCall(operation: string, ms: number, error: unknown): void {
+    if (operation === 'wait') return;
+    if (error !== undefined) this.storeErrors.inc({ operation });
+    else this.storeSeconds.observe({ operation }, ms / 1000);
+  }
+
+  claimsHeld(delta: 1 | -1): void {
+    this.inFlightClaims.inc(delta);
+  }
+
+  waiting(count: number): void {
+    this.waitingRequests.set(count);
+  }
+
+  prunedRows(count: number): void {
+    this.pruned.inc(count);
+  }
+
+  storeError(operation: string): void {
+    this.storeErrors.inc({ operation });
+  }
+}
+
+function statusClass(status: number): string {
+  return status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : 'none';
+}
