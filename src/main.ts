@@ -6,6 +6,7 @@ import { loadConfigFile } from './config/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
 import { createLogger } from './cli/logger';
+import { runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 
@@ -22,8 +23,10 @@ async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(`warning: ${warning.message}\n`);
     return 0;
   }
-  const logger = createLogger();
+  const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });
   if (args.command === 'migrate') return runMigrate(config, logger);
+  if (args.command === 'prune') return runPrune(config, logger);
+  if (args.command === 'inspect') return runInspect(config, args, logger);
   return serve(config, logger);
 }
 

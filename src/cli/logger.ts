@@ -1,9 +1,34 @@
+// Logs: one JSON object per line (pino) for machines; a readable form (pino-pretty) when writing to a
+// terminal or when LOG_FORMAT=pretty. LOG_FORMAT=json forces JSON. LOG_LEVEL sets the level (info).
 import pino, { type Logger } from 'pino';
+import pretty from 'pino-pretty';
 
-export function createLogger(): Logger {
-  return pino({
-    level: process.env.LOG_LEVEL ?? 'info',
+export interface LoggerOptions {
+  /** 1 = stdout (serve), 2 = stderr (one-shot commands whose stdout is their result). */
+  readonly fd?: 1 | 2;
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+export function createLogger(options: LoggerOptions = {}): Logger {
+  const env = options.env ?? process.env;
+  const fd = options.fd ?? 1;
+  const stream = fd === 1 ? process.stdout : process.stderr;
+  const format = env.LOG_FORMAT ?? (stream.isTTY ? 'pretty' : 'json');
+  const settings = {
+    level: env.LOG_LEVEL ?? 'info',
     base: { service: 'idempotency-proxy' },
     timestamp: pino.stdTimeFunctions.isoTime,
-  });
+  };
+  if (format === 'pretty') {
+    return pino(
+      settings,
+      pretty({
+        destination: fd,
+        sync: true,
+        ignore: 'service,pid,hostname',
+        translateTime: 'SYS:HH:MM:ss.l',
+      }),
+    );
+  }
+  return pino(settings, pino.destination({ fd, sync: false }));
 }

@@ -37,6 +37,12 @@ test('answers 503 and forwards nothing while Postgres is down, then recovers on 
   const executionsBefore = upstream.executions().length;
 
   await database.stop();
+  const notReady = await send(`${proxy.adminUrl}/readyz`, { method: 'GET' });
+  expect(notReady.status).toBe(503);
+  expect(notReady.json()).toMatchObject({
+    status: 'not ready',
+    checks: { store: expect.stringContaining('PostgreSQL not reachable') },
+  });
   for (const key of ['during-1', 'during-2', 'before-outage']) {
     const res = await postJson(`${proxy.url}/payments`, key, { a: 1 });
     expect(res.status).toBe(503);
@@ -56,6 +62,7 @@ test('answers 503 and forwards nothing while Postgres is down, then recovers on 
     recovered = await postJson(`${proxy.url}/payments`, 'after-outage', { a: 1 });
   }
   expect(recovered.status).toBe(201);
+  expect((await send(`${proxy.adminUrl}/readyz`, { method: 'GET' })).status).toBe(200);
   const replay = await postJson(`${proxy.url}/payments`, 'before-outage', { a: 1 });
   expect(replay.headers['idempotent-replayed']).toBe('true');
   expect(upstream.executions()).toHaveLength(executionsBefore + 1);

@@ -9,9 +9,13 @@ import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/db/embedded
 
 export default async function globalSetup(): Promise<void> {
   const root = path.resolve(__dirname, '../..');
-  execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')], {
-    stdio: 'inherit',
-  });
+  execFileSync(
+    process.execPath,
+    [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')],
+    {
+      stdio: 'inherit',
+    },
+  );
   if (process.env.DATABASE_URL) return;
   const dataDir = defaultTestDataDir();
   const server = await startEmbeddedPostgres({ dataDir });

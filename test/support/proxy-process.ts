@@ -14,6 +14,8 @@ export interface ProxyProcess {
   readonly port: number;
   /** The admin listener (the YAML must say `admin: { port: "${ADMIN_PORT}" }` to get it). */
   readonly adminUrl: string;
+  /** The config file the process serves (rewrite it, then send SIGHUP, to reload). */
+  readonly configFile: string;
   output(): string;
   /** Resolves with the exit code (null when killed by a signal). */
   exited(): Promise<number | null>;
@@ -59,6 +61,7 @@ export async function startProxyProcess(options: ProxyProcessOptions): Promise<P
     url: `http://127.0.0.1:${port}`,
     port,
     adminUrl: `http://127.0.0.1:${adminPort}`,
+    configFile: file,
     output: () => output,
     exited: () => exit,
     kill: (signal = 'SIGTERM') => {

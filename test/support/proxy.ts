@@ -7,7 +7,9 @@ import pino from 'pino';
 import { type App, createApp } from '../../src/app';
 import { parseConfigText } from '../../src/config/load';
 import type { ProxyConfig } from '../../src/config/types';
+import { createAdminServer } from '../../src/admin/admin-server';
 import { CompletionListener } from '../../src/db/completion-listener';
+import { ProxyMetrics } from '../../src/observability/metrics';
 import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
@@ -21,6 +23,9 @@ export interface TestProxy {
   readonly table: string;
   readonly logs: Record<string, unknown>[];
   readonly listener: CompletionListener;
+  readonly metrics: ProxyMetrics;
+  /** The admin listener (health, readiness, metrics, keys) on its own port. */
+  readonly adminUrl: string;
   close(): Promise<void>;
 }
 
@@ -61,14 +66,25 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
   );
   const listener = new CompletionListener(url, completionChannel(config.store.table), logger);
   await listener.start();
+  const metrics = new ProxyMetrics({ defaultMetrics: false });
   const app = createApp({
     config,
     store: new PostgresKeyStore(pool, config.store.table),
     logger,
     waiter: listener,
+    metrics,
+  });
+  const admin = createAdminServer({
+    config: () => app.config(),
+    pool,
+    metrics,
+    draining: () => app.draining(),
+    beforeScrape: () => metrics.waiting(listener.stats.waiting),
   });
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
   const port = (app.server.address() as AddressInfo).port;
+  const adminPort = (admin.address() as AddressInfo).port;
   return {
     url: `http://127.0.0.1:${port}`,
     port,
@@ -78,8 +94,12 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     table: config.store.table,
     logs,
     listener,
+    metrics,
+    adminUrl: `http://127.0.0.1:${adminPort}`,
     async close() {
       await app.close(1_000);
+      admin.closeAllConnections();
+      await new Promise<void>((resolve) => admin.close(() => resolve()));
       await listener.close();
       await pool.end();
     },

@@ -1,0 +1,91 @@
+// `idempotency-proxy prune` and `idempotency-proxy inspect`: one-shot operator commands on the store.
+import type { Logger } from 'pino';
+import { tenantOf } from '../admin/admin-server';
+import type { ProxyConfig } from '../config/types';
+import { pruneExpired } from '../db/pruner';
+import { findRecord, findRecordsByKey, type RecordView } from '../db/record-queries';
+import type { CliArgs } from './args';
+import { UsageError } from './args';
+import { openDatabase, whenDatabaseReady } from './database';
+
+export async function runPrune(config: ProxyConfig, logger: Logger): Promise<number> {
+  const database = await openDatabase(config, logger);
+  try {
+    const result = await whenDatabaseReady(
+      () => pruneExpired(database.pool, config.store.table),
+      logger,
+    );
+    if (result.skipped) logger.info('another instance is pruning right now; nothing done');
+    else logger.info({ ...result }, `deleted ${result.deleted} expired record(s)`);
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
+export async function runInspect(
+  config: ProxyConfig,
+  args: CliArgs,
+  logger: Logger,
+): Promise<number> {
+  const key = args.key!;
+  const database = await openDatabase(config, logger);
+  try {
+    let records: RecordView[];
+    if (args.route !== undefined) {
+      const route = config.routes.find(
+        (r) => r.idempotency?.scope === args.route || r.name === args.route,
+      );
+      if (!route?.idempotency)
+        throw new UsageError(`no protected route or group named "${args.route}"`);
+      const scope = route.idempotency.scope;
+      if (args.tenant.length !== 0 && args.tenant.length !== route.idempotency.tenant.length) {
+        throw new UsageError(
+          `route "${route.name}" is scoped by ${route.idempotency.tenant.length} tenant part(s); pass one --tenant per part, in order`,
+        );
+      }
+      const tenant = tenantOf(route.idempotency.tenant, args.tenant);
+      const found = await findRecord(
+        database.pool,
+        config.store.table,
+        { scope, tenant, key },
+        args.body,
+      );
+      records = found ? [found] : [];
+    } else {
+      records = await findRecordsByKey(database.pool, config.store.table, key, args.body);
+    }
+    if (records.length === 0) {
+      process.stderr.write(
+        `no record for key ${JSON.stringify(key)}${args.route ? ` on ${args.route}` : ''}\n`,
+      );
+      return 1;
+    }
+    for (const record of records) process.stdout.write(`${formatRecord(record)}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
+function formatRecord(r: RecordView): string {
+  const lines = [
+    `key ${JSON.stringify(r.key)}  scope ${r.scope}${r.tenant ? `  tenant ${r.tenant.slice(0, 12)}…` : ''}  route ${r.route}`,
+    `  state       ${r.state}${r.expired ? ' (expired: counts as absent)' : ''}${r.outcomeUnknown ? ' — outcome unknown' : ''}`,
+    `  status      ${r.status ?? '-'}${r.bodyOmitted ? ' (body omitted: over maxResponseBytes)' : r.bodyBytes !== null ? ` (${r.bodyBytes} body bytes)` : ''}`,
+    `  attempts    ${r.attempts} (requests seen), replays ${r.replays}, fence ${r.fence}`,
+    `  created     ${r.createdAt}`,
+    `  completed   ${r.completedAt ?? '-'}`,
+    `  last seen   ${r.lastSeenAt}`,
+    `  lease ends  ${r.leaseExpiresAt ?? '-'}`,
+    `  expires     ${r.expiresAt}`,
+    '  history:',
+    ...r.history.map(
+      (e) =>
+        `    ${e.at}  ${e.event.padEnd(16)} fence ${e.fence}${e.status !== undefined ? `  status ${e.status}` : ''}`,
+    ),
+  ];
+  if (r.body) lines.push(`  body (${r.body.encoding}): ${r.body.data}`);
+  return lines.join('\n');
+}
