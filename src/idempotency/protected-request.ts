@@ -137,7 +137,10 @@ export async function handleProtectedRequest(
   return claimAndAnswer(deps, { ...request, policy: derivedKeyPolicy(policy) }, key, input);
 }
 
-/** No usable key and none to derive: 400, forwarded unprotected (required: false), or in shadow mode forwarded anyway. */
+/**
+ * No usable key and none to derive: forwarded unprotected when no key is required, else 400 (in
+ * shadow mode: forwarded anyway).
+ */
 function refuseKey(
   deps: ProtectedDeps,
   request: ProtectedRequest,
@@ -260,6 +263,8 @@ async function claimAndAnswer(
       }
     }
   }
+  if (!policy.enforce)
+    return forwardUnstored(deps.upstreams, request, key, body, 'would_reject_in_flight');
   return inFlight(request, key, 1_000);
 }
 
@@ -296,7 +301,6 @@ async function waitForChange(
 ): Promise<WaitResult> {
   const digest = recordDigest(id);
   const gone = clientGone(request.res);
-  let leaseRemainingMs = 1_000;
   for (;;) {
     const subscription = deps.waiter?.waitFor(digest);
     let timer: NodeJS.Timeout | undefined;
@@ -304,9 +308,8 @@ async function waitForChange(
       // Look after subscribing, so a completion between the claim and now is not missed.
       const seen = await deps.store.peek(id, fingerprint);
       if (seen.kind !== 'in-flight' || seen.leaseRemainingMs === 0) return { kind: 'changed' };
-      leaseRemainingMs = seen.leaseRemainingMs;
       const left = deadline - performance.now();
-      if (left <= 0) return { kind: 'timeout', leaseRemainingMs };
+      if (left <= 0) return { kind: 'timeout', leaseRemainingMs: seen.leaseRemainingMs };
       const pause = new Promise<'poll'>((resolve) => {
         timer = setTimeout(
           () => resolve('poll'),

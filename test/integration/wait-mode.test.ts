@@ -13,7 +13,12 @@ beforeAll(async () => {
     await sleep(Number(req.headers['x-wait'] ?? 0));
     const status = Number(req.headers['x-status'] ?? 201);
     res.writeHead(status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ execution: upstream.executions().length, key: req.headers['idempotency-key'] }));
+    res.end(
+      JSON.stringify({
+        execution: upstream.executions().length,
+        key: req.headers['idempotency-key'],
+      }),
+    );
   });
   proxy = await startProxy({
     yaml: `
@@ -58,7 +63,9 @@ test('a repeat waits for the in-flight request and gets its stored response, wok
 
 test('many concurrent repeats all get the identical stored response, with one upstream execution', async () => {
   const responses = await Promise.all(
-    Array.from({ length: 50 }, () => postJson(`${proxy.url}/jobs`, 'wait-storm', { b: 2 }, { 'x-wait': '300' })),
+    Array.from({ length: 50 }, () =>
+      postJson(`${proxy.url}/jobs`, 'wait-storm', { b: 2 }, { 'x-wait': '300' }),
+    ),
   );
   expect(upstream.executions()).toHaveLength(1);
   expect(responses.every((r) => r.status === 201)).toBe(true);
@@ -82,7 +89,11 @@ test('a waiter whose client hangs up stops waiting and holds nothing', async () 
   await sleep(100);
   const req = http.request(`${proxy.url}/jobs`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': 'wait-gone', 'content-length': '2' },
+    headers: {
+      'content-type': 'application/json',
+      'idempotency-key': 'wait-gone',
+      'content-length': '2',
+    },
   });
   req.on('error', () => undefined);
   req.end('{}');
@@ -99,7 +110,12 @@ test('a waiter whose client hangs up stops waiting and holds nothing', async () 
 });
 
 test('a waiter executes the request itself when the first one is released', async () => {
-  const first = postJson(`${proxy.url}/jobs`, 'wait-release', {}, { 'x-wait': '300', 'x-status': '503' });
+  const first = postJson(
+    `${proxy.url}/jobs`,
+    'wait-release',
+    {},
+    { 'x-wait': '300', 'x-status': '503' },
+  );
   await sleep(100);
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-release', {});
   expect((await first).status).toBe(503);

@@ -1,0 +1,72 @@
+// What a protected request sends upstream and how an answer streams back to the client: shared by the
+// state machine (protected-request.ts) and shadow mode's unstored forwarding (shadow.ts).
+import { once } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IdempotencyPolicy, RouteConfig } from '../config/types';
+import { forwardedHeaders, hopByHopNames } from '../http/headers';
+import { statusHasBody } from '../http/response';
+import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
+import type { HeaderPairs } from './record';
+
+/** Request headers sent upstream: no hop-by-hop, no framing, the key as forwardKeyAs. */
+export function outgoingHeaders(
+  req: IncomingMessage,
+  policy: IdempotencyPolicy,
+  key: string,
+): Record<string, string | string[]> {
+  const dropped = hopByHopNames(req.headers);
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || dropped.has(name)) continue;
+    if (
+      name === 'host' ||
+      name === 'content-length' ||
+      name === 'expect' ||
+      name === policy.key.header
+    )
+      continue;
+    headers[name] = value;
+  }
+  Object.assign(headers, forwardedHeaders(req));
+  if (policy.forwardKeyAs !== null) {
+    // Sent with the configured spelling: some legacy services compare header names case-sensitively.
+    delete headers[policy.forwardKeyAs.toLowerCase()];
+    headers[policy.forwardKeyAs] = key;
+  }
+  return headers;
+}
+
+/** A failed upstream call as 502/504, and whether the request may have reached the upstream. */
+export function transportFailure(
+  route: RouteConfig,
+  error: unknown,
+  key: string,
+): TransportFailure {
+  const upstream = route.upstream;
+  return classifyTransportError(error, {
+    upstream: upstream.name,
+    route: route.name,
+    key,
+    timeoutMs: upstream.timeoutMs,
+  });
+}
+
+/** Sends the head of an answer whose body follows in chunks (writeChunk), keeping its length. */
+export function startStreaming(
+  res: ServerResponse,
+  status: number,
+  headers: HeaderPairs,
+  contentLength: string | string[] | undefined,
+): void {
+  if (res.destroyed) return;
+  const flat: string[] = [];
+  for (const [name, value] of headers) flat.push(name, value);
+  if (typeof contentLength === 'string' && statusHasBody(status))
+    flat.push('content-length', contentLength);
+  res.writeHead(status, flat);
+}
+
+export async function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> {
+  if (res.destroyed) return; // the client left; keep reading so the upstream call completes
+  if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+}

@@ -1,0 +1,159 @@
+// Shadow mode (`enforce: false`): the proxy runs beside a legacy service without changing a single
+// answer. Every request is forwarded and the upstream's status, headers and body go back unchanged;
+// what enforcement would have done is only written down (log `shadow`, metric
+// idempotency_proxy_shadow_decisions_total), so a team can see the replays, 409s and 422s it would
+// get before turning enforcement on.
+//
+//   claim ─┬─ claimed ──────────► forward, complete/release as usual (so later requests see a record)
+//          ├─ completed ────────► forward unstored, shadow = would_replay
+//          ├─ mismatch ─────────► forward unstored, shadow = would_reject_mismatch
+//          ├─ in flight ────────► forward unstored, shadow = would_reject_in_flight (or would_wait)
+//          └─ store down ───────► forward unstored, shadow = would_reject_store_unavailable
+//   no / invalid key, too large ► streamed as pass-through, shadow = would_reject_missing_key, ...
+//
+// "Unstored" forwards leave the record alone (only the claim's attempt counter moved).
+import type { IncomingMessage } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import type { IdempotencyPolicy } from '../config/types';
+import { BodyTooLargeError } from '../http/body';
+import { sendProblem } from '../http/problem';
+import type { RequestLogEntry } from '../http/request-log';
+import { responseHeaderPairs } from '../http/response';
+import { upstreamPath } from '../http/router';
+import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
+import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
+import type { ProtectedDeps, ProtectedRequest } from './protected-request';
+import type { ClaimResult } from './record';
+
+export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;
+
+/**
+ * What enforcement would have answered instead of forwarding, given the claim; undefined when it
+ * would have forwarded too: the claim was won, or (unknownOutcome: retry) an in-flight claim whose
+ * lease ended is taken over as usual. Under `fail` such a claim would replay its unknown outcome.
+ */
+export function shadowVerdict(
+  claim: ClaimResult,
+  policy: IdempotencyPolicy,
+): ShadowVerdict | undefined {
+  switch (claim.kind) {
+    case 'claimed':
+      return undefined;
+    case 'completed':
+      return 'would_replay';
+    case 'mismatch':
+      return 'would_reject_mismatch';
+    case 'in-flight':
+      if (claim.leaseRemainingMs > 0)
+        return policy.onConcurrent === 'wait' ? 'would_wait' : 'would_reject_in_flight';
+      return policy.unknownOutcome === 'retry' ? undefined : 'would_replay';
+  }
+}
+
+/**
+ * Forwards a request the proxy would have refused before reading its body (no key, invalid key,
+ * body too large) as a pass-through route does: streamed both ways, whatever its size.
+ */
+export function passThroughInShadow(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  verdict: ShadowVerdict,
+): void {
+  request.log.outcome = 'passthrough';
+  request.log.shadow = verdict;
+  deps.passThrough.web(
+    request.req,
+    request.res,
+    request.route,
+    upstreamPath(request.route, request.target),
+  );
+}
+
+/**
+ * Forwards with undici and streams the upstream's answer back as it is, storing nothing: the
+ * "forward anyway" of shadow mode. A transport failure is answered as on a pass-through route
+ * (502/504, no Idempotency-Outcome marker).
+ */
+export async function forwardUnstored(
+  upstreams: UpstreamPools,
+  request: ProtectedRequest,
+  key: string,
+  body: Buffer,
+  verdict: ShadowVerdict,
+): Promise<void> {
+  const { req, res, route, policy, log } = request;
+  log.shadow = verdict;
+  const started = performance.now();
+  let response: UpstreamResponse;
+  try {
+    response = await upstreams.request(route.upstream, {
+      method: req.method ?? 'POST',
+      path: upstreamPath(route, request.target),
+      headers: outgoingHeaders(req, policy, key),
+      body,
+    });
+  } catch (error) {
+    log.upstreamMs += performance.now() - started;
+    log.outcome = 'upstream_error';
+    sendProblem(res, transportFailure(route, error, key).error);
+    return;
+  }
+  log.outcome = 'executed';
+  const headers = responseHeaderPairs(response.headers, { keepSetCookie: true });
+  startStreaming(res, response.status, headers, response.headers['content-length']);
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) await writeChunk(res, chunk);
+    res.end();
+  } catch {
+    log.outcome = 'upstream_error';
+    res.destroy(); // the client already has a head and part of a body
+  } finally {
+    log.upstreamMs += performance.now() - started;
+  }
+}
+
+/**
+ * Reads the body like http/body.ts's readBody, but one over `limitBytes` is not lost: whatever was
+ * read is put back (`unshift`) and BodyTooLargeError thrown, so the request can still be streamed
+ * upstream whole. A body whose Content-Length is over the limit is not read at all.
+ */
+export function readBodyOrRewind(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limitBytes) {
+    return Promise.reject(new BodyTooLargeError(limitBytes));
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      total += chunk.length;
+      if (total <= limitBytes) return;
+      cleanup();
+      // Stop the flow before anyone could miss data, then hand the bytes back for the pipe.
+      req.pause();
+      req.unshift(Buffer.concat(chunks, total));
+      reject(new BodyTooLargeError(limitBytes));
+    };
+    const onEnd = (): void => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
+    };
+    const onError = (error: Error): void => {
+      cleanup();
+      reject(error);
+    };
+    const onAborted = (): void =>
+      onError(new Error('client closed the connection before sending the whole body'));
+    const cleanup = (): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('aborted', onAborted);
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onAborted);
+  });
+}
