@@ -56,6 +56,15 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
     `fingerprint: ${fingerprint.parts.map(describePart).join(', ')}${ignore.length > 0 ? `; ignoring ${ignore.join(', ')}` : ''}`,
     `stores: ${describeStored(policy.storesStatus)}`,
     `limits: request ${formatSize(policy.maxRequestBytes)}, stored response ${formatSize(policy.maxResponseBytes)}; replay marker ${policy.replayedHeader}${policy.replaySetCookie ? '; replays Set-Cookie' : ''}`,
+    ...(key.derive
+      ? [
+          `no key sent: derived from ${key.derive.map(describePart).join(', ')}, valid for ${formatDuration(key.windowMs ?? policy.ttlMs)}`,
+        ]
+      : []),
+    ...(policy.enforce
+      ? []
+      : ['SHADOW MODE (enforce: false): forwards everything, logs what it would have done']),
+    ...(policy.logKey === 'hash' ? ['logs show a hash of the key'] : []),
   ];
 }
 

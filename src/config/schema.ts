@@ -176,8 +176,14 @@ const keyBlock = strict(
     header: opt(headerName, 'Request header carrying the key.', D.key.header),
     required: opt(bool, 'Answer 400 when a request has no key.', D.key.required),
     maxLength: opt(integer(1, 1024), 'Longest key accepted, in characters.', D.key.maxLength),
-    derive: opt(parts('request part'), 'Parts a key is derived from (not supported yet).'),
-    window: opt(duration({ positive: true }), 'How long a derived key lives (not supported yet).'),
+    derive: opt(
+      parts('request part'),
+      'Parts a key is derived from when none is sent: body, body.<field>, header:<name>, query.<name>.',
+    ),
+    window: opt(
+      duration({ positive: true }),
+      "How long a derived key's record lives (default: ttl).",
+    ),
   },
   'key settings (header, required, maxLength, derive, window)',
 );
@@ -228,7 +234,11 @@ export const idempotencySchema = strict(
     maxRequestBytes: opt(size, 'Largest request body (413 above).', D.maxRequestBytes),
     maxResponseBytes: opt(size, 'Largest response body stored for replay.', D.maxResponseBytes),
     replayedHeader: opt(headerName, 'Header marking a replayed response.', D.replayedHeader),
-    enforce: opt(bool, 'false = shadow mode (not supported yet).', D.enforce),
+    enforce: opt(
+      bool,
+      'false = shadow mode: forward everything, record what enforcement would have done.',
+      D.enforce,
+    ),
     tenant: opt(z.array(tenantPart), 'Headers scoping keys per tenant: [header:authorization].'),
     group: opt(
       name('a group name'),
