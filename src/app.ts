@@ -14,6 +14,7 @@ import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
 import { parseRequestTarget, upstreamPath } from './http/router';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
+import type { ReplayCache } from './idempotency/replay-cache';
 import type { ProxyMetrics } from './observability/metrics';
 import { restartOnlyChanges, Runtime } from './runtime';
 
@@ -24,6 +25,8 @@ export interface AppOptions {
   /** Wakes onConcurrent: wait requests (db/completion-listener.ts); without one they poll. */
   readonly waiter?: CompletionWaiter;
   readonly metrics?: ProxyMetrics;
+  /** Completed records answered from memory (replay-cache.ts); without one every repeat asks the store. */
+  readonly cache?: ReplayCache;
 }
 
 export interface App {
@@ -97,6 +100,7 @@ export function createApp(options: AppOptions): App {
       passThrough: current.passThrough,
       waiter: options.waiter,
       observer: metrics,
+      cache: options.cache,
       onStoreError,
     };
     handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })

@@ -36,6 +36,7 @@ export async function openDatabase(config: ProxyConfig, logger: Logger): Promise
   const pool = createPool({
     url,
     size: config.store.poolSize,
+    synchronousCommit: config.store.synchronousCommit,
     onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
   });
   return {

@@ -8,13 +8,17 @@ import { type App, createApp } from '../app';
 import { leaseWarnings } from '../config/lease-warnings';
 import { loadConfigFile } from '../config/load';
 import type { ProxyConfig } from '../config/types';
-import { CompletionListener } from '../db/completion-listener';
-import { completionChannel, PostgresKeyStore } from '../db/key-store';
+import { CompletionListener, type EvictionSubscriber } from '../db/completion-listener';
+import { completionChannel, evictionChannel, PostgresKeyStore } from '../db/key-store';
+import { ReplayCache, startCounterFlush } from '../idempotency/replay-cache';
 import { migrate } from '../db/migrate';
 import { startPruner } from '../db/pruner';
 import { ConfigError } from '../errors';
 import { ProxyMetrics } from '../observability/metrics';
 import { openDatabase, whenDatabaseReady } from './database';
+
+/** How often replay-cache hits are added to their records' attempts/replays counters. */
+export const COUNTER_FLUSH_MS = 1_000;
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
   for (const warning of leaseWarnings(config))
@@ -32,19 +36,16 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   }
 
   const metrics = new ProxyMetrics();
+  const store = new PostgresKeyStore(database.pool, config.store.table);
+  const cached = replayCacheFor(config, store, logger);
   const listener = new CompletionListener(
     database.url,
     completionChannel(config.store.table),
     logger,
+    cached?.subscriber,
   );
   await listener.start();
-  const app = createApp({
-    config,
-    store: new PostgresKeyStore(database.pool, config.store.table),
-    logger,
-    waiter: listener,
-    metrics,
-  });
+  const app = createApp({ config, store, logger, waiter: listener, metrics, cache: cached?.cache });
   const admin = createAdminServer({
     config: () => app.config(),
     pool: database.pool,
@@ -86,10 +87,33 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   await app.close(app.config().shutdownGraceMs);
   await new Promise<void>((resolve) => admin.close(() => resolve()));
   await pruner.stop();
+  await cached?.flush.stop();
   await listener.close();
   await database.close();
   logger.info('stopped');
   return 0;
+}
+
+/** The replay cache, its clear subscription and its counter flush; undefined when store.replayCache is 0. */
+export function replayCacheFor(config: ProxyConfig, store: PostgresKeyStore, logger: Logger) {
+  if (config.store.replayCacheBytes <= 0) return undefined;
+  const cache = new ReplayCache(config.store.replayCacheBytes);
+  const subscriber: EvictionSubscriber = {
+    channel: evictionChannel(config.store.table),
+    evict: (digest) => cache.evict(digest),
+    live: (connected) => cache.setLive(connected),
+  };
+  const flush = startCounterFlush(
+    cache,
+    (deltas) => store.flushCounters(deltas),
+    COUNTER_FLUSH_MS,
+    (error) =>
+      logger.warn(
+        { err: error },
+        'could not add replay-cache hits to the records; those counts are lost',
+      ),
+  );
+  return { cache, subscriber, flush };
 }
 
 /** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */

@@ -97,6 +97,8 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       table: store.table,
       poolSize: store.poolSize,
       pruneIntervalMs: parseDurationMs(store.pruneInterval),
+      replayCacheBytes: parseSizeBytes(store.replayCache),
+      synchronousCommit: store.synchronousCommit,
     },
     upstreams,
     routes,

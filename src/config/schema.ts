@@ -329,8 +329,14 @@ export const configSchema = strict(
         table: tableName.default('idempotency_keys').describe('Table of idempotency records.'),
         poolSize: integer(1, 1000).default(10).describe('Postgres connections per instance.'),
         pruneInterval: timer.default('5m').describe('How often expired records are deleted.'),
+        replayCache: size
+          .default('64mb')
+          .describe('Memory for completed records answered without a round trip; 0b turns it off.'),
+        synchronousCommit: bool
+          .default(true)
+          .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
       },
-      'store settings (url, dataDir, table, poolSize, pruneInterval)',
+      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit)',
     )
       .prefault({})
       .describe('The Postgres holding idempotency records.'),

@@ -25,6 +25,10 @@ export interface StoreConfig {
   readonly table: string;
   readonly poolSize: number;
   readonly pruneIntervalMs: number;
+  /** Bytes of completed records kept in memory for replays without a round trip; 0 = off. */
+  readonly replayCacheBytes: number;
+  /** false sets synchronous_commit=off on the store's connections (faster, less durable). */
+  readonly synchronousCommit: boolean;
 }
 
 export interface UpstreamConfig {

@@ -1,4 +1,5 @@
-// Wakes `onConcurrent: wait` requests when the record they wait on completes or is released. One
+// Wakes `onConcurrent: wait` requests when the record they wait on completes or is released, and
+// relays operator clears to the replay cache. One
 // dedicated connection LISTENs for the whole process (waiting holds no pool connection); it reconnects
 // by itself, and after a reconnect wakes every waiter, since notifications sent meanwhile are lost.
 // Waiters also poll (protected-request.ts), so a lost or impossible LISTEN (PgBouncer in transaction
@@ -19,6 +20,14 @@ export interface ListenerStats {
   waiting: number;
 }
 
+/** Receives operator clears (for the replay cache) over the same connection. */
+export interface EvictionSubscriber {
+  readonly channel: string;
+  evict(digest: string): void;
+  /** False while clears cannot be heard: the cache must not answer then. */
+  live(connected: boolean): void;
+}
+
 export class CompletionListener implements CompletionWaiter {
   private readonly waiters = new Map<string, Set<() => void>>();
   private client: Client | undefined;
@@ -37,6 +46,7 @@ export class CompletionListener implements CompletionWaiter {
     private readonly url: string,
     private readonly channel: string,
     private readonly logger: Logger,
+    private readonly eviction?: EvictionSubscriber,
   ) {}
 
   /** Connects in the background; resolves once the first LISTEN is in place or has failed. */
@@ -64,6 +74,7 @@ export class CompletionListener implements CompletionWaiter {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.eviction?.live(false);
     clearTimeout(this.reconnectTimer);
     const client = this.client;
     this.client = undefined;
@@ -79,7 +90,9 @@ export class CompletionListener implements CompletionWaiter {
       keepAlive: true,
     });
     client.on('notification', (message) => {
-      if (message.channel !== this.channel || message.payload === undefined) return;
+      if (message.payload === undefined) return;
+      if (message.channel === this.eviction?.channel) return this.eviction.evict(message.payload);
+      if (message.channel !== this.channel) return;
       this.stats.notifications++;
       this.wake(message.payload);
     });
@@ -88,6 +101,7 @@ export class CompletionListener implements CompletionWaiter {
     try {
       await client.connect();
       await client.query(`LISTEN "${this.channel}"`);
+      if (this.eviction) await client.query(`LISTEN "${this.eviction.channel}"`);
     } catch (error) {
       this.onLost(client, error as Error);
       return;
@@ -100,6 +114,7 @@ export class CompletionListener implements CompletionWaiter {
     this.client = client;
     this.stats.connected = true;
     this.stats.backendPid = (client as unknown as { processID?: number }).processID;
+    this.eviction?.live(true);
     this.reconnectDelayMs = RECONNECT_MIN_MS;
     if (wasReconnect) this.wakeAll();
   }
@@ -109,6 +124,7 @@ export class CompletionListener implements CompletionWaiter {
     if (this.client === client) this.client = undefined;
     this.stats.connected = false;
     this.stats.backendPid = undefined;
+    this.eviction?.live(false);
     client.removeAllListeners('end');
     client.end().catch(() => undefined);
     if (this.closed || this.reconnectTimer) return;

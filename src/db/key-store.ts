@@ -12,6 +12,7 @@ import type {
   StoredResponse,
 } from '../idempotency/record';
 import { recordDigest } from '../idempotency/record';
+import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
 
 interface ClaimRow {
@@ -26,6 +27,7 @@ interface ClaimRow {
   outcome_unknown: boolean;
   lease_remaining_ms: number;
   attempts: number;
+  expires_in_ms: number;
 }
 
 interface ResponseRow {
@@ -103,7 +105,8 @@ export function buildStatements(tableName: string) {
         r.outcome_unknown,
         r.attempts,
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
-          AS lease_remaining_ms`,
+          AS lease_remaining_ms,
+        floor(extract(epoch FROM (r.expires_at - now())) * 1000)::bigint::float8 AS expires_in_ms`,
     // Completion and release nudge waiters (onConcurrent: wait) with NOTIFY, but only when another
     // request has seen the key while it ran (attempts > 1): the common path pays nothing for it.
     complete: `
@@ -138,6 +141,13 @@ export function buildStatements(tableName: string) {
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts
       ), nudge AS (SELECT pg_notify($9::text, $10::text) FROM done WHERE attempts > 1)
       SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`,
+    // Counter increments gathered by the replay cache, one statement per flush.
+    flushCounters: `
+      UPDATE ${t} AS r SET attempts = r.attempts + d.attempts, replays = r.replays + d.replays,
+             last_seen_at = now()
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
+        AS d(scope, tenant, key, attempts, replays)
+      WHERE r.scope = d.scope AND r.tenant = d.tenant AND r.key = d.key AND r.state = 'completed'`,
     // Read-only look for waiters: no counters bumped, nothing locked.
     peek: `
       SELECT state, fingerprint = $4::bytea AS same_fingerprint, expires_at <= now() AS expired,
@@ -165,6 +175,7 @@ export class PostgresKeyStore implements KeyStore {
       takeOver: `ip_take_over_${tableName}`,
       settleUnknown: `ip_settle_unknown_${tableName}`,
       peek: `ip_peek_${tableName}`,
+      flushCounters: `ip_flush_counters_${tableName}`,
     };
     this.channel = completionChannel(tableName);
   }
@@ -192,7 +203,12 @@ export class PostgresKeyStore implements KeyStore {
     if (row.claimed) return { kind: 'claimed', fence: row.fence, attempts };
     if (!row.same_fingerprint) return { kind: 'mismatch', attempts };
     if (row.state === 'completed') {
-      return { kind: 'completed', response: toResponse(row as ResponseRow), attempts };
+      return {
+        kind: 'completed',
+        response: toResponse(row as ResponseRow),
+        expiresInMs: row.expires_in_ms,
+        attempts,
+      };
     }
     return {
       kind: 'in-flight',
@@ -236,6 +252,21 @@ export class PostgresKeyStore implements KeyStore {
       values: [id.scope, id.tenant, id.key, fence, this.channel, recordDigest(id)],
     });
     return (result.rows[0] as { changed: number } | undefined)?.changed === 1;
+  }
+
+  async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
+    if (deltas.length === 0) return;
+    await this.pool.query({
+      name: this.names.flushCounters,
+      text: this.sql.flushCounters,
+      values: [
+        deltas.map((d) => d.id.scope),
+        deltas.map((d) => d.id.tenant),
+        deltas.map((d) => d.id.key),
+        deltas.map((d) => d.attempts),
+        deltas.map((d) => d.replays),
+      ],
+    });
   }
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
@@ -292,6 +323,11 @@ interface PeekRow {
   same_fingerprint: boolean;
   expired: boolean;
   lease_remaining_ms: number;
+}
+
+/** The NOTIFY channel operator clears are announced on, so every replay cache evicts the record. */
+export function evictionChannel(tableName: string): string {
+  return `ip_evict_${tableName}`;
 }
 
 /** The NOTIFY channel that completions and releases of this table are announced on. */

@@ -7,6 +7,8 @@ export interface PoolOptions {
   size: number;
   onError: (error: Error) => void;
   applicationName?: string;
+  /** false: synchronous_commit=off for this pool's sessions (see README, Performance). */
+  synchronousCommit?: boolean;
 }
 
 export function createPool(options: PoolOptions): Pool {
@@ -21,6 +23,7 @@ export function createPool(options: PoolOptions): Pool {
     query_timeout: 12_000,
     application_name: options.applicationName ?? 'idempotency-proxy',
     keepAlive: true,
+    ...(options.synchronousCommit === false ? { options: '-c synchronous_commit=off' } : {}),
   });
   pool.on('error', options.onError);
   return pool;

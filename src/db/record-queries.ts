@@ -1,7 +1,8 @@
 // Operator access to records: read one (admin API, `inspect`), find a key across scopes, clear one.
 // Not on the request path; plain parameterised statements.
 import type { Pool } from 'pg';
-import type { RecordId } from '../idempotency/record';
+import { type RecordId, recordDigest } from '../idempotency/record';
+import { evictionChannel } from './key-store';
 import { quoteTableName } from './identifier';
 
 export interface RecordView {
@@ -85,13 +86,20 @@ export async function findRecordsByKey(
   return rows.map((row) => toView(row, withBody));
 }
 
-/** Clears a record in any state, so the next request with the key executes. */
+/**
+ * Clears a record in any state, so the next request with the key executes, and tells every instance's
+ * replay cache to forget it (the NOTIFY is delivered when the DELETE commits).
+ */
 export async function deleteRecord(pool: Pool, tableName: string, id: RecordId): Promise<boolean> {
-  const result = await pool.query(
-    `DELETE FROM ${quoteTableName(tableName)} WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
-    [id.scope, id.tenant, id.key],
+  const { rows } = await pool.query<{ deleted: number }>(
+    `WITH gone AS (
+       DELETE FROM ${quoteTableName(tableName)}
+       WHERE scope = $1::text AND tenant = $2::text AND key = $3::text RETURNING 1
+     ), nudge AS (SELECT pg_notify($4::text, $5::text) FROM gone)
+     SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM nudge)::int AS nudged`,
+    [id.scope, id.tenant, id.key, evictionChannel(tableName), recordDigest(id)],
   );
-  return result.rowCount === 1;
+  return rows[0]?.deleted === 1;
 }
 
 function toView(row: Row, withBody: boolean): RecordView {

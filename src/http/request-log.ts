@@ -35,6 +35,8 @@ export interface RequestLogEntry {
     | 'would_reject_invalid_key'
     | 'would_reject_too_large'
     | 'would_reject_store_unavailable';
+  /** True when the answer came from the in-process replay cache (no store round trip). */
+  cached?: boolean;
   /** True when the key was derived from the request (no key header was sent). */
   keyDerived?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */

@@ -43,6 +43,7 @@ import {
   recordDigest,
   type StoredResponse,
 } from './record';
+import type { ReplayCache } from './replay-cache';
 import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
 import { tenantHash } from './tenant';
 
@@ -55,6 +56,8 @@ export interface ProtectedDeps {
   readonly waiter?: CompletionWaiter;
   /** Metrics hooks (observability/metrics.ts); the state machine itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
+  /** Completed records kept in memory, so replays need no round trip (replay-cache.ts). */
+  readonly cache?: ReplayCache;
 }
 
 export interface ProtectedObserver {
@@ -181,6 +184,14 @@ async function claimAndAnswer(
   const body = input.body;
   const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
   const fingerprint = computeFingerprint(input, policy.fingerprint);
+  const digest = recordDigest(id);
+  if (policy.enforce) {
+    const cached = deps.cache?.lookup(digest, id, fingerprint);
+    if (cached) {
+      log.cached = true;
+      return cached.kind === 'replay' ? replay(request, cached.response) : reused(request, key);
+    }
+  }
 
   // Only wait once per request: `waitDeadline` is fixed when the first wait starts.
   let waitDeadline: number | undefined;
@@ -203,19 +214,12 @@ async function claimAndAnswer(
 
     switch (claim.kind) {
       case 'claimed':
-        return forward(deps, request, id, claim.fence, body);
+        return forward(deps, request, id, claim.fence, body, fingerprint);
       case 'completed':
+        deps.cache?.remember(digest, fingerprint, claim.response, claim.expiresInMs);
         return replay(request, claim.response);
       case 'mismatch':
-        return fail(
-          request,
-          'mismatch',
-          new ProxyError(
-            'IDEMPOTENCY_KEY_REUSED',
-            'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
-            { route: route.name, key },
-          ),
-        );
+        return reused(request, key);
       case 'in-flight': {
         if (claim.leaseRemainingMs > 0) {
           if (policy.onConcurrent !== 'wait') return inFlight(request, key, claim.leaseRemainingMs);
@@ -241,7 +245,7 @@ async function claimAndAnswer(
             deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
           );
           if (fence === undefined) return storeUnavailable(deps, request, key, body);
-          if (fence !== null) return forward(deps, request, id, fence, body);
+          if (fence !== null) return forward(deps, request, id, fence, body, fingerprint);
         } else {
           const unknown = unknownOutcomeResponse(
             new ProxyError(
@@ -336,10 +340,11 @@ async function forward(
   id: RecordId,
   fence: string,
   body: Buffer,
+  fingerprint: Buffer,
 ): Promise<void> {
   deps.observer?.claimsHeld(1);
   try {
-    await forwardAndSettle(deps, request, id, fence, body);
+    await forwardAndSettle(deps, request, id, fence, body, fingerprint);
   } finally {
     deps.observer?.claimsHeld(-1);
   }
@@ -351,6 +356,7 @@ async function forwardAndSettle(
   id: RecordId,
   fence: string,
   body: Buffer,
+  fingerprint: Buffer,
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
   const started = performance.now();
@@ -410,13 +416,14 @@ async function forwardAndSettle(
     };
     // If this fails the upstream has still acted: the client gets its answer, and the claim stays in
     // progress until its lease ends (then unknownOutcome decides).
-    await storeCall(
+    const completed = await storeCall(
       deps,
       request,
       'complete',
       () => deps.store.complete(id, fence, stored, policy.ttlMs),
       false,
     );
+    if (completed) deps.cache?.remember(recordDigest(id), fingerprint, stored, policy.ttlMs);
   }
   if (streaming) res.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);
@@ -464,6 +471,18 @@ function replay(request: ProtectedRequest, stored: StoredResponse): void {
   if (log.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
   if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
   writeWhole(res, stored.status, stored.headers, stored.body, extra);
+}
+
+function reused(request: ProtectedRequest, key: string): void {
+  fail(
+    request,
+    'mismatch',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_REUSED',
+      'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+      { route: request.route.name, key },
+    ),
+  );
 }
 
 function inFlight(request: ProtectedRequest, key: string, leaseRemainingMs: number): void {

@@ -8,6 +8,7 @@
 //                       └─ unknownOutcome: retry ──► taken over: fence + 1, forwarded again
 
 import { createHash } from 'node:crypto';
+import type { CounterDelta } from './replay-cache';
 
 export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
 export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
@@ -42,7 +43,7 @@ export type ClaimState =
   /** This request owns the record and must forward, then complete or release with `fence`. */
   | { readonly kind: 'claimed'; readonly fence: string }
   /** Same fingerprint, completed: replay it. */
-  | { readonly kind: 'completed'; readonly response: StoredResponse }
+  | { readonly kind: 'completed'; readonly response: StoredResponse; readonly expiresInMs: number }
   /** A different request used this key. */
   | { readonly kind: 'mismatch' }
   /** Same fingerprint, still in progress; leaseRemainingMs is 0 once the lease has ended. */
@@ -70,6 +71,8 @@ export interface KeyStore {
   complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
   /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
   release(id: RecordId, fence: string): Promise<boolean>;
+  /** Adds attempts/replays answered from the replay cache to their records. */
+  flushCounters(deltas: readonly CounterDelta[]): Promise<void>;
   /** Reads a record's state without counting an attempt (for waiters). */
   peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult>;
   /** Takes over an in-progress claim whose lease ended; returns the new fence, or null if someone else did. */

@@ -13,6 +13,7 @@ export class ProxyMetrics implements ProtectedObserver {
   readonly registry = new Registry();
   private readonly requests: Counter<'route' | 'outcome' | 'status_class'>;
   private readonly replays: Counter<'route'>;
+  private readonly cacheHits: Counter<'route'>;
   private readonly unknownOutcomes: Counter<'route'>;
   private readonly shadow: Counter<'route' | 'would'>;
   private readonly upstreamSeconds: Histogram<'route'>;
@@ -35,6 +36,12 @@ export class ProxyMetrics implements ProtectedObserver {
     this.replays = new Counter({
       name: `${PREFIX}replays_total`,
       help: 'Requests answered from a stored response.',
+      labelNames: ['route'],
+      registers,
+    });
+    this.cacheHits = new Counter({
+      name: `${PREFIX}replay_cache_hits_total`,
+      help: 'Repeats answered from the in-process replay cache, without a store round trip.',
       labelNames: ['route'],
       registers,
     });
@@ -92,6 +99,7 @@ export class ProxyMetrics implements ProtectedObserver {
     const route = entry.route ?? '(none)';
     this.requests.inc({ route, outcome: entry.outcome, status_class: statusClass(entry.status) });
     if (entry.outcome === 'replayed') this.replays.inc({ route });
+    if (entry.cached) this.cacheHits.inc({ route });
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
     if (entry.shadow) this.shadow.inc({ route, would: entry.shadow });
     if (entry.upstreamMs > 0) this.upstreamSeconds.observe({ route }, entry.upstreamMs / 1000);

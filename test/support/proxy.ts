@@ -13,6 +13,8 @@ import { ProxyMetrics } from '../../src/observability/metrics';
 import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
+import { replayCacheFor } from '../../src/cli/serve';
+import type { ReplayCache } from '../../src/idempotency/replay-cache';
 
 export interface TestProxy {
   readonly url: string;
@@ -24,6 +26,9 @@ export interface TestProxy {
   readonly logs: Record<string, unknown>[];
   readonly listener: CompletionListener;
   readonly metrics: ProxyMetrics;
+  readonly cache: ReplayCache | undefined;
+  /** Adds replay-cache hits to the records now (production does it every second). */
+  flushCounters(): Promise<void>;
   /** The admin listener (health, readiness, metrics, keys) on its own port. */
   readonly adminUrl: string;
   close(): Promise<void>;
@@ -57,22 +62,35 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     TEST_TABLE: table,
     IDEMPOTENCY_PROXY_TABLE: table,
   });
-  const pool = createPool({ url, size: 10, onError: () => undefined });
+  const pool = createPool({
+    url,
+    size: 10,
+    onError: () => undefined,
+    synchronousCommit: config.store.synchronousCommit,
+  });
   await migrate(pool, config.store.table);
   const logs: Record<string, unknown>[] = [];
   const logger = pino(
     { level: 'info', base: undefined },
     { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) },
   );
-  const listener = new CompletionListener(url, completionChannel(config.store.table), logger);
+  const store = new PostgresKeyStore(pool, config.store.table);
+  const cached = replayCacheFor(config, store, logger);
+  const listener = new CompletionListener(
+    url,
+    completionChannel(config.store.table),
+    logger,
+    cached?.subscriber,
+  );
   await listener.start();
   const metrics = new ProxyMetrics({ defaultMetrics: false });
   const app = createApp({
     config,
-    store: new PostgresKeyStore(pool, config.store.table),
+    store,
     logger,
     waiter: listener,
     metrics,
+    cache: cached?.cache,
   });
   const admin = createAdminServer({
     config: () => app.config(),
@@ -95,9 +113,14 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     logs,
     listener,
     metrics,
+    cache: cached?.cache,
+    flushCounters: async () => {
+      if (cached) await store.flushCounters(cached.cache.takePending());
+    },
     adminUrl: `http://127.0.0.1:${adminPort}`,
     async close() {
       await app.close(1_000);
+      await cached?.flush.stop();
       admin.closeAllConnections();
       await new Promise<void>((resolve) => admin.close(() => resolve()));
       await listener.close();

@@ -1,0 +1,163 @@
+// An in-process cache of completed records, so a replay (or a 422 for a reused key) needs no round
+// trip. Safe because a completed record never changes: it only expires (entries expire earlier than
+// the database says, by a margin) or is cleared by an operator (every instance hears the clear through
+// NOTIFY and evicts; while that LISTEN connection is down the cache is not used at all, and it is
+// emptied when the connection comes back, since clears may have been missed).
+//
+// The audit counters stay right: hits are counted here and added to the rows in batches
+// (flushCounters), so `attempts` and `replays` lag by at most one flush interval.
+import { performance } from 'node:perf_hooks';
+import type { RecordId, StoredResponse } from './record';
+
+/** Serve cached entries this long less than the database's expiry, for clock and round-trip skew. */
+const EXPIRY_MARGIN_MS = 1_000;
+/** Records whose body is larger than this share of the cache are not cached. */
+const MAX_ENTRY_SHARE = 0.1;
+
+interface Entry {
+  readonly fingerprint: Buffer;
+  readonly response: StoredResponse;
+  readonly expiresAt: number;
+  readonly bytes: number;
+}
+
+export interface CounterDelta {
+  readonly id: RecordId;
+  attempts: number;
+  replays: number;
+}
+
+export type CacheLookup =
+  | { readonly kind: 'replay'; readonly response: StoredResponse }
+  | { readonly kind: 'mismatch' }
+  | undefined;
+
+export class ReplayCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly pending = new Map<string, CounterDelta>();
+  private bytes = 0;
+  private live = false;
+
+  constructor(
+    private readonly maxBytes: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  /** Whether clears can reach this instance (its LISTEN connection is up); the cache is off otherwise. */
+  setLive(live: boolean): void {
+    if (live !== this.live) this.clear();
+    this.live = live;
+  }
+
+  /** Answers a repeat from memory, counting it for the next flush; undefined = ask the database. */
+  lookup(digest: string, id: RecordId, fingerprint: Buffer): CacheLookup {
+    if (!this.live) return undefined;
+    const entry = this.entries.get(digest);
+    if (!entry) return undefined;
+    if (entry.expiresAt <= this.now()) {
+      this.remove(digest, entry);
+      return undefined;
+    }
+    const replay = entry.fingerprint.equals(fingerprint);
+    this.count(digest, id, replay);
+    return replay ? { kind: 'replay', response: entry.response } : { kind: 'mismatch' };
+  }
+
+  /** Remembers a completed record that the database says lives `expiresInMs` longer. */
+  remember(
+    digest: string,
+    fingerprint: Buffer,
+    response: StoredResponse,
+    expiresInMs: number,
+  ): void {
+    if (!this.live || expiresInMs <= EXPIRY_MARGIN_MS) return;
+    const bytes =
+      response.body.length +
+      256 +
+      response.headers.reduce((n, [k, v]) => n + k.length + v.length, 0);
+    if (bytes > this.maxBytes * MAX_ENTRY_SHARE) return;
+    const previous = this.entries.get(digest);
+    if (previous) this.remove(digest, previous);
+    this.entries.set(digest, {
+      fingerprint,
+      response,
+      expiresAt: this.now() + expiresInMs - EXPIRY_MARGIN_MS,
+      bytes,
+    });
+    this.bytes += bytes;
+    // Map order is insertion order: the oldest entries go first.
+    for (const [oldest, entry] of this.entries) {
+      if (this.bytes <= this.maxBytes) break;
+      this.remove(oldest, entry);
+    }
+  }
+
+  evict(digest: string): void {
+    const entry = this.entries.get(digest);
+    if (entry) this.remove(digest, entry);
+  }
+
+  clear(): void {
+    this.entries.clear();
+    this.bytes = 0;
+  }
+
+  /** Counter increments gathered since the last call. */
+  takePending(): CounterDelta[] {
+    const batch = [...this.pending.values()];
+    this.pending.clear();
+    return batch;
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  private count(digest: string, id: RecordId, replay: boolean): void {
+    let delta = this.pending.get(digest);
+    if (!delta) this.pending.set(digest, (delta = { id, attempts: 0, replays: 0 }));
+    delta.attempts++;
+    if (replay) delta.replays++;
+  }
+
+  private remove(digest: string, entry: Entry): void {
+    this.entries.delete(digest);
+    this.bytes -= entry.bytes;
+  }
+}
+
+export interface CounterFlush {
+  /** Flushes what is pending, then stops. */
+  stop(): Promise<void>;
+}
+
+/** Adds the cache's counted hits to their records every `intervalMs`. */
+export function startCounterFlush(
+  cache: ReplayCache,
+  flush: (deltas: readonly CounterDelta[]) => Promise<void>,
+  intervalMs: number,
+  onError: (error: unknown) => void,
+): CounterFlush {
+  let running: Promise<void> = Promise.resolve();
+  const round = (): Promise<void> => {
+    running = running.then(async () => {
+      const batch = cache.takePending();
+      if (batch.length === 0) return;
+      try {
+        await flush(batch);
+      } catch (error) {
+        // Counters are an audit aid, not a guarantee: a failed flush loses these increments.
+        onError(error);
+      }
+    });
+    return running;
+  };
+  const timer = setInterval(() => void round(), intervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await round();
+    },
+  };
+}

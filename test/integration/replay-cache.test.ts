@@ -1,0 +1,106 @@
+// The replay cache answers repeats of completed keys from memory, and stays correct: operator clears
+// reach every instance, nothing is served while clears cannot be heard, expiry is respected, and the
+// audit counters still add up.
+import { postJson, send } from '../support/http';
+import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+
+let upstream: TestUpstream;
+let a: TestProxy;
+let b: TestProxy;
+const TOKEN = 'cache-test-token';
+
+beforeAll(async () => {
+  upstream = await startUpstream((_req, res) => {
+    res.writeHead(201, { 'content-type': 'text/plain' });
+    res.end(`execution ${upstream.executions().length}`);
+  });
+  const table = uniqueTable('cache');
+  const yaml = `
+admin:
+  token: ${TOKEN}
+store:
+  table: ${table}
+upstreams: { api: { url: ${upstream.url} } }
+routes:
+  - { name: orders, match: { path: /orders }, upstream: api, idempotency: {} }
+  - { name: brief, match: { path: /brief }, upstream: api, idempotency: { ttl: 1500ms } }
+`;
+  // Two instances on one table, as behind a load balancer.
+  a = await startProxy({ yaml, table });
+  b = await startProxy({ yaml, table });
+});
+
+afterAll(async () => {
+  await a?.close();
+  await b?.close();
+  await upstream?.close();
+});
+
+const lastLine = (proxy: TestProxy, key: string) =>
+  proxy.logs.filter((l) => l.msg === 'request' && l.key === key).at(-1);
+
+test('repeats of a completed key are answered from memory, and their counters still reach the record', async () => {
+  const first = await postJson(`${a.url}/orders`, 'cached-1', { n: 1 });
+  const claimsBefore = a.logs.filter((l) => l.msg === 'request').length;
+  for (let i = 0; i < 5; i++) {
+    const replay = await postJson(`${a.url}/orders`, 'cached-1', { n: 1 });
+    expect(replay.body.equals(first.body)).toBe(true);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(lastLine(a, 'cached-1')).toMatchObject({
+      outcome: 'replayed',
+      cached: true,
+      storeMs: 0,
+    });
+  }
+  const mismatch = await postJson(`${a.url}/orders`, 'cached-1', { n: 2 });
+  expect(mismatch.status).toBe(422);
+  expect(lastLine(a, 'cached-1')).toMatchObject({ outcome: 'mismatch', cached: true });
+  expect(a.logs.filter((l) => l.msg === 'request').length).toBe(claimsBefore + 6);
+  await a.flushCounters();
+  const { rows } = await a.pool.query(
+    `SELECT attempts, replays FROM ${a.table} WHERE key = 'cached-1'`,
+  );
+  expect(rows).toEqual([{ attempts: 7, replays: 5 }]);
+  expect(upstream.executions()).toHaveLength(1);
+});
+
+test('an operator clear on one instance evicts the record from every instance', async () => {
+  await postJson(`${a.url}/orders`, 'cleared-1', {});
+  await postJson(`${b.url}/orders`, 'cleared-1', {}); // b learns it from the store …
+  await postJson(`${b.url}/orders`, 'cleared-1', {});
+  expect(lastLine(b, 'cleared-1')).toMatchObject({ cached: true }); // … and then answers from memory
+  const cleared = await send(`${a.adminUrl}/keys/orders/cleared-1`, {
+    method: 'DELETE',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  expect(cleared.status).toBe(200);
+  await sleep(100); // the NOTIFY is delivered when the DELETE commits
+  const executions = upstream.executions().length;
+  const again = await postJson(`${b.url}/orders`, 'cleared-1', {});
+  expect(again.headers['idempotent-replayed']).toBeUndefined();
+  expect(upstream.executions()).toHaveLength(executions + 1);
+});
+
+test('nothing is served from memory while clears cannot be heard, and the cache starts empty again', async () => {
+  await postJson(`${a.url}/orders`, 'listener-1', {});
+  await postJson(`${a.url}/orders`, 'listener-1', {});
+  expect(a.cache!.size).toBeGreaterThan(0);
+  await a.pool.query('SELECT pg_terminate_backend($1)', [a.listener.stats.backendPid]);
+  for (let i = 0; i < 20 && a.listener.stats.connected; i++) await sleep(10);
+  const during = await postJson(`${a.url}/orders`, 'listener-1', {});
+  expect(during.headers['idempotent-replayed']).toBe('true');
+  expect(lastLine(a, 'listener-1')?.cached).toBeUndefined(); // the cache was emptied when the connection dropped
+  for (let i = 0; i < 50 && !a.listener.stats.connected; i++) await sleep(100);
+  expect(a.listener.stats.connected).toBe(true);
+  expect(a.cache!.size).toBe(0);
+});
+
+test('a cached record is not served past its expiry', async () => {
+  await postJson(`${a.url}/brief`, 'brief-1', {});
+  await postJson(`${a.url}/brief`, 'brief-1', {});
+  await sleep(1_600);
+  const after = await postJson(`${a.url}/brief`, 'brief-1', {});
+  expect(after.headers['idempotent-replayed']).toBeUndefined();
+  expect(lastLine(a, 'brief-1')).toMatchObject({ outcome: 'executed' });
+});
