@@ -22,7 +22,7 @@ import { responseHeaderPairs } from '../http/response';
 import { upstreamPath } from '../http/router';
 import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
-import type { ProtectedDeps, ProtectedRequest } from './protected-request';
+import type { ProtectedDeps, ProtectedRequest } from './protected-context';
 import type { ClaimResult } from './record';
 
 export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;

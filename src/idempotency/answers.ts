@@ -1,0 +1,109 @@
+// The answers the proxy itself gives on a protected route (replay, 409, 422, problems), and the
+// store-call wrapper that turns a store failure into 503 (fail closed).
+import { performance } from 'node:perf_hooks';
+import { ProxyError } from '../errors';
+import { problemBody, problemHeaders, sendProblem } from '../http/problem';
+import type { Outcome } from '../http/request-log';
+import { writeWhole } from '../http/response';
+import { DERIVED_KEY_HEADER } from './derived-key';
+import { type HeaderPairs, type StoredResponse } from './record';
+import {
+  BODY_OMITTED_HEADER,
+  OUTCOME_HEADER,
+  type ProtectedDeps,
+  type ProtectedRequest,
+} from './protected-context';
+
+const STORE_RETRY_AFTER_SECONDS = 1;
+
+export function replay(request: ProtectedRequest, stored: StoredResponse): void {
+  const { res, policy, log } = request;
+  log.outcome = 'replayed';
+  const extra: [string, string][] = [[policy.replayedHeader, 'true']];
+  if (log.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
+  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
+  writeWhole(res, stored.status, stored.headers, stored.body, extra);
+}
+
+export function reused(request: ProtectedRequest, key: string): void {
+  fail(
+    request,
+    'mismatch',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_REUSED',
+      'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+      { route: request.route.name, key },
+    ),
+  );
+}
+
+export function inFlight(request: ProtectedRequest, key: string, leaseRemainingMs: number): void {
+  const seconds = Math.max(1, Math.ceil(leaseRemainingMs / 1000));
+  fail(
+    request,
+    'in_flight',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_IN_FLIGHT',
+      `A request with this key is still being processed. Retry after ${seconds} s with the same key to get its result.`,
+      { route: request.route.name, key, retryAfterSeconds: seconds },
+    ),
+  );
+}
+
+export function fail(request: ProtectedRequest, outcome: Outcome, error: ProxyError): void {
+  request.log.outcome = outcome;
+  sendProblem(request.res, error);
+}
+
+/**
+ * Runs a store operation; on failure answers 503 (unless told not to, or in shadow mode) and returns
+ * undefined.
+ */
+export async function storeCall<T>(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  operation: string,
+  call: () => Promise<T>,
+  answerOnFailure = true,
+): Promise<T | undefined> {
+  const started = performance.now();
+  let failure: unknown;
+  try {
+    return await call();
+  } catch (error) {
+    failure = error;
+    deps.onStoreError(error, operation);
+    // Shadow mode never answers for the upstream: its caller forwards the request anyway.
+    if (answerOnFailure && request.policy.enforce) {
+      fail(
+        request,
+        'store_unavailable',
+        new ProxyError(
+          'STORE_UNAVAILABLE',
+          'The idempotency store (PostgreSQL) cannot be reached, so the request was not forwarded. Retry later with the same key.',
+          {
+            route: request.route.name,
+            key: request.log.key,
+            retryAfterSeconds: STORE_RETRY_AFTER_SECONDS,
+            cause: error,
+          },
+        ),
+      );
+    }
+    return undefined;
+  } finally {
+    const ms = performance.now() - started;
+    request.log.storeMs += ms;
+    deps.observer?.storeCall(operation, ms, failure);
+  }
+}
+
+/** The problem answer for a request that may have run: stored under `fail`, marked either way. */
+export function unknownOutcomeResponse(error: ProxyError): StoredResponse {
+  const body = Buffer.from(JSON.stringify(problemBody(error)));
+  const headers: HeaderPairs = [
+    ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+    [OUTCOME_HEADER, 'unknown'],
+  ];
+  return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+}

@@ -1,0 +1,142 @@
+// Forwarding under a claim, then settling it: complete with the upstream's answer, release it, or
+// record an unknown outcome (SPEC §4, the rows after "first request").
+import { performance } from 'node:perf_hooks';
+import { sendProblem } from '../http/problem';
+import { responseHeaderPairs, writeWhole } from '../http/response';
+import { upstreamPath } from '../http/router';
+import type { UpstreamResponse } from '../upstream/protected';
+import type { TransportFailure } from '../upstream/transport-errors';
+import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
+import { type RecordId, recordDigest, type StoredResponse } from './record';
+import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
+import { storeCall, unknownOutcomeResponse } from './answers';
+
+export async function forward(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  body: Buffer,
+  fingerprint: Buffer,
+): Promise<void> {
+  deps.observer?.claimsHeld(1);
+  try {
+    await forwardAndSettle(deps, request, id, fence, body, fingerprint);
+  } finally {
+    deps.observer?.claimsHeld(-1);
+  }
+}
+
+async function forwardAndSettle(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  body: Buffer,
+  fingerprint: Buffer,
+): Promise<void> {
+  const { req, res, route, policy, log } = request;
+  const started = performance.now();
+  let response: UpstreamResponse;
+  try {
+    response = await deps.upstreams.request(route.upstream, {
+      method: req.method ?? 'POST',
+      path: upstreamPath(route, request.target),
+      headers: outgoingHeaders(req, policy, id.key),
+      body,
+    });
+  } catch (error) {
+    log.upstreamMs += performance.now() - started;
+    return settleFailure(deps, request, id, fence, transportFailure(request.route, error, id.key));
+  }
+
+  const status = response.status;
+  const clientHeaders = responseHeaderPairs(response.headers, { keepSetCookie: true });
+  let chunks: Buffer[] = [];
+  let total = 0;
+  let streaming = false;
+  try {
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      total += chunk.length;
+      if (!streaming && total > policy.maxResponseBytes) {
+        // Too big to store: deliver it in full as it arrives; replays get status and headers only.
+        streaming = true;
+        startStreaming(res, status, clientHeaders, response.headers['content-length']);
+        for (const buffered of chunks) res.write(buffered);
+        chunks = [];
+      }
+      if (streaming) await writeChunk(res, chunk);
+      else chunks.push(chunk);
+    }
+  } catch (error) {
+    log.upstreamMs += performance.now() - started;
+    const failure = transportFailure(request.route, error, id.key);
+    if (streaming) res.destroy(); // the client already has a head and part of a body
+    return settleFailure(deps, request, id, fence, { sent: true, error: failure.error }, streaming);
+  }
+  log.upstreamMs += performance.now() - started;
+  log.outcome = 'executed';
+
+  const bodyBuffer = streaming ? Buffer.alloc(0) : Buffer.concat(chunks, total);
+  if (!policy.storesStatus(status)) {
+    // The upstream did not act (or the route does not keep this status): let a retry execute again.
+    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
+  } else {
+    const stored: StoredResponse = {
+      status,
+      headers: policy.replaySetCookie
+        ? clientHeaders
+        : clientHeaders.filter(([name]) => name !== 'set-cookie'),
+      body: bodyBuffer,
+      bodyOmitted: streaming,
+      outcomeUnknown: false,
+    };
+    // If this fails the upstream has still acted: the client gets its answer, and the claim stays in
+    // progress until its lease ends (then unknownOutcome decides).
+    const completed = await storeCall(
+      deps,
+      request,
+      'complete',
+      () => deps.store.complete(id, fence, stored, policy.ttlMs),
+      false,
+    );
+    if (completed) deps.cache?.remember(recordDigest(id), fingerprint, stored, policy.ttlMs);
+  }
+  if (streaming) res.end();
+  else writeWhole(res, status, clientHeaders, bodyBuffer);
+}
+
+/** After a transport failure: release if nothing was sent; else store or keep the unknown outcome. */
+async function settleFailure(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fence: string,
+  failure: TransportFailure,
+  clientAlreadyAnswered = false,
+): Promise<void> {
+  const { policy } = request;
+  request.log.outcome = 'upstream_error';
+  if (!failure.sent) {
+    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
+    if (!clientAlreadyAnswered) sendProblem(request.res, failure.error);
+    return;
+  }
+  const unknown = unknownOutcomeResponse(failure.error);
+  request.log.outcomeUnknown = true;
+  if (policy.unknownOutcome === 'fail') {
+    // At most once: this answer is what every repeat gets until an operator clears the key.
+    await storeCall(
+      deps,
+      request,
+      'complete',
+      () => deps.store.complete(id, fence, unknown, policy.ttlMs),
+      false,
+    );
+  }
+  // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
+  if (clientAlreadyAnswered) return;
+  // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
+  if (!policy.enforce) sendProblem(request.res, failure.error);
+  else writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
+}

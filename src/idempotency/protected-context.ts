@@ -1,0 +1,42 @@
+// What a protected request is handled with: its dependencies, the request itself, and the headers
+// the proxy adds. Shared by the state machine's modules (protected-request.ts and its helpers).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IdempotencyPolicy, RouteConfig } from '../config/types';
+import type { RequestLogEntry } from '../http/request-log';
+import { type RequestTarget } from '../http/router';
+import type { PassThrough } from '../upstream/passthrough';
+import type { UpstreamPools } from '../upstream/protected';
+import { type CompletionWaiter, type KeyStore } from './record';
+import type { ReplayCache } from './replay-cache';
+
+export interface ProtectedDeps {
+  readonly store: KeyStore;
+  readonly upstreams: UpstreamPools;
+  readonly passThrough: PassThrough;
+  readonly onStoreError: (error: unknown, operation: string) => void;
+  /** Wakes onConcurrent: wait requests; without one they poll. */
+  readonly waiter?: CompletionWaiter;
+  /** Metrics hooks (observability/metrics.ts); the state machine itself knows no metrics library. */
+  readonly observer?: ProtectedObserver;
+  /** Completed records kept in memory, so replays need no round trip (replay-cache.ts). */
+  readonly cache?: ReplayCache;
+}
+
+export interface ProtectedObserver {
+  /** One store round trip (or a wait, operation 'wait'), with its error if it failed. */
+  storeCall(operation: string, ms: number, error: unknown): void;
+  /** +1 when this instance starts forwarding under a claim, -1 when it has stored or released it. */
+  claimsHeld(delta: 1 | -1): void;
+}
+
+export interface ProtectedRequest {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly route: RouteConfig;
+  readonly policy: IdempotencyPolicy;
+  readonly target: RequestTarget;
+  readonly log: RequestLogEntry;
+}
+
+export const OUTCOME_HEADER = 'idempotency-outcome';
+export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
