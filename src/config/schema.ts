@@ -330,7 +330,7 @@ export const configSchema = strict(
         poolSize: integer(1, 1000).default(10).describe('Postgres connections per instance.'),
         pruneInterval: timer.default('5m').describe('How often expired records are deleted.'),
         replayCache: size
-          .default('64mb')
+          .default('32mb')
           .describe('Memory for completed records answered without a round trip; 0b turns it off.'),
         synchronousCommit: bool
           .default(true)

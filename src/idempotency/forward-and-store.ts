@@ -7,7 +7,7 @@ import { upstreamPath } from '../http/router';
 import type { UpstreamResponse } from '../upstream/protected';
 import type { TransportFailure } from '../upstream/transport-errors';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
-import { type RecordId, recordDigest, type StoredResponse } from './record';
+import { type RecordId, type StoredResponse } from './record';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
 import { storeCall, unknownOutcomeResponse } from './answers';
 
@@ -17,11 +17,10 @@ export async function forward(
   id: RecordId,
   fence: string,
   body: Buffer,
-  fingerprint: Buffer,
 ): Promise<void> {
   deps.observer?.claimsHeld(1);
   try {
-    await forwardAndSettle(deps, request, id, fence, body, fingerprint);
+    await forwardAndSettle(deps, request, id, fence, body);
   } finally {
     deps.observer?.claimsHeld(-1);
   }
@@ -33,7 +32,6 @@ async function forwardAndSettle(
   id: RecordId,
   fence: string,
   body: Buffer,
-  fingerprint: Buffer,
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
   const started = performance.now();
@@ -93,14 +91,15 @@ async function forwardAndSettle(
     };
     // If this fails the upstream has still acted: the client gets its answer, and the claim stays in
     // progress until its lease ends (then unknownOutcome decides).
-    const completed = await storeCall(
+    // Not cached here: most keys are never repeated, and caching every completion would fill the cache
+    // with records nobody asks for again. The first repeat (claim → completed) admits it.
+    await storeCall(
       deps,
       request,
       'complete',
       () => deps.store.complete(id, fence, stored, policy.ttlMs),
       false,
     );
-    if (completed) deps.cache?.remember(recordDigest(id), fingerprint, stored, policy.ttlMs);
   }
   if (streaming) res.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);

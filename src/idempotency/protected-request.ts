@@ -169,7 +169,7 @@ async function claimAndAnswer(
 
     switch (claim.kind) {
       case 'claimed':
-        return forward(deps, request, id, claim.fence, body, fingerprint);
+        return forward(deps, request, id, claim.fence, body);
       case 'completed':
         deps.cache?.remember(digest, fingerprint, claim.response, claim.expiresInMs);
         return replay(request, claim.response);
@@ -200,7 +200,7 @@ async function claimAndAnswer(
             deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
           );
           if (fence === undefined) return storeUnavailable(deps, request, key, body);
-          if (fence !== null) return forward(deps, request, id, fence, body, fingerprint);
+          if (fence !== null) return forward(deps, request, id, fence, body);
         } else {
           const unknown = unknownOutcomeResponse(
             new ProxyError(

@@ -11,6 +11,8 @@ import type { RecordId, StoredResponse } from './record';
 
 /** Serve cached entries this long less than the database's expiry, for clock and round-trip skew. */
 const EXPIRY_MARGIN_MS = 1_000;
+/** What an entry costs beyond its body and headers (Map slot, objects, digest, fingerprint), measured. */
+const ENTRY_OVERHEAD_BYTES = 1_024;
 /** Records whose body is larger than this share of the cache are not cached. */
 const MAX_ENTRY_SHARE = 0.1;
 
@@ -73,8 +75,8 @@ export class ReplayCache {
     if (!this.live || expiresInMs <= EXPIRY_MARGIN_MS) return;
     const bytes =
       response.body.length +
-      256 +
-      response.headers.reduce((n, [k, v]) => n + k.length + v.length, 0);
+      ENTRY_OVERHEAD_BYTES +
+      response.headers.reduce((n, [k, v]) => n + 64 + 2 * (k.length + v.length), 0);
     if (bytes > this.maxBytes * MAX_ENTRY_SHARE) return;
     const previous = this.entries.get(digest);
     if (previous) this.remove(digest, previous);

@@ -56,7 +56,7 @@ describe('defaults', () => {
       table: 'idempotency_keys',
       poolSize: 10,
       pruneIntervalMs: 300_000,
-      replayCacheBytes: 64 * 1024 * 1024,
+      replayCacheBytes: 32 * 1024 * 1024,
       synchronousCommit: true,
     });
     expect(config.upstreams.get('app')).toEqual({
