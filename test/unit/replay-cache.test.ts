@@ -49,10 +49,11 @@ test('expires entries a margin before the store does, and skips records about to
 });
 
 test('stays within its byte budget, dropping the oldest entries, and never caches a huge body', () => {
-  const { c } = cache(10_000);
-  for (let i = 0; i < 20; i++) c.remember(`d${i}`, fp, response(700), 60_000);
-  expect(c.size).toBeLessThan(20);
-  expect(c.lookup('d19', id('k19'), fp)).toBeDefined();
+  const { c } = cache(40_000); // an entry of 700 body bytes costs ~1.9 kB with its overhead
+  for (let i = 0; i < 30; i++) c.remember(`d${i}`, fp, response(700), 60_000);
+  expect(c.size).toBeGreaterThan(10);
+  expect(c.size).toBeLessThan(30);
+  expect(c.lookup('d29', id('k29'), fp)).toBeDefined();
   expect(c.lookup('d0', id('k0'), fp)).toBeUndefined();
   c.remember('huge', fp, response(5_000), 60_000);
   expect(c.lookup('huge', id('huge'), fp)).toBeUndefined();
