@@ -94,10 +94,20 @@ export class ProxyMetrics implements ProtectedObserver {
     });
   }
 
+  /** Label-bound children, so the per-request path skips prom-client's label hashing. */
+  private readonly requestChildren = new Map<string, { inc(): void }>();
+
   /** Called once per finished request with its log entry. */
   observeRequest(entry: RequestLogEntry): void {
     const route = entry.route ?? '(none)';
-    this.requests.inc({ route, outcome: entry.outcome, status_class: statusClass(entry.status) });
+    const cls = statusClass(entry.status);
+    const childKey = `${route}\u0000${entry.outcome}\u0000${cls}`;
+    let child = this.requestChildren.get(childKey);
+    if (!child) {
+      child = this.requests.labels(route, entry.outcome, cls);
+      this.requestChildren.set(childKey, child);
+    }
+    child.inc();
     if (entry.outcome === 'replayed') this.replays.inc({ route });
     if (entry.cached) this.cacheHits.inc({ route });
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
