@@ -26,6 +26,8 @@ export class Child {
   constructor(
     readonly name: string,
     readonly process: ChildProcess,
+    /** The core it is pinned to, if any. */
+    readonly core: number | undefined,
     onUnexpectedExit: (child: Child, code: number | null) => void,
   ) {
     this.process.stderr?.setEncoding('utf8');
@@ -99,6 +101,7 @@ export function spawnPinned(
   const child = new Child(
     name,
     spawn(file, argv, { stdio, env: options.env ?? process.env, cwd: options.cwd }),
+    pinned ? options.core : undefined,
     (exited, code) => unexpectedExitHandler(exited, code),
   );
   live.add(child);
@@ -143,7 +146,9 @@ export function waitForMessage<T extends { type: string }>(
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       cleanup();
-      reject(new Error(`${child.name} sent no "${type}" within ${timeoutMs} ms\n${child.stderr()}`));
+      reject(
+        new Error(`${child.name} sent no "${type}" within ${timeoutMs} ms\n${child.stderr()}`),
+      );
     }, timeoutMs);
     const onMessage = (message: unknown): void => {
       const typed = message as { type?: unknown; error?: unknown };

@@ -31,6 +31,7 @@ async function start(dataDir: string): Promise<void> {
   server = await embedded.startEmbeddedPostgres({ dataDir });
   let statementsLoaded = false;
   const client = new Client({ connectionString: server.url });
+  client.on('error', () => undefined);
   await client.connect();
   try {
     await client.query(`ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'`);

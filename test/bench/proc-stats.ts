@@ -18,6 +18,8 @@ function readClockTicks(): number {
 
 interface StatTimes {
   readonly ppid: number;
+  readonly userTicks: number;
+  readonly systemTicks: number;
   /** utime + stime of the process itself, in ticks. */
   readonly ownTicks: number;
   /** cutime + cstime: children it has already waited for (a postmaster reaps its backends). */
@@ -37,6 +39,8 @@ function readStat(pid: number): StatTimes | undefined {
   const field = (n: number): number => Number(fields[n - 3]);
   return {
     ppid: field(4),
+    userTicks: field(14),
+    systemTicks: field(15),
     ownTicks: field(14) + field(15),
     reapedChildTicks: field(16) + field(17),
   };
@@ -48,6 +52,14 @@ const ticksToMicros = (ticks: number): number => (ticks * 1_000_000) / CLOCK_TIC
 export function processCpuMicros(pid: number): number | undefined {
   const stat = readStat(pid);
   return stat ? ticksToMicros(stat.ownTicks) : undefined;
+}
+
+/** The same, split into user and system (kernel: syscalls, and loopback TCP work done inline). */
+export function processCpuSplitMicros(pid: number): { user: number; system: number } | undefined {
+  const stat = readStat(pid);
+  return stat
+    ? { user: ticksToMicros(stat.userTicks), system: ticksToMicros(stat.systemTicks) }
+    : undefined;
 }
 
 /**

@@ -10,6 +10,7 @@
 //                        every reading waits STATS_FLUSH_WAIT_MS first.
 import { Client, type QueryResult, type QueryResultRow } from 'pg';
 
+// pg_stat_statements drops a leading comment from the text it keeps: the mark goes after the first word.
 const PROBE_MARK = '/* idempotency-proxy-bench probe */';
 const STATS_FLUSH_WAIT_MS = 11_000;
 
@@ -42,11 +43,13 @@ export class StoreProbe {
 
   static async open(url: string): Promise<StoreProbe> {
     const client = new Client({ connectionString: url, application_name: 'idempotency-bench' });
+    // A server stopping under us (Ctrl-C reaches it too) must fail the next query, not crash the bench.
+    client.on('error', () => undefined);
     await client.connect();
     let method: CountingMethod = 'pg_stat_database';
     try {
-      await client.query(`${PROBE_MARK} CREATE EXTENSION IF NOT EXISTS pg_stat_statements`);
-      await client.query(`${PROBE_MARK} SELECT count(*) FROM pg_stat_statements`);
+      await client.query(marked('CREATE EXTENSION IF NOT EXISTS pg_stat_statements'));
+      await client.query(marked('SELECT count(*) FROM pg_stat_statements'));
       method = 'pg_stat_statements';
     } catch {
       // Not installable here, or not in shared_preload_libraries: fall back to transactions.
@@ -126,7 +129,7 @@ export class StoreProbe {
 
   private query<R extends QueryResultRow>(text: string): Promise<QueryResult<R>> {
     this.probeStatements++;
-    return this.client.query<R>(`${PROBE_MARK} ${text}`);
+    return this.client.query<R>(marked(text));
   }
 
   async close(): Promise<void> {
@@ -135,13 +138,23 @@ export class StoreProbe {
   }
 }
 
-/** Names a statement by what the proxy uses it for, from its text (see src/db/key-store.ts). */
+const marked = (text: string): string => text.replace(/^(\s*\w+)/, `$1 ${PROBE_MARK}`);
+
+/**
+ * Names a statement by what the proxy uses it for (see src/db/key-store.ts), from the text
+ * pg_stat_statements keeps — where constants are already replaced by $n, so only the shape counts.
+ */
 export function statementKind(query: string): string {
   const text = query.replace(/\s+/g, ' ').trim();
-  if (/^INSERT /i.test(text) && /ON CONFLICT/i.test(text)) return 'claim';
-  if (/^UPDATE /i.test(text) && /replays = replays \+ 1/i.test(text)) return 'settle-unknown';
-  if (/^UPDATE /i.test(text) && /SET state = 'completed'/i.test(text)) return 'complete';
-  if (/^UPDATE /i.test(text) && /claim_token = /i.test(text)) return 'take-over';
-  if (/^DELETE /i.test(text)) return 'release';
+  const has = (pattern: RegExp): boolean => pattern.test(text);
+  if (has(/\bINSERT INTO\b/i) && has(/\bON CONFLICT\b/i)) return 'claim';
+  if (has(/\bUPDATE\b/i) && has(/\bunnest\(/i)) return 'flush-counters';
+  if (has(/\bUPDATE\b/i) && has(/\breplays = replays \+/i)) return 'settle-unknown';
+  if (has(/\bUPDATE\b/i) && has(/\bcompleted_at = now\(\)/i)) return 'complete';
+  if (has(/\bDELETE FROM\b/i)) return 'release';
+  if (has(/\bUPDATE\b/i) && has(/\bfence = fence \+/i)) return 'take-over';
+  if (has(/^LISTEN\b/i)) return 'listen';
+  if (has(/\bpg_(try_)?advisory_(un)?lock\b/i)) return 'advisory lock (pruner, migrations)';
+  if (has(/^SELECT\b/i) && has(/\bsame_fingerprint\b/i)) return 'peek';
   return text.slice(0, 40);
 }

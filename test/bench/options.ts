@@ -1,0 +1,113 @@
+// Command-line options of `npm run bench` (run-bench.ts).
+import { parseArgs } from 'node:util';
+import { ALL_SCENARIOS } from './scenarios';
+import type { ScenarioName } from './report';
+
+export interface BenchOptions {
+  readonly durationS: number;
+  readonly warmupS: number;
+  readonly connections: number;
+  readonly quick: boolean;
+  readonly scenarios: readonly ScenarioName[];
+  readonly runs: number;
+  /** JSON results file; default bench-results/<timestamp>.json. */
+  readonly out: string | undefined;
+  /** Profile our proxy (node --cpu-prof), one fresh process per scenario. */
+  readonly cpuProf: boolean;
+  /** Record the proxy's on-CPU samples with Linux perf over each measured window. */
+  readonly perf: boolean;
+  /** LOG_LEVEL of the proxy: `info` (one line per request, as shipped) unless told. */
+  readonly logLevel: string;
+  readonly poolSize: number;
+  /** Extra node flags for the proxy process (e.g. --perf-basic-prof for `perf record`). */
+  readonly proxyNodeArgs: readonly string[];
+}
+
+export const USAGE = `Usage: npm run bench -- [options]
+
+  --duration <s>       measured seconds per scenario, whole (default 10; --quick: 2)
+  --warmup <s>         warm-up seconds before each scenario (default 3; --quick: 2), doubled
+                       for a scenario that starts its own proxy (a cold process)
+  --connections <n>    concurrent connections (default 64)
+  --quick              short scenarios: the whole bench in under a minute
+  --scenarios <a,b>    subset of: ${ALL_SCENARIOS.join(', ')}
+  --runs <n>           repeat the whole set n times against the same proxy (RSS growth; default 1)
+  --out <file>         JSON results file (default bench-results/<timestamp>.json)
+  --cpu-prof           profile the proxy with V8 (node --cpu-prof): a fresh proxy per scenario,
+                       alone on its core (everything else moves to the load core); profiles land
+                       next to the JSON and their top self time is printed. Not comparable with
+                       a plain run
+  --perf               record our proxy (and the bare http-proxy) with Linux \`perf\` (on-CPU
+                       samples, kernel included) over each measured window, and print where the
+                       CPU goes; they run with --perf-basic-prof, which costs a few % of CPU
+  --log-level <level>  the proxy's LOG_LEVEL (default info: one log line per request, as shipped)
+  --pool-size <n>      the proxy's store.poolSize (default 10, the shipped default)
+  --proxy-node-arg <a> an extra node flag for the proxy process, repeatable
+                       (e.g. --proxy-node-arg=--perf-basic-prof to read \`perf record\` output)
+  -h, --help
+
+Environment: DATABASE_URL = use that PostgreSQL instead of an embedded one (not pinned, its CPU
+not measured; needs superuser for the synchronous_commit=off scenario and pg_stat_statements
+preloaded for exact round-trip counts).
+`;
+
+export class UsageError extends Error {}
+
+export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
+  const { values } = parseArgs({
+    args: [...argv],
+    options: {
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      connections: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      scenarios: { type: 'string' },
+      runs: { type: 'string' },
+      out: { type: 'string' },
+      'cpu-prof': { type: 'boolean', default: false },
+      perf: { type: 'boolean', default: false },
+      'log-level': { type: 'string' },
+      'pool-size': { type: 'string' },
+      'proxy-node-arg': { type: 'string', multiple: true },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+  });
+  if (values.help) return 'help';
+  const quick = values.quick === true;
+  const scenarios = values.scenarios
+    ? values.scenarios.split(',').map((name) => name.trim())
+    : [...ALL_SCENARIOS];
+  for (const name of scenarios) {
+    if (!(ALL_SCENARIOS as readonly string[]).includes(name)) {
+      throw new UsageError(`unknown scenario "${name}"; known: ${ALL_SCENARIOS.join(', ')}`);
+    }
+  }
+  return {
+    // autocannon runs whole seconds (it stops on its once-a-second tick): round up.
+    durationS: Math.ceil(positive('--duration', values.duration, quick ? 2 : 10)),
+    warmupS: Math.ceil(positive('--warmup', values.warmup, quick ? 2 : 3, true)),
+    connections: positive('--connections', values.connections, 64),
+    quick,
+    scenarios: scenarios as ScenarioName[],
+    runs: positive('--runs', values.runs, 1),
+    out: values.out,
+    cpuProf: values['cpu-prof'] === true,
+    perf: values.perf === true,
+    logLevel: values['log-level'] ?? 'info',
+    poolSize: positive('--pool-size', values['pool-size'], 10),
+    proxyNodeArgs: [
+      ...(values.perf === true ? ['--perf-basic-prof'] : []),
+      ...(values['proxy-node-arg'] ?? []),
+    ],
+  };
+}
+
+function positive(flag: string, raw: string | undefined, fallback: number, zeroOk = false): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0 || (value === 0 && !zeroOk)) {
+    throw new UsageError(`${flag} expects a positive number, got "${raw}"`);
+  }
+  return value;
+}

@@ -1,0 +1,265 @@
+// Turns measured scenarios into the printed table, the issue-6 target checks (informational PASS/FAIL;
+// the bench exits 0 regardless) and the JSON written to bench-results/.
+import type { LoadSummary } from './load';
+import type { PerfSummary } from './perf-profile';
+import type { ProfileSummary } from './profile-summary';
+
+export type ScenarioName =
+  | 'direct'
+  | 'bare'
+  | 'passthrough'
+  | 'new-key'
+  | 'replay'
+  | 'replay-no-cache'
+  | 'storm-409'
+  | 'new-key-sync-off';
+
+export interface ScenarioResult {
+  readonly name: ScenarioName;
+  readonly label: string;
+  /** Why the scenario did not run, when it did not. */
+  readonly skipped?: string;
+  readonly load?: LoadSummary;
+  readonly requestsPerS?: number;
+  /** CPU (user + system) per completed request, µs, by process. `proxy` is the process under test. */
+  readonly cpuMicrosPerRequest?: {
+    readonly proxy?: number;
+    readonly proxyUser?: number;
+    readonly proxySystem?: number;
+    readonly upstream?: number;
+    readonly postgres?: number;
+    readonly loadGenerator?: number;
+  };
+  readonly coreBusyPercent?: {
+    readonly load?: number;
+    /** The load generator process's own CPU, as a share of one core. */
+    readonly loadGenerator?: number;
+    readonly underTest?: number;
+    /** Busy time on the core under test that no process of ours accounts for: other work. */
+    readonly foreignOnUnderTest?: number;
+  };
+  /** Peak VmRSS of the process under test during the measured window (100 ms samples). */
+  readonly peakRssBytes?: number;
+  /** Its VmHWM at the end of the scenario (since that process started). */
+  readonly hwmBytes?: number;
+  readonly storeRoundTrips?: {
+    readonly perRequest: number;
+    readonly total: number;
+    readonly byKind: Record<string, number>;
+  };
+  readonly expectedStatus: number;
+  /** Responses with another status, plus socket errors and timeouts. */
+  readonly unexpected?: number;
+  readonly synchronousCommit?: string;
+  readonly profile?: ProfileSummary;
+  readonly perfProfile?: PerfSummary;
+}
+
+export interface RunResult {
+  readonly index: number;
+  readonly scenarios: ScenarioResult[];
+  /** Our proxy over this run: VmHWM at its end, and the sampled VmRSS peak and end value. */
+  readonly proxyMemory: {
+    readonly hwmBytes?: number;
+    readonly peakRssBytes?: number;
+    readonly endRssBytes?: number;
+  };
+}
+
+export interface TargetCheck {
+  readonly target: string;
+  readonly measured: string;
+  readonly pass: boolean | undefined;
+}
+
+const MB = 1024 * 1024;
+
+export function formatTable(run: RunResult): string {
+  const header = [
+    'scenario',
+    'req/s',
+    'proxy µs/req',
+    'pg µs/req',
+    'upstr µs/req',
+    'p50 ms',
+    'p99 ms',
+    'non-2xx',
+    'errors',
+    'peak RSS MB',
+    'store RT/req',
+    'load gen %',
+    'SUT core % (other)',
+  ];
+  const rows: string[][] = run.scenarios.map((s) => {
+    if (s.skipped || !s.load) return [s.label, `skipped: ${s.skipped ?? 'no result'}`];
+    const cpu = s.cpuMicrosPerRequest ?? {};
+    return [
+      s.label,
+      fixed(s.requestsPerS, 0),
+      fixed(cpu.proxy, 1),
+      fixed(cpu.postgres, 1),
+      fixed(cpu.upstream, 1),
+      fixed(s.load.latencyMs.p50, 0),
+      fixed(s.load.latencyMs.p99, 0),
+      s.load.non2xx > 0 && s.expectedStatus >= 300
+        ? `${s.load.non2xx} (${s.expectedStatus})`
+        : String(s.load.non2xx),
+      String(s.load.errors + s.load.timeouts),
+      s.peakRssBytes === undefined ? '—' : (s.peakRssBytes / MB).toFixed(1),
+      s.storeRoundTrips ? s.storeRoundTrips.perRequest.toFixed(2) : '—',
+      fixed(s.coreBusyPercent?.loadGenerator, 0),
+      `${fixed(s.coreBusyPercent?.underTest, 0)} (${fixed(s.coreBusyPercent?.foreignOnUnderTest, 0)})`,
+    ];
+  });
+  // A skipped row is its label and one message: it takes no part in the column widths.
+  const full = (row: string[]): boolean => row.length === header.length;
+  const widths = header.map((title, i) =>
+    Math.max(
+      title.length,
+      ...rows.map((row) => (i === 0 || full(row) ? (row[i] ?? '') : '').length),
+    ),
+  );
+  const line = (cells: string[]): string =>
+    full(cells)
+      ? cells
+          .map((cell, i) => (i === 0 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0)))
+          .join('  ')
+      : `${(cells[0] ?? '').padEnd(widths[0] ?? 0)}  ${cells.slice(1).join(' ')}`;
+  const rule = widths.map((width) => '─'.repeat(width)).join('  ');
+  return [line(header), rule, ...rows.map(line)].join('\n');
+}
+
+/** Status breakdowns and statement kinds, one line per scenario, under the table. */
+export function formatDetails(run: RunResult): string {
+  const lines: string[] = [];
+  for (const s of run.scenarios) {
+    if (!s.load) continue;
+    const statuses = Object.entries(s.load.statusCodes)
+      .map(([code, count]) => `${code}×${count}`)
+      .join(' ');
+    const kinds = s.storeRoundTrips
+      ? Object.entries(s.storeRoundTrips.byKind)
+          .filter(([, count]) => count > 0)
+          .map(([kind, count]) => `${kind} ${(count / Math.max(1, s.load?.sent ?? 1)).toFixed(2)}`)
+          .join(', ')
+      : '';
+    const cpu = s.cpuMicrosPerRequest;
+    const split =
+      cpu?.proxyUser !== undefined && cpu.proxySystem !== undefined
+        ? `; proxy CPU user ${cpu.proxyUser.toFixed(0)} + sys ${cpu.proxySystem.toFixed(0)} µs`
+        : '';
+    lines.push(
+      `  ${s.label}: ${s.load.completed} responses in ${s.load.durationS}s [${statuses || 'none'}]` +
+        split +
+        `${s.unexpected ? `, ${s.unexpected} unexpected` : ''}` +
+        `${(s.coreBusyPercent?.loadGenerator ?? 0) >= 90 ? ' (load generator saturated: req/s is a floor)' : ''}` +
+        `${kinds ? `; statements/req: ${kinds}` : ''}` +
+        `${s.synchronousCommit ? `; synchronous_commit=${s.synchronousCommit}` : ''}`,
+    );
+  }
+  return lines.join('\n');
+}
+
+export function checkTargets(run: RunResult, allRuns: readonly RunResult[]): TargetCheck[] {
+  const get = (name: ScenarioName): ScenarioResult | undefined =>
+    run.scenarios.find((s) => s.name === name && !s.skipped);
+  const cpu = (s: ScenarioResult | undefined): number | undefined => s?.cpuMicrosPerRequest?.proxy;
+  const rps = (s: ScenarioResult | undefined): number | undefined => s?.requestsPerS;
+  const bare = get('bare');
+  const pass = get('passthrough');
+  const newKey = get('new-key');
+  const replay = get('replay');
+  const replayNoCache = get('replay-no-cache');
+  const storm = get('storm-409');
+  const checks: TargetCheck[] = [];
+
+  const ratio = (
+    target: string,
+    numerator: number | undefined,
+    denominator: number | undefined,
+    limit: number,
+    atMost: boolean,
+  ): void => {
+    if (numerator === undefined || denominator === undefined || denominator === 0) {
+      checks.push({ target, measured: 'not measured', pass: undefined });
+      return;
+    }
+    const value = numerator / denominator;
+    checks.push({
+      target,
+      measured: `${value.toFixed(2)}×`,
+      pass: atMost ? value <= limit : value >= limit,
+    });
+  };
+  ratio('pass-through CPU/req ≤ 1.05× bare http-proxy', cpu(pass), cpu(bare), 1.05, true);
+  ratio('pass-through req/s ≥ 0.95× bare http-proxy', rps(pass), rps(bare), 0.95, false);
+  ratio('replay CPU/req ≤ 0.7× pass-through', cpu(replay), cpu(pass), 0.7, true);
+  ratio('replay req/s ≥ 1.0× pass-through', rps(replay), rps(pass), 1.0, false);
+  ratio('new key CPU/req ≤ 1.6× pass-through', cpu(newKey), cpu(pass), 1.6, true);
+  ratio('new key req/s ≥ 0.33× pass-through', rps(newKey), rps(pass), 0.33, false);
+
+  const trips = (
+    target: string,
+    s: ScenarioResult | undefined,
+    ok: (perRequest: number) => boolean,
+  ): void => {
+    const perRequest = s?.storeRoundTrips?.perRequest;
+    checks.push(
+      perRequest === undefined
+        ? { target, measured: 'not measured', pass: undefined }
+        : { target, measured: perRequest.toFixed(3), pass: ok(perRequest) },
+    );
+  };
+  // Requests cut off at the end of a run were counted by the store but not by the load generator:
+  // allow 1% for that.
+  trips('store round trips = 2 per new key', newKey, (n) => Math.abs(n - 2) <= 0.02);
+  trips('store round trips ≤ 1 per replay', replay, (n) => n <= 1.01);
+  trips('store round trips ≤ 1 per replay, replay cache off', replayNoCache, (n) => n <= 1.01);
+  trips('store round trips = 1 per 409', storm, (n) => Math.abs(n - 1) <= 0.01);
+
+  const hwm = run.proxyMemory.hwmBytes;
+  checks.push({
+    target: 'main proxy peak RSS (VmHWM) ≤ 200 MB',
+    measured: hwm === undefined ? 'not measured' : `${(hwm / MB).toFixed(1)} MB`,
+    pass: hwm === undefined ? undefined : hwm <= 200 * MB,
+  });
+  const peaks = allRuns.map((r) => r.proxyMemory.peakRssBytes ?? 0);
+  const first = peaks[0] ?? 0;
+  checks.push({
+    target: 'no RSS growth across runs (main proxy: each run peak ≤ 1.10× run 1)',
+    measured:
+      allRuns.length < 2
+        ? 'one run (use --runs 3)'
+        : peaks.map((peak) => `${(peak / MB).toFixed(1)}`).join(' → ') + ' MB',
+    pass: allRuns.length < 2 ? undefined : peaks.every((peak) => peak <= first * 1.1),
+  });
+  return checks;
+}
+
+export function formatTargets(checks: readonly TargetCheck[]): string {
+  const width = Math.max(...checks.map((check) => check.target.length));
+  return checks
+    .map((check) => {
+      const mark = check.pass === undefined ? '  -- ' : check.pass ? ' PASS' : ' FAIL';
+      return `${mark}  ${check.target.padEnd(width)}  ${check.measured}`;
+    })
+    .join('\n');
+}
+
+/** synchronous_commit off vs on for the new-key scenario: reported, no target. */
+export function formatSynchronousCommit(run: RunResult): string | undefined {
+  const on = run.scenarios.find((s) => s.name === 'new-key' && !s.skipped);
+  const off = run.scenarios.find((s) => s.name === 'new-key-sync-off' && !s.skipped);
+  if (!on?.requestsPerS || !off?.requestsPerS) return undefined;
+  const cpuOn = on.cpuMicrosPerRequest?.proxy;
+  const cpuOff = off.cpuMicrosPerRequest?.proxy;
+  return (
+    `  new key, synchronous_commit off vs on: req/s ${(off.requestsPerS / on.requestsPerS).toFixed(2)}×` +
+    (cpuOn && cpuOff ? `, proxy CPU/req ${(cpuOff / cpuOn).toFixed(2)}×` : '') +
+    `, p99 ${fixed(off.load?.latencyMs.p99, 0)} vs ${fixed(on.load?.latencyMs.p99, 0)} ms`
+  );
+}
+
+function fixed(value: number | undefined, digits: number): string {
+  return value === undefined || !Number.isFinite(value) ? '—' : value.toFixed(digits);
+}

@@ -1,0 +1,297 @@
+// `npm run bench`: measures the built proxy against a bare http-proxy script and the upstream itself.
+//
+//   core 0: this orchestrator, the load generator (autocannon, its own process)
+//   core 1: upstream, bare http-proxy, our proxy (dist/main.js serve), PostgreSQL (embedded, or
+//           DATABASE_URL — then neither pinned nor measured)
+//
+// Per scenario: warm-up, then a measured run; CPU per request is each process's utime+stime delta
+// (/proc) over the measured run divided by the responses received; store round trips are statements
+// counted by the server (store-probe.ts). Prints one table per run, the issue-6 target checks, and
+// writes JSON. A benchmark, not a test: it asserts nothing and exits 0 whatever the numbers.
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {
+  killAllChildrenNow,
+  onUnexpectedExit,
+  pinSelf,
+  spawnPinned,
+  waitForMessage,
+} from './children';
+import { busyBeforeStart, decidePinning, describeEnvironment } from './environment';
+import { proxyMemory, runScenario } from './measure';
+import { type BenchOptions, parseOptions, USAGE, UsageError } from './options';
+import { formatPerf, PERF } from './perf-profile';
+import { RssSampler } from './proc-stats';
+import { formatProfile } from './profile-summary';
+import {
+  checkTargets,
+  formatDetails,
+  formatSynchronousCommit,
+  formatTable,
+  formatTargets,
+  type RunResult,
+  type ScenarioResult,
+} from './report';
+import { CONFIG_VARIANTS, type ConfigVariant, SCENARIOS } from './scenarios';
+import {
+  BENCH_DIR,
+  cleanup,
+  cleanupStarted,
+  DIST_DIR,
+  LoadGenerator,
+  ROOT,
+  say,
+  stack,
+  stamp,
+  startProxy,
+  startStore,
+  writeProxyConfig,
+} from './stack';
+import { StoreProbe } from './store-probe';
+
+let interrupted = false;
+
+async function main(): Promise<number> {
+  let options: BenchOptions | 'help';
+  try {
+    options = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`bench: ${(error as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (options === 'help') {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (options.perf && !PERF) {
+    process.stderr.write('bench: --perf needs Linux perf (/usr/bin/perf)\n');
+    return 2;
+  }
+  if (!fs.existsSync(path.join(DIST_DIR, 'main.js'))) {
+    process.stderr.write('bench: dist/main.js is missing: run `npm run build` first\n');
+    return 2;
+  }
+  const startedAt = new Date();
+  const pinning = decidePinning(options.cpuProf);
+  if (pinning.warning) process.stderr.write(`bench: WARNING: ${pinning.warning}\n`);
+  if (pinning.load !== undefined) pinSelf(pinning.load);
+  const idleBusy = await busyBeforeStart(pinning);
+  if (idleBusy.some((busy) => busy.percent > 15)) {
+    process.stderr.write(
+      `bench: WARNING: the machine is busy before the bench starts (${idleBusy.map((busy) => `cpu${busy.core} ${busy.percent.toFixed(0)}%`).join(', ')}): expect noisy numbers\n`,
+    );
+  }
+
+  stack.tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-bench-'));
+  stack.sampler = new RssSampler(100);
+  const node = process.execPath;
+  const bench = (file: string): string => path.join(BENCH_DIR, file);
+
+  say('starting the load generator, the upstream and the bare http-proxy…');
+  const loadChild = spawnPinned('load generator', node, [bench('load.js')], {
+    core: pinning.load,
+    ipc: true,
+  });
+  stack.load = new LoadGenerator(loadChild);
+  stack.upstream = spawnPinned('upstream', node, [bench('upstream-server.js')], {
+    core: pinning.helpers,
+    ipc: true,
+  });
+  await waitForMessage(loadChild, 'ready', 30_000);
+  const upstreamPort = (
+    await waitForMessage<{ type: string; port: number }>(stack.upstream, 'ready', 30_000)
+  ).port;
+  const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
+  // Under --perf the baseline is profiled too, so the two forwarders compare frame for frame.
+  const bareArgs = options.perf ? ['--perf-basic-prof'] : [];
+  stack.bare = spawnPinned('bare http-proxy', node, [...bareArgs, bench('bare-http-proxy.js')], {
+    core: pinning.helpers,
+    ipc: true,
+    env: { ...process.env, BENCH_TARGET: upstreamUrl },
+  });
+  if (options.perf) stack.profiledPids.push(stack.bare.pid);
+  stack.sampler.watch(stack.bare.pid);
+  const barePort = (
+    await waitForMessage<{ type: string; port: number }>(stack.bare, 'ready', 30_000)
+  ).port;
+
+  stack.store = await startStore(pinning);
+  stack.probe = await StoreProbe.open(stack.store.url);
+  const settings = await stack.probe.settings();
+  stack.table = `bench_${randomBytes(4).toString('hex')}`;
+  const configValues = {
+    storeUrl: stack.store.url,
+    table: stack.table,
+    poolSize: options.poolSize,
+    upstreamUrl,
+  };
+  stack.proxyConfig = await writeProxyConfig(stack.tmpDir, 'bench-proxy', configValues);
+  if (!stack.proxyConfig) throw new Error('the built proxy rejects the bench configuration');
+  for (const [variant, storeOption] of Object.entries(CONFIG_VARIANTS)) {
+    stack.variants[variant as ConfigVariant] = await writeProxyConfig(
+      stack.tmpDir,
+      `bench-proxy-${variant}`,
+      { ...configValues, storeOption },
+    );
+  }
+  stack.endpoints = {
+    upstream: upstreamUrl,
+    bare: `http://127.0.0.1:${barePort}`,
+    proxy: stack.proxyConfig.url,
+  };
+  if (!options.cpuProf) stack.proxy = await startProxy(options, pinning, stack.proxyConfig);
+
+  const outFile = path.resolve(
+    options.out ?? path.join(ROOT, 'bench-results', `${stamp(startedAt)}.json`),
+  );
+  const profileDir = options.cpuProf ? outFile.replace(/\.json$/, '') + '-profiles' : undefined;
+  stack.perfDir = options.perf ? outFile.replace(/\.json$/, '') + '-perf' : undefined;
+  const environment = describeEnvironment(stack, pinning, settings, options, idleBusy);
+  process.stdout.write(`\n${environment.lines.join('\n')}\n`);
+
+  const runs: RunResult[] = [];
+  for (let index = 1; index <= options.runs; index++) {
+    const scenarios: ScenarioResult[] = [];
+    for (const name of options.scenarios) {
+      say(`run ${index}/${options.runs}: ${SCENARIOS[name].label}…`);
+      try {
+        scenarios.push(await runScenario(SCENARIOS[name], index, options, pinning, profileDir));
+      } catch (error) {
+        if (interrupted) throw error;
+        const message = error instanceof Error ? error.message : String(error);
+        say(`${SCENARIOS[name].label} failed: ${message}`);
+        const { label, expectedStatus } = SCENARIOS[name];
+        scenarios.push({
+          name,
+          label,
+          expectedStatus,
+          skipped: `failed: ${message.split('\n')[0]}`,
+        });
+      }
+    }
+    runs.push({ index, scenarios, proxyMemory: proxyMemory(scenarios) });
+    const run = runs[runs.length - 1] as RunResult;
+    process.stdout.write(
+      `\nRun ${index}/${options.runs} — ${options.connections} connections, ${options.durationS} s per scenario after ${options.warmupS} s warm-up` +
+        `${options.cpuProf ? ' (PROFILED: CPU inflated by the profiler)' : ''}\n\n` +
+        `${formatTable(run)}\n\n${formatDetails(run)}\n`,
+    );
+    const sync = formatSynchronousCommit(run);
+    if (sync) process.stdout.write(`${sync}\n`);
+    process.stdout.write(
+      `\nTargets (issue 6; informational):\n${formatTargets(checkTargets(run, runs))}\n`,
+    );
+  }
+
+  if (options.perf) {
+    process.stdout.write(
+      `\nWhere the CPU of the process under test goes (perf, measured window):\n`,
+    );
+    for (const run of runs) {
+      for (const scenario of run.scenarios) {
+        if (scenario.perfProfile) {
+          process.stdout.write(
+            `\n${formatPerf(`${scenario.label} (run ${run.index})`, scenario.perfProfile)}\n`,
+          );
+        }
+      }
+    }
+  }
+
+  if (profileDir) {
+    process.stdout.write(
+      `\nV8 CPU profiles of the proxy (self time, measured window; the V8 profiler samples wall-clock\n` +
+        `time, so native frames such as writev/writeString also carry time spent preempted):\n`,
+    );
+    for (const run of runs) {
+      for (const scenario of run.scenarios) {
+        if (scenario.profile)
+          process.stdout.write(
+            `\n${formatProfile(`${scenario.label} (run ${run.index})`, scenario.profile)}\n`,
+          );
+      }
+    }
+  }
+
+  const last = runs[runs.length - 1] as RunResult;
+  fs.mkdirSync(path.dirname(outFile), { recursive: true });
+  fs.writeFileSync(
+    outFile,
+    `${JSON.stringify(
+      {
+        version: 1,
+        startedAt: startedAt.toISOString(),
+        finishedAt: new Date().toISOString(),
+        options,
+        environment: environment.data,
+        runs,
+        targets: checkTargets(last, runs),
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  process.stdout.write(`\nResults written to ${path.relative(process.cwd(), outFile)}\n`);
+  return 0;
+}
+
+// ---- every child stopped on the way out: normal end, Ctrl-C, a crash ----
+
+onUnexpectedExit((child, code) => {
+  // A Ctrl-C reaches the children too; give our own SIGINT handler the chance to say so first.
+  setTimeout(() => {
+    if (interrupted || cleanupStarted()) return;
+    process.stderr.write(`bench: ${child.name} exited unexpectedly (${code})\n${child.stderr()}\n`);
+    void cleanup().finally(() => process.exit(1));
+  }, 200);
+});
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (interrupted) process.exit(130); // second signal: the exit hook kills what is left
+    interrupted = true;
+    say(`${signal}: stopping every child…`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+
+// Last resort, synchronous: whatever cleanup did not get to (a crash, a second Ctrl-C).
+process.on('exit', () => {
+  killAllChildrenNow();
+  const postmaster = stack.store?.postmasterPid;
+  // Only if that pid is still our server (its command line names our temp dir), never a reused pid.
+  if (postmaster && stack.tmpDir && commandLine(postmaster).includes(stack.tmpDir)) {
+    try {
+      process.kill(postmaster, 'SIGQUIT'); // immediate shutdown of an orphaned server
+    } catch {
+      // gone already
+    }
+  }
+  if (stack.tmpDir) fs.rmSync(stack.tmpDir, { recursive: true, force: true });
+});
+
+function commandLine(pid: number): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+main().then(
+  async (code) => {
+    await cleanup();
+    process.exit(code);
+  },
+  async (error: unknown) => {
+    if (!interrupted) {
+      process.stderr.write(
+        `bench: ${error instanceof UsageError ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      );
+    }
+    await cleanup();
+    process.exit(interrupted ? 130 : 1);
+  },
+);

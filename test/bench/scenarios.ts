@@ -1,0 +1,208 @@
+// The scenarios: what the load generator sends, to which server, and what it expects back. Every one
+// sends the same request — POST, a ~100-byte JSON body, an Idempotency-Key — so the columns compare
+// like with like; only the target, the path and the key change.
+import { request } from 'undici';
+import type { ScenarioName } from './report';
+
+export const ALL_SCENARIOS = [
+  'direct',
+  'bare',
+  'passthrough',
+  'new-key',
+  'replay',
+  'replay-no-cache',
+  'storm-409',
+  'new-key-sync-off',
+] as const satisfies readonly ScenarioName[];
+
+/**
+ * Proxy configs besides the main one, each started as its own proxy for the scenarios that use it.
+ * A build that rejects the option (older than it) falls back as the scenario says.
+ */
+export const CONFIG_VARIANTS = {
+  'sync-off': 'synchronousCommit: false',
+  'no-replay-cache': 'replayCache: 0b',
+} as const;
+export type ConfigVariant = keyof typeof CONFIG_VARIANTS;
+
+export const BODY =
+  '{"order":"ord_0042","amount":49.99,"currency":"EUR","reason":"requested_by_customer","agent":"bench-01"}';
+
+/** autocannon replaces `[<id>]` with a fresh id in every request when uniqueIds is set. */
+export const UNIQUE_KEY = 'bench-[<id>]';
+
+export interface Endpoints {
+  readonly upstream: string;
+  readonly bare: string;
+  readonly proxy: string;
+}
+
+export interface Scenario {
+  readonly name: ScenarioName;
+  readonly label: string;
+  /** The server the load hits; its process is the "proxy" column (none for direct). */
+  readonly target: keyof Endpoints;
+  readonly path: string;
+  /** A fresh key per request, or one fixed key prepared beforehand. */
+  readonly key: 'unique' | 'fixed';
+  readonly expectedStatus: number;
+  /** On our proxy: report its store round trips per request (0 expected on pass-through). */
+  readonly countsRoundTrips: boolean;
+  /** Runs on its own proxy with this store option (CONFIG_VARIANTS). */
+  readonly configVariant?: ConfigVariant;
+  /**
+   * synchronous_commit for this scenario: through configVariant when the build has the option,
+   * else set server-wide (ALTER SYSTEM + reload) and reset afterwards.
+   */
+  readonly synchronousCommit?: 'off';
+  /** Readies the fixed key; returns what undoes it after the scenario. */
+  readonly prepare?: (endpoints: Endpoints, key: string) => Promise<() => Promise<void>>;
+}
+
+export const SCENARIOS: Record<ScenarioName, Scenario> = {
+  direct: {
+    name: 'direct',
+    label: 'direct upstream',
+    target: 'upstream',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: false,
+  },
+  bare: {
+    name: 'bare',
+    label: 'bare http-proxy',
+    target: 'bare',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: false,
+  },
+  passthrough: {
+    name: 'passthrough',
+    label: 'our pass-through',
+    target: 'proxy',
+    path: '/pass/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+  },
+  'new-key': {
+    name: 'new-key',
+    label: 'our new key',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+  },
+  replay: {
+    name: 'replay',
+    label: 'our replay',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'fixed',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    prepare: completeKey,
+  },
+  'replay-no-cache': {
+    name: 'replay-no-cache',
+    label: 'our replay, replay cache off',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'fixed',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    configVariant: 'no-replay-cache',
+    prepare: completeKey,
+  },
+  'storm-409': {
+    name: 'storm-409',
+    label: 'our 409 storm',
+    target: 'proxy',
+    path: '/slow',
+    key: 'fixed',
+    expectedStatus: 409,
+    countsRoundTrips: true,
+    prepare: holdKeyInFlight,
+  },
+  'new-key-sync-off': {
+    name: 'new-key-sync-off',
+    label: 'our new key, sync_commit off',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    configVariant: 'sync-off',
+    synchronousCommit: 'off',
+  },
+};
+
+export function requestHeaders(key: string): Record<string, string> {
+  return { 'content-type': 'application/json', 'idempotency-key': key };
+}
+
+async function post(url: string, key: string): Promise<{ status: number; replayed: boolean }> {
+  const response = await request(url, {
+    method: 'POST',
+    headers: requestHeaders(key),
+    body: BODY,
+  });
+  await response.body.dump();
+  return {
+    status: response.statusCode,
+    replayed: response.headers['idempotent-replayed'] === 'true',
+  };
+}
+
+/** Replay: the key is completed once, and a second call must already be a replay. */
+async function completeKey(endpoints: Endpoints, key: string): Promise<() => Promise<void>> {
+  const url = `${endpoints.proxy}/refunds`;
+  const first = await post(url, key);
+  const second = await post(url, key);
+  if (first.status !== 201 || second.status !== 201 || !second.replayed) {
+    throw new Error(
+      `replay setup: expected 201 then a replayed 201, got ${first.status} then ${second.status} (replayed: ${second.replayed})`,
+    );
+  }
+  return async () => undefined;
+}
+
+/**
+ * 409 storm: one request on /slow (held by the upstream until released) claims the key; once a
+ * repeat answers 409 the storm can start. Afterwards the upstream lets it go and it completes.
+ */
+async function holdKeyInFlight(endpoints: Endpoints, key: string): Promise<() => Promise<void>> {
+  const url = `${endpoints.proxy}/slow`;
+  const first = post(url, key);
+  first.catch(() => undefined); // awaited below; never left unhandled meanwhile
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const probe = await post(url, key);
+    if (probe.status === 409) break;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `409 storm setup: the key never showed in flight (last status ${probe.status})`,
+      );
+    }
+  }
+  return async () => {
+    const released = await request(`${endpoints.upstream}/release-slow`);
+    await released.body.dump();
+    const outcome = await Promise.race([
+      first,
+      new Promise<never>((_, reject) =>
+        setTimeout(
+          () => reject(new Error('409 storm: the held request did not end')),
+          30_000,
+        ).unref(),
+      ),
+    ]);
+    if (outcome.status !== 201) {
+      throw new Error(`409 storm: the held request ended with ${outcome.status}, expected 201`);
+    }
+  };
+}

@@ -1,0 +1,288 @@
+// Everything the bench starts — load generator, upstream, bare http-proxy, PostgreSQL, our proxy —
+// in one registry, so that cleanup (normal end, Ctrl-C, a crash) can stop all of it and remove the
+// temp dir. Also starts the proxy from a generated config and waits until it answers.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { request } from 'undici';
+import { type Child, spawnPinned, waitForMessage } from './children';
+import type { Pinning } from './environment';
+import type { LoadResultMessage, LoadSpec, LoadSummary } from './load';
+import type { BenchOptions } from './options';
+import type { RssSampler } from './proc-stats';
+import type { ConfigVariant, Endpoints } from './scenarios';
+import type { StoreProbe } from './store-probe';
+
+export const BENCH_DIR = __dirname; // dist/bench
+export const DIST_DIR = path.resolve(__dirname, '..');
+export const ROOT = path.resolve(__dirname, '..', '..');
+
+export interface Store {
+  readonly url: string;
+  readonly embedded: boolean;
+  readonly child?: Child;
+  readonly postmasterPid?: number;
+}
+
+/** Everything started so far: what cleanup must stop. Filled in as the bench starts things. */
+export interface Stack {
+  tmpDir?: string;
+  load?: LoadGenerator;
+  upstream?: Child;
+  bare?: Child;
+  store?: Store;
+  probe?: StoreProbe;
+  table?: string;
+  proxy?: Child;
+  sampler?: RssSampler;
+  endpoints?: Endpoints;
+  /** The proxy's generated config, and where a proxy started from it listens. */
+  proxyConfig?: ProxyConfigFile;
+  /** The same with one store option changed (scenarios.ts CONFIG_VARIANTS), where the build has it. */
+  variants: Partial<Record<ConfigVariant, ProxyConfigFile>>;
+  /** Where --perf recordings go; the proxies' perf maps (/tmp/perf-<pid>.map) are removed at exit. */
+  perfDir?: string;
+  /** Processes run with --perf-basic-prof (our proxies, the bare http-proxy under --perf). */
+  profiledPids: number[];
+}
+
+export const stack: Stack = { profiledPids: [], variants: {} };
+
+export interface ProxyConfigFile {
+  readonly file: string;
+  readonly url: string;
+}
+
+/** The autocannon child: one run at a time over IPC. */
+export class LoadGenerator {
+  private nextId = 1;
+  private readonly pending = new Map<
+    number,
+    { resolve: (summary: LoadSummary) => void; reject: (error: Error) => void }
+  >();
+
+  constructor(readonly child: Child) {
+    child.process.on('message', (message: LoadResultMessage) => {
+      if (message?.type !== 'result') return;
+      const waiter = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (message.summary) waiter?.resolve(message.summary);
+      else waiter?.reject(new Error(`load generator: ${message.error ?? 'no result'}`));
+    });
+    child.process.once('exit', () => {
+      for (const waiter of this.pending.values()) waiter.reject(new Error('load generator exited'));
+      this.pending.clear();
+    });
+  }
+
+  run(spec: LoadSpec): Promise<LoadSummary> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      // autocannon stops itself after durationS; a run that never answers means a wedged target.
+      const timer = setTimeout(
+        () => {
+          this.pending.delete(id);
+          reject(
+            new Error(
+              `the load generator did not finish a ${spec.durationS} s run within 60 s of its end`,
+            ),
+          );
+        },
+        spec.durationS * 1000 + 60_000,
+      );
+      this.pending.set(id, {
+        resolve: (summary) => {
+          clearTimeout(timer);
+          resolve(summary);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      });
+      this.child.process.send({ type: 'run', id, spec });
+    });
+  }
+}
+
+export async function startProxy(
+  options: BenchOptions,
+  pinning: Pinning,
+  config: ProxyConfigFile,
+  profile?: { dir: string; name: string },
+): Promise<Child> {
+  const args = [
+    ...options.proxyNodeArgs,
+    ...(profile
+      ? ['--cpu-prof', '--cpu-prof-dir', profile.dir, '--cpu-prof-name', profile.name]
+      : []),
+    path.join(DIST_DIR, 'main.js'),
+    'serve',
+    '--config',
+    config.file,
+  ];
+  const proxy = spawnPinned('proxy', process.execPath, args, {
+    core: pinning.underTest,
+    cwd: ROOT,
+    // DATABASE_URL overrides store.url: make it the bench's server either way.
+    env: { ...process.env, LOG_LEVEL: options.logLevel, DATABASE_URL: stack.store?.url },
+  });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (!proxy.running) throw new Error(`the proxy exited during start-up:\n${proxy.stderr()}`);
+    try {
+      const response = await request(`${config.url}/pass/ready`);
+      await response.body.dump();
+      if (response.statusCode === 200) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline)
+      throw new Error(`the proxy did not answer within 60 s:\n${proxy.stderr()}`);
+    await sleep(100);
+  }
+  stack.sampler?.watch(proxy.pid);
+  stack.profiledPids.push(proxy.pid);
+  return proxy;
+}
+
+export async function startStore(pinning: Pinning): Promise<Store> {
+  const external = process.env.DATABASE_URL;
+  if (external) {
+    say('using the PostgreSQL at DATABASE_URL (not pinned; its CPU is not measured)…');
+    return { url: external, embedded: false };
+  }
+  say('starting the embedded PostgreSQL (initdb, then a restart with pg_stat_statements)…');
+  const child = spawnPinned('postgres', process.execPath, [path.join(BENCH_DIR, 'pg-server.js')], {
+    core: pinning.helpers,
+    ipc: true,
+    env: { ...process.env, BENCH_PG_DATA_DIR: path.join(stack.tmpDir as string, 'pg') },
+  });
+  const ready = await waitForMessage<{ type: string; url: string; postmasterPid: number }>(
+    child,
+    'ready',
+    120_000,
+  );
+  return { url: ready.url, embedded: true, child, postmasterPid: ready.postmasterPid };
+}
+
+/** Writes a config for the proxy on free ports; undefined when the built proxy rejects it. */
+export async function writeProxyConfig(
+  dir: string,
+  name: string,
+  values: {
+    storeUrl: string;
+    table: string;
+    poolSize: number;
+    upstreamUrl: string;
+    /** One more line under `store:` (an option only newer builds may have). */
+    storeOption?: string;
+  },
+): Promise<ProxyConfigFile | undefined> {
+  const file = path.join(dir, `${name}.yaml`);
+  const port = await freePort();
+  fs.writeFileSync(
+    file,
+    `# Generated by test/bench/stack.ts for npm run bench.
+listen: { host: 127.0.0.1, port: ${port} }
+shutdownGrace: 2s
+admin: { host: 127.0.0.1, port: ${await freePort()} }
+store:
+  url: ${JSON.stringify(values.storeUrl)}
+  table: ${values.table}
+  poolSize: ${values.poolSize}${values.storeOption ? `\n  ${values.storeOption}` : ''}
+upstreams:
+  app: { url: ${JSON.stringify(values.upstreamUrl)}, timeout: 30s }
+  # The 409 storm holds one request for the whole scenario: long timeout, longer lease.
+  slow: { url: ${JSON.stringify(values.upstreamUrl)}, timeout: 10m }
+routes:
+  - name: refunds
+    match: { method: POST, path: /refunds }
+    upstream: app
+    idempotency: {}
+  - name: slow
+    match: { method: POST, path: /slow }
+    upstream: slow
+    idempotency: { lockTimeout: 15m }
+  - name: passthrough
+    match: { path: /** }
+    upstream: app
+    idempotency: false
+`,
+  );
+  try {
+    execFileSync(process.execPath, [path.join(DIST_DIR, 'main.js'), 'check', '--config', file], {
+      stdio: 'ignore',
+    });
+  } catch {
+    return undefined;
+  }
+  return { file, url: `http://127.0.0.1:${port}` };
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+export const stamp = (date: Date): string => date.toISOString().replace(/[:.]/g, '-');
+export const sleep = (ms: number): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, ms));
+export const say = (line: string): void => void process.stderr.write(`bench: ${line}\n`);
+export const debug = (line: string): void => {
+  if (process.env.BENCH_DEBUG) say(line);
+};
+
+// ---- cleanup: every child stopped, the embedded server stopped, its temp dir removed ----
+
+let cleaning: Promise<void> | undefined;
+
+export function cleanupStarted(): boolean {
+  return cleaning !== undefined;
+}
+
+export function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    stack.sampler?.stop();
+    await Promise.allSettled(
+      [stack.proxy, stack.bare, stack.upstream, stack.load?.child].map((child) =>
+        child?.stop(10_000),
+      ),
+    );
+    if (stack.probe) {
+      try {
+        if (stack.store && !stack.store.embedded && stack.table)
+          await stack.probe.dropTable(stack.table);
+        await stack.probe.close(); // also resets synchronous_commit if a scenario changed it
+      } catch {
+        // the server may already be gone
+      }
+    }
+    const pg = stack.store?.child;
+    if (pg?.running) {
+      pg.expectExit();
+      pg.process.send({ type: 'stop' });
+      await Promise.race([pg.exited, sleep(20_000)]);
+      await pg.stop(5_000);
+    }
+    if (stack.tmpDir) fs.rmSync(stack.tmpDir, { recursive: true, force: true });
+    if (stack.perfDir) {
+      // Kept beside the recordings: copy one back to /tmp to run `perf script` on them again.
+      for (const pid of stack.profiledPids) {
+        const map = `/tmp/perf-${pid}.map`;
+        if (!fs.existsSync(map)) continue;
+        fs.mkdirSync(stack.perfDir, { recursive: true });
+        fs.copyFileSync(map, path.join(stack.perfDir, path.basename(map)));
+        fs.rmSync(map, { force: true });
+      }
+    }
+  })();
+  return cleaning;
+}
