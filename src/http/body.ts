@@ -8,7 +8,19 @@ export class BodyTooLargeError extends Error {
   }
 }
 
-export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+export interface ReadBodyOptions {
+  /**
+   * On overflow, put what was read back on the stream (`unshift`) before rejecting, so the request can
+   * still be streamed upstream whole (shadow mode). Otherwise the bytes are dropped.
+   */
+  readonly rewindOnOverflow?: boolean;
+}
+
+export function readBody(
+  req: IncomingMessage,
+  limitBytes: number,
+  options: ReadBodyOptions = {},
+): Promise<Buffer> {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limitBytes) {
     return Promise.reject(new BodyTooLargeError(limitBytes));
@@ -17,13 +29,16 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
     const chunks: Buffer[] = [];
     let total = 0;
     const onData = (chunk: Buffer): void => {
-      total += chunk.length;
-      if (total > limitBytes) {
-        cleanup();
-        reject(new BodyTooLargeError(limitBytes));
-        return;
-      }
       chunks.push(chunk);
+      total += chunk.length;
+      if (total <= limitBytes) return;
+      cleanup();
+      if (options.rewindOnOverflow) {
+        // Stop the flow before anyone could miss data, then hand the bytes back for the pipe.
+        req.pause();
+        req.unshift(Buffer.concat(chunks, total));
+      }
+      reject(new BodyTooLargeError(limitBytes));
     };
     const onEnd = (): void => {
       cleanup();

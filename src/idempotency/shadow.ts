@@ -15,7 +15,7 @@
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { IdempotencyPolicy } from '../config/types';
-import { BodyTooLargeError } from '../http/body';
+import { readBody } from '../http/body';
 import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
@@ -112,48 +112,7 @@ export async function forwardUnstored(
   }
 }
 
-/**
- * Reads the body like http/body.ts's readBody, but one over `limitBytes` is not lost: whatever was
- * read is put back (`unshift`) and BodyTooLargeError thrown, so the request can still be streamed
- * upstream whole. A body whose Content-Length is over the limit is not read at all.
- */
+/** Reads the body; one over `limitBytes` is put back so the request can still be streamed whole. */
 export function readBodyOrRewind(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
-  const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limitBytes) {
-    return Promise.reject(new BodyTooLargeError(limitBytes));
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let total = 0;
-    const onData = (chunk: Buffer): void => {
-      chunks.push(chunk);
-      total += chunk.length;
-      if (total <= limitBytes) return;
-      cleanup();
-      // Stop the flow before anyone could miss data, then hand the bytes back for the pipe.
-      req.pause();
-      req.unshift(Buffer.concat(chunks, total));
-      reject(new BodyTooLargeError(limitBytes));
-    };
-    const onEnd = (): void => {
-      cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
-    };
-    const onError = (error: Error): void => {
-      cleanup();
-      reject(error);
-    };
-    const onAborted = (): void =>
-      onError(new Error('client closed the connection before sending the whole body'));
-    const cleanup = (): void => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onAborted);
-  });
+  return readBody(req, limitBytes, { rewindOnOverflow: true });
 }
