@@ -19,12 +19,15 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 export function hopByHopNames(headers: IncomingHttpHeaders): ReadonlySet<string> {
   const connection = headers.connection;
   if (!connection) return HOP_BY_HOP;
-  const names = new Set(HOP_BY_HOP);
+  let names: Set<string> | undefined;
   for (const token of connection.split(',')) {
     const name = token.trim().toLowerCase();
-    if (name) names.add(name);
+    // The usual `keep-alive`, `close` and `upgrade` add nothing: no new set on the common path.
+    if (!name || name === 'close' || HOP_BY_HOP.has(name)) continue;
+    names ??= new Set(HOP_BY_HOP);
+    names.add(name);
   }
-  return names;
+  return names ?? HOP_BY_HOP;
 }
 
 export interface ForwardedHeaders {

@@ -39,6 +39,8 @@ export interface RequestLogEntry {
   cached?: boolean;
   /** True when the key was derived from the request (no key header was sent). */
   keyDerived?: boolean;
+  /** True when the client hung up before its answer was complete (the result was still stored). */
+  clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
@@ -59,6 +61,13 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     upstreamMs: 0,
     waitMs: 0,
     totalMs: 0,
+    // Every field present from the start keeps one object shape on the hot path; pino leaves out
+    // the undefined ones.
+    shadow: undefined,
+    keyDerived: undefined,
+    cached: undefined,
+    outcomeUnknown: undefined,
+    clientClosedEarly: undefined,
   };
 }
 

@@ -1,6 +1,7 @@
 // Pass-through routes (and safe methods on protected routes) go through http-proxy: streamed both
 // ways, keep-alive agents per upstream, websocket upgrades, transport errors mapped to 502/504.
 import http from 'node:http';
+import { parse as urlParse } from 'node:url';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import httpProxy from 'http-proxy';
@@ -9,14 +10,10 @@ import { forwardedHeaders, hopByHopNames } from '../http/headers';
 import { sendProblem } from '../http/problem';
 import { classifyTransportError } from './transport-errors';
 
-interface ProxyTarget {
-  route: RouteConfig;
-  onDone?: (status: number | undefined) => void;
-}
-
 export class PassThrough {
   private readonly proxy: httpProxy;
   private readonly agents = new Map<string, http.Agent>();
+  private readonly options = new Map<string, httpProxy.ServerOptions>();
 
   constructor(upstreams: Iterable<UpstreamConfig>) {
     for (const upstream of upstreams) {
@@ -49,12 +46,14 @@ export class PassThrough {
     this.proxy.on('proxyReq', (proxyReq, req) => {
       proxyReq.once('timeout', () => ((req as RequestWithRoute).upstreamTimedOut = true));
     });
-    this.proxy.on('error', (error, req, target) => this.onError(error, req, target));
+    // Errors reach the per-request callbacks given to web() and ws(), never this emitter.
   }
 
   web(req: http.IncomingMessage, res: http.ServerResponse, route: RouteConfig, path: string): void {
     prepareRequest(req, path, false);
-    this.proxy.web(req, res, this.optionsFor(route, req));
+    this.proxy.web(req, res, this.optionsFor(route), (error) =>
+      this.onError(error, route, req, res),
+    );
   }
 
   ws(
@@ -65,7 +64,7 @@ export class PassThrough {
     path: string,
   ): void {
     prepareRequest(req, path, true);
-    this.proxy.ws(req, socket, head, this.optionsFor(route, req));
+    this.proxy.ws(req, socket, head, this.optionsFor(route), () => socket.destroy());
   }
 
   close(): void {
@@ -73,29 +72,26 @@ export class PassThrough {
     for (const agent of this.agents.values()) agent.destroy();
   }
 
-  private optionsFor(route: RouteConfig, req: http.IncomingMessage): httpProxy.ServerOptions {
-    (req as RequestWithRoute).proxyRoute = { route };
-    return {
-      target: route.upstream.origin,
-      agent: this.agents.get(route.upstream.name),
-      proxyTimeout: route.upstream.timeoutMs,
-    };
+  /** Options per upstream, built once: the target pre-parsed, so http-proxy does not parse it per request. */
+  private optionsFor(route: RouteConfig): httpProxy.ServerOptions {
+    let options = this.options.get(route.upstream.name);
+    if (!options) {
+      options = {
+        target: urlParse(route.upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
+        agent: this.agents.get(route.upstream.name),
+        proxyTimeout: route.upstream.timeoutMs,
+      };
+      this.options.set(route.upstream.name, options);
+    }
+    return options;
   }
 
   private onError(
     error: Error,
+    route: RouteConfig,
     req: http.IncomingMessage,
-    target: http.ServerResponse | Duplex | unknown,
+    target: http.ServerResponse,
   ): void {
-    const route = (req as RequestWithRoute).proxyRoute?.route;
-    if (!(target instanceof http.ServerResponse)) {
-      (target as Duplex | undefined)?.destroy?.();
-      return;
-    }
-    if (!route) {
-      target.destroy();
-      return;
-    }
     const timedOut = (req as RequestWithRoute).upstreamTimedOut === true;
     const failure = classifyTransportError(
       timedOut ? Object.assign(error, { code: 'ETIMEDOUT' }) : error,
@@ -110,7 +106,6 @@ export class PassThrough {
 }
 
 interface RequestWithRoute extends http.IncomingMessage {
-  proxyRoute?: ProxyTarget;
   upstreamTimedOut?: boolean;
 }
 
