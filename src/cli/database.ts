@@ -4,6 +4,7 @@ import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import type { ProxyConfig } from '../config/types';
 import { createPool } from '../db/pool';
+import { SQLSTATE } from '../db/sqlstate';
 
 export interface OpenDatabase {
   readonly pool: Pool;
@@ -83,7 +84,13 @@ function isConnectionError(error: unknown): boolean {
     code === 'ECONNRESET'
   )
     return true;
-  if (code === '57P03') return true; // the database system is starting up
+  if (
+    code === SQLSTATE.CANNOT_CONNECT_NOW ||
+    code === SQLSTATE.ADMIN_SHUTDOWN ||
+    code === SQLSTATE.CRASH_SHUTDOWN
+  ) {
+    return true; // starting up, or restarting
+  }
   return /timeout exceeded when trying to connect|Connection terminated/i.test(
     String((error as Error)?.message),
   );
