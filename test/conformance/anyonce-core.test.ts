@@ -1,9 +1,8 @@
 // anyonce's core conformance vectors (what the IETF Idempotency-Key draft states) against the real
 // proxy in front of the fixture upstream. Every one must pass.
 import path from 'node:path';
-import { startProxy, type TestProxy } from '../support/proxy';
-import { type FixtureUpstream, startFixtureUpstream } from './fixture-upstream';
-import { loadVectors, runVector, runVectors, type RunTarget } from './vector-runner';
+import { barePassIds, type ConformanceTarget, startConformanceTarget } from './conformance-target';
+import { loadVectors, runVector, type RunTarget } from './vector-runner';
 
 const vectors = loadVectors(path.join(__dirname, 'anyonce', 'core'));
 
@@ -18,35 +17,18 @@ const BARE_PASS_IDS = [
   'core/two-keys-execute-twice',
 ];
 
-let fixture: FixtureUpstream;
-let proxy: TestProxy;
+let conformance: ConformanceTarget;
 let target: RunTarget;
 
 beforeAll(async () => {
-  fixture = await startFixtureUpstream();
   // One protected route for the whole fixture: every POST needs a key, and GET /counter (a safe
   // method) passes through it untouched, key or not (SPEC §7) — which core/get-ignored checks.
-  proxy = await startProxy({
-    yaml: `
-store:
-  table: \${TEST_TABLE}
-upstreams:
-  fixture: { url: ${fixture.url}, timeout: 10s }
-routes:
-  - name: fixture
-    match: { path: /** }
-    upstream: fixture
-    idempotency:
-      key: { required: true }
-      ttl: 2s
-`,
-  });
-  target = { proxyUrl: proxy.url, fixtureUrl: fixture.url, ttlMs: TTL_MS };
+  conformance = await startConformanceTarget('  ttl: 2s\n', TTL_MS);
+  target = conformance.target;
 });
 
 afterAll(async () => {
-  await proxy?.close();
-  await fixture?.close();
+  await conformance?.close();
 });
 
 test('loads all 11 core vectors', () => {
@@ -69,14 +51,7 @@ describe('the proxy against anyonce core vectors', () => {
 
 describe('the vector runner', () => {
   test('fails every core vector but the bare-pass ones against the fixture with no proxy', async () => {
-    const bare = await runVectors(vectors, {
-      proxyUrl: fixture.url,
-      fixtureUrl: fixture.url,
-      ttlMs: TTL_MS,
-    });
-    expect(bare.filter((result) => result.status === 'pass').map((result) => result.id)).toEqual(
-      BARE_PASS_IDS,
-    );
+    expect(await barePassIds(vectors, conformance.fixture.url, TTL_MS)).toEqual(BARE_PASS_IDS);
   });
 
   test('reports a short-ttl vector as not applicable when the target TTL is longer than 2 s', async () => {

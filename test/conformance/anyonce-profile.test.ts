@@ -3,9 +3,8 @@
 // them. A vector passes, or fails with exactly the differences our SPEC documents (the table below):
 // any other failure in those vectors is a regression.
 import path from 'node:path';
-import { startProxy, type TestProxy } from '../support/proxy';
-import { type FixtureUpstream, startFixtureUpstream } from './fixture-upstream';
-import { loadVectors, runVector, runVectors, type RunTarget } from './vector-runner';
+import { barePassIds, type ConformanceTarget, startConformanceTarget } from './conformance-target';
+import { loadVectors, runVector, type RunTarget } from './vector-runner';
 
 const vectors = loadVectors(path.join(__dirname, 'anyonce', 'profile'));
 
@@ -41,39 +40,27 @@ const BARE_PASS_IDS = ['profile/5xx-not-stored'];
 /** The proxy's `ttl: 10m` below: longer than any profile vector runs. */
 const TTL_MS = 10 * 60 * 1000;
 
-let fixture: FixtureUpstream;
-let proxy: TestProxy;
+let conformance: ConformanceTarget;
 let target: RunTarget;
 
 beforeAll(async () => {
-  fixture = await startFixtureUpstream();
   // anyonce's choices, where SPEC §3 makes them options: its replay marker, never storing a 5xx
   // (so a retry executes again), and a 1 MiB cap on stored bodies (sizes are binary, SPEC §7).
-  proxy = await startProxy({
-    yaml: `
-store:
-  table: \${TEST_TABLE}
-upstreams:
-  fixture: { url: ${fixture.url}, timeout: 10s }
-defaults:
-  replayedHeader: Idempotency-Replayed
-  store: ["2xx", "3xx", "4xx"]
-  maxResponseBytes: 1mb
-  ttl: 10m
-routes:
-  - name: fixture
-    match: { path: /** }
-    upstream: fixture
-    idempotency:
-      key: { required: true }
-`,
-  });
-  target = { proxyUrl: proxy.url, fixtureUrl: fixture.url, ttlMs: TTL_MS };
+  conformance = await startConformanceTarget(
+    [
+      '  replayedHeader: Idempotency-Replayed',
+      '  store: ["2xx", "3xx", "4xx"]',
+      '  maxResponseBytes: 1mb',
+      '  ttl: 10m',
+      '',
+    ].join('\n'),
+    TTL_MS,
+  );
+  target = conformance.target;
 });
 
 afterAll(async () => {
-  await proxy?.close();
-  await fixture?.close();
+  await conformance?.close();
 });
 
 test('loads all 9 profile vectors, and every known difference names one of them', () => {
@@ -111,9 +98,6 @@ describe('the proxy against anyonce profile vectors', () => {
 
 describe('the vector runner', () => {
   test('fails every profile vector but the bare-pass one against the fixture with no proxy', async () => {
-    const bare = await runVectors(vectors, { proxyUrl: fixture.url, fixtureUrl: fixture.url });
-    expect(bare.filter((result) => result.status === 'pass').map((result) => result.id)).toEqual(
-      BARE_PASS_IDS,
-    );
+    expect(await barePassIds(vectors, conformance.fixture.url)).toEqual(BARE_PASS_IDS);
   });
 });
