@@ -127,7 +127,7 @@ export function buildStatements(tableName: string) {
       SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
     takeOver: `
       UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
-             expires_at = GREATEST(expires_at, now() + ${ms('$6')}),
+             expires_at = GREATEST(expires_at, now() + ${ms('$7')}),
              events = events || ${event("'taken_over'", 'fence + 1')}
       WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
       RETURNING fence::text AS fence`,
@@ -282,11 +282,24 @@ export class PostgresKeyStore implements KeyStore {
     return { kind: 'in-flight', leaseRemainingMs: row.lease_remaining_ms };
   }
 
-  async takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null> {
+  async takeOver(
+    id: RecordId,
+    fence: string,
+    leaseMs: number,
+    claimExpiryMs: number,
+  ): Promise<string | null> {
     const { rows } = await this.pool.query<{ fence: string }>({
       name: this.names.takeOver,
       text: this.sql.takeOver,
-      values: [id.scope, id.tenant, id.key, fence, randomUUID(), Math.round(leaseMs)],
+      values: [
+        id.scope,
+        id.tenant,
+        id.key,
+        fence,
+        randomUUID(),
+        Math.round(leaseMs),
+        Math.round(Math.max(claimExpiryMs, leaseMs)),
+      ],
     });
     return rows[0]?.fence ?? null;
   }

@@ -158,7 +158,7 @@ async function claimAndAnswer(
         route: route.name,
         fingerprint,
         leaseMs: policy.lockTimeoutMs,
-        claimExpiryMs: Math.max(policy.ttlMs, policy.lockTimeoutMs),
+        claimExpiryMs: policy.lockTimeoutMs + policy.ttlMs,
       }),
     );
     if (claim === undefined) return storeUnavailable(deps, request, key, body);
@@ -198,7 +198,12 @@ async function claimAndAnswer(
         }
         if (policy.unknownOutcome === 'retry') {
           const fence = await storeCall(deps, request, 'take over', () =>
-            deps.store.takeOver(id, claim.fence, policy.lockTimeoutMs),
+            deps.store.takeOver(
+              id,
+              claim.fence,
+              policy.lockTimeoutMs,
+              policy.lockTimeoutMs + policy.ttlMs,
+            ),
           );
           if (fence === undefined) return storeUnavailable(deps, request, key, body);
           if (fence !== null) return forward(deps, request, id, fence, body);

@@ -54,7 +54,10 @@ export interface ClaimRequest {
   readonly route: string;
   readonly fingerprint: Buffer;
   readonly leaseMs: number;
-  /** How long the in-progress row lives at most; at least the lease. */
+  /**
+   * How long the in-progress row lives: the lease plus the ttl an answer settled at the lease's end
+   * would have, so a slow first request is never mistaken for an expired one while it may still run.
+   */
   readonly claimExpiryMs: number;
 }
 
@@ -75,8 +78,16 @@ export interface KeyStore {
   flushCounters(deltas: readonly CounterDelta[]): Promise<void>;
   /** Reads a record's state without counting an attempt (for waiters). */
   peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult>;
-  /** Takes over an in-progress claim whose lease ended; returns the new fence, or null if someone else did. */
-  takeOver(id: RecordId, fence: string, leaseMs: number): Promise<string | null>;
+  /**
+   * Takes over an in-progress claim whose lease ended, extending its life to at least claimExpiryMs;
+   * returns the new fence, or null if someone else did.
+   */
+  takeOver(
+    id: RecordId,
+    fence: string,
+    leaseMs: number,
+    claimExpiryMs: number,
+  ): Promise<string | null>;
   /**
    * Completes an in-progress claim whose lease ended with the unknown-outcome answer and counts the
    * replay; returns what is stored now, or null when the record moved on (re-claim to see it).

@@ -38,6 +38,7 @@ store: { table: "\${TEST_TABLE}" }
 upstreams:
   api: { url: ${upstream.url}, timeout: 400ms } # undici's timers fire up to ~1 s late: waits below use 2.5 s
   dead: { url: http://127.0.0.1:1 }
+  slow: { url: ${upstream.url}, timeout: 5s }
 defaults:
   maxResponseBytes: 1kb
   lockTimeout: 2s
@@ -58,6 +59,10 @@ routes:
     match: { path: /dead }
     upstream: dead
     idempotency: {}
+  - name: short-ttl
+    match: { path: /short-ttl }
+    upstream: slow
+    idempotency: { ttl: 300ms, lockTimeout: 250ms }
   - name: cookies
     match: { path: /cookies }
     upstream: api
@@ -235,6 +240,19 @@ test("replays an unknown outcome once a crashed holder's lease ends (unknownOutc
   });
   expect(again.body.equals(after.body)).toBe(true);
   expect(upstream.executions()).toHaveLength(0);
+});
+
+test('a first request still running past its ttl is not taken for expired: a repeat after the lease gets the unknown outcome', async () => {
+  // ttl 300 ms, lease 250 ms, the upstream takes 700 ms. At 450 ms the claim is older than the ttl,
+  // but its holder may still be running it: the repeat must settle it as unknown, not run it again.
+  const first = postJson(`${proxy.url}/short-ttl?wait=700`, 'slow-short-ttl', { n: 1 });
+  await sleep(450);
+  const repeat = await postJson(`${proxy.url}/short-ttl?wait=700`, 'slow-short-ttl', { n: 1 });
+  expect(repeat.status).toBe(502);
+  expect(repeat.headers['idempotency-outcome']).toBe('unknown');
+  expect(repeat.json()).toMatchObject({ code: 'IDEMPOTENCY_OUTCOME_UNKNOWN' });
+  expect((await first).status).toBe(200);
+  expect(upstream.executions()).toHaveLength(1);
 });
 
 test('delivers a response over maxResponseBytes in full and replays it without a body', async () => {
