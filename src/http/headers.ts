@@ -18,11 +18,11 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 /** Hop-by-hop names for this message: the fixed set plus any named in its Connection header. */
 export function hopByHopNames(headers: IncomingHttpHeaders): ReadonlySet<string> {
   const connection = headers.connection;
-  if (!connection) return HOP_BY_HOP;
+  // The usual values name nothing beyond the fixed set: no parsing, no new set on the common path.
+  if (!connection || connection === 'keep-alive' || connection === 'close') return HOP_BY_HOP;
   let names: Set<string> | undefined;
   for (const token of connection.split(',')) {
     const name = token.trim().toLowerCase();
-    // The usual `keep-alive`, `close` and `upgrade` add nothing: no new set on the common path.
     if (!name || name === 'close' || HOP_BY_HOP.has(name)) continue;
     names ??= new Set(HOP_BY_HOP);
     names.add(name);

@@ -1,59 +1,45 @@
 // Pass-through routes (and safe methods on protected routes) go through http-proxy: streamed both
 // ways, keep-alive agents per upstream, websocket upgrades, transport errors mapped to 502/504.
+// One ProxyServer per upstream, its options fixed at start, so a request costs http-proxy no option
+// merge and no URL parse; the response head is written by us in one call (see writeResponseHead).
 import http from 'node:http';
-import { parse as urlParse } from 'node:url';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
+import { parse as urlParse } from 'node:url';
 import httpProxy from 'http-proxy';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
 import { forwardedHeaders, hopByHopNames } from '../http/headers';
 import { sendProblem } from '../http/problem';
 import { classifyTransportError } from './transport-errors';
 
+/**
+ * http-proxy's web()/ws() also take (req, res, callback) with no per-call options — then it skips
+ * the per-request option merge — but its types do not say so.
+ */
+interface UpstreamProxy {
+  close(): void;
+  web(req: http.IncomingMessage, res: http.ServerResponse, callback: (error: Error) => void): void;
+  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, callback: () => void): void;
+}
+
 export class PassThrough {
-  private readonly proxy: httpProxy;
-  private readonly agents = new Map<string, http.Agent>();
-  private readonly options = new Map<string, httpProxy.ServerOptions>();
+  private readonly proxies = new Map<string, UpstreamProxy>();
+  private readonly agents: http.Agent[] = [];
 
   constructor(upstreams: Iterable<UpstreamConfig>) {
     for (const upstream of upstreams) {
-      const options = { keepAlive: true, keepAliveMsecs: 1_000, maxFreeSockets: 256 };
-      this.agents.set(
-        upstream.name,
-        upstream.origin.startsWith('https:') ? new https.Agent(options) : new http.Agent(options),
-      );
+      const settings = { keepAlive: true, keepAliveMsecs: 1_000, maxFreeSockets: 256 };
+      const agent = upstream.origin.startsWith('https:')
+        ? new https.Agent(settings)
+        : new http.Agent(settings);
+      this.agents.push(agent);
+      this.proxies.set(upstream.name, createUpstreamProxy(upstream, agent));
     }
-    this.proxy = httpProxy.createProxyServer({ ws: true, changeOrigin: true, prependPath: false });
-    // http-proxy 1.18.1 turns a chunked DELETE/OPTIONS body into `content-length: 0` while still piping
-    // the body upstream, so the body is parsed as a second request (node-http-proxy #1720/#1721:
-    // request smuggling). Drop that pass: a chunked body then stays chunked.
-    const passes = (this.proxy as unknown as { webPasses: { name: string }[] }).webPasses;
-    const index = passes.findIndex((pass) => pass.name === 'deleteLength');
-    if (index === -1)
-      throw new Error(
-        'http-proxy changed: deleteLength pass not found; re-check the smuggling guard',
-      );
-    passes.splice(index, 1);
-
-    this.proxy.on('proxyRes', (proxyRes, _req, res) => {
-      for (const name of hopByHopNames(proxyRes.headers)) delete proxyRes.headers[name];
-      // Our hop's Connection header is ours to decide: http-proxy would otherwise send `keep-alive` and
-      // keep the socket open even for a client that asked for `Connection: close`.
-      proxyRes.headers.connection = res.shouldKeepAlive ? 'keep-alive' : 'close';
-    });
-    // http-proxy aborts a request that hit proxyTimeout, which surfaces as a plain ECONNRESET; remember
-    // the timeout so the client gets a 504 rather than a 502.
-    this.proxy.on('proxyReq', (proxyReq, req) => {
-      proxyReq.once('timeout', () => ((req as RequestWithRoute).upstreamTimedOut = true));
-    });
-    // Errors reach the per-request callbacks given to web() and ws(), never this emitter.
   }
 
   web(req: http.IncomingMessage, res: http.ServerResponse, route: RouteConfig, path: string): void {
     prepareRequest(req, path, false);
-    this.proxy.web(req, res, this.optionsFor(route), (error) =>
-      this.onError(error, route, req, res),
-    );
+    this.proxyFor(route).web(req, res, (error) => this.onError(error, route, res));
   }
 
   ws(
@@ -64,61 +50,113 @@ export class PassThrough {
     path: string,
   ): void {
     prepareRequest(req, path, true);
-    this.proxy.ws(req, socket, head, this.optionsFor(route), () => socket.destroy());
+    this.proxyFor(route).ws(req, socket, head, () => socket.destroy());
   }
 
   close(): void {
-    this.proxy.close();
-    for (const agent of this.agents.values()) agent.destroy();
+    for (const proxy of this.proxies.values()) proxy.close();
+    for (const agent of this.agents) agent.destroy();
   }
 
-  /** Options per upstream, built once: the target pre-parsed, so http-proxy does not parse it per request. */
-  private optionsFor(route: RouteConfig): httpProxy.ServerOptions {
-    let options = this.options.get(route.upstream.name);
-    if (!options) {
-      options = {
-        target: urlParse(route.upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
-        agent: this.agents.get(route.upstream.name),
-        proxyTimeout: route.upstream.timeoutMs,
-      };
-      this.options.set(route.upstream.name, options);
-    }
-    return options;
+  private proxyFor(route: RouteConfig): UpstreamProxy {
+    const proxy = this.proxies.get(route.upstream.name);
+    if (!proxy) throw new Error(`no pass-through proxy for upstream ${route.upstream.name}`);
+    return proxy;
   }
 
-  private onError(
-    error: Error,
-    route: RouteConfig,
-    req: http.IncomingMessage,
-    target: http.ServerResponse,
-  ): void {
-    const timedOut = (req as RequestWithRoute).upstreamTimedOut === true;
-    const failure = classifyTransportError(
-      timedOut ? Object.assign(error, { code: 'ETIMEDOUT' }) : error,
-      {
-        upstream: route.upstream.name,
-        route: route.name,
-        timeoutMs: route.upstream.timeoutMs,
-      },
-    );
+  private onError(error: Error, route: RouteConfig, target: http.ServerResponse): void {
+    const failure = classifyTransportError(error, {
+      upstream: route.upstream.name,
+      route: route.name,
+      timeoutMs: route.upstream.timeoutMs,
+    });
     sendProblem(target, failure.error);
   }
 }
 
-interface RequestWithRoute extends http.IncomingMessage {
-  upstreamTimedOut?: boolean;
+function createUpstreamProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {
+  const proxy = httpProxy.createProxyServer({
+    target: urlParse(upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
+    agent,
+    ws: true,
+    changeOrigin: true,
+    prependPath: false,
+    // req.url already holds the upstream path (prepareRequest): use it as is, no url.parse per request.
+    toProxy: true,
+    // We write the response head ourselves, in one call, without http-proxy's per-header passes.
+    selfHandleResponse: true,
+  });
+  // http-proxy 1.18.1 turns a chunked DELETE/OPTIONS body into `content-length: 0` while still piping
+  // the body upstream, so the body is parsed as a second request (node-http-proxy #1720/#1721:
+  // request smuggling). Drop that pass: a chunked body then stays chunked.
+  const passes = (proxy as unknown as { webPasses: { name: string }[] }).webPasses;
+  const index = passes.findIndex((pass) => pass.name === 'deleteLength');
+  if (index === -1)
+    throw new Error(
+      'http-proxy changed: deleteLength pass not found; re-check the smuggling guard',
+    );
+  passes.splice(index, 1);
+
+  const timeoutMs = upstream.timeoutMs;
+  // An upstream silent for the timeout is a 504, not the 502 a plain abort would look like: the
+  // request is destroyed with an ETIMEDOUT error, which reaches web()'s callback.
+  proxy.on('proxyReq', (proxyReq) => {
+    proxyReq.setTimeout(timeoutMs, () => proxyReq.destroy(upstreamTimeout(timeoutMs)));
+  });
+  proxy.on('proxyRes', (proxyRes, _req, res) => {
+    writeResponseHead(proxyRes, res as http.ServerResponse);
+    proxyRes.pipe(res);
+    // An upstream that dies mid-body would leave the client waiting for the rest: cut it off too.
+    proxyRes.once('close', () => {
+      if (!proxyRes.complete) res.destroy();
+    });
+  });
+  // Errors reach the per-request callbacks given to web() and ws(), never this emitter.
+  return proxy as unknown as UpstreamProxy;
 }
 
-/** Rewrites the request in place for http-proxy: upstream path, no hop-by-hop, X-Forwarded-*. */
-function prepareRequest(req: http.IncomingMessage, path: string, upgrade: boolean): void {
-  const headers = req.headers;
-  const forwarded = forwardedHeaders(req);
-  for (const name of hopByHopNames(headers)) {
-    // A websocket handshake needs its own Connection/Upgrade; everything else hop-by-hop goes.
-    if (upgrade && (name === 'connection' || name === 'upgrade')) continue;
-    if (name === 'transfer-encoding') continue; // the body framing of this very request: Node re-frames it
-    delete headers[name];
+function upstreamTimeout(ms: number): Error {
+  return Object.assign(new Error(`upstream sent nothing for ${ms} ms`), { code: 'ETIMEDOUT' });
+}
+
+/**
+ * Copies the upstream's status and headers to the client in one writeHead, from the raw header list
+ * (repeated headers stay repeated), leaving out hop-by-hop ones. Our hop's Connection header is ours
+ * to decide: `close` when the client asked for it.
+ */
+function writeResponseHead(proxyRes: http.IncomingMessage, res: http.ServerResponse): void {
+  const hop = hopByHopNames(proxyRes.headers);
+  const raw = proxyRes.rawHeaders;
+  const headers: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (!hop.has(name.toLowerCase())) headers.push(name, raw[i + 1]!);
   }
-  Object.assign(headers, forwarded);
+  headers.push('connection', res.shouldKeepAlive ? 'keep-alive' : 'close');
+  res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, headers);
+}
+
+/**
+ * Gives the request the headers it goes upstream with — a new object, without the hop-by-hop ones
+ * and with X-Forwarded-* — and the upstream path. A websocket handshake keeps Connection/Upgrade.
+ */
+function prepareRequest(req: http.IncomingMessage, path: string, upgrade: boolean): void {
+  const incoming = req.headers;
+  const hop = hopByHopNames(incoming);
+  const outgoing: http.IncomingHttpHeaders = {};
+  for (const name in incoming) {
+    // transfer-encoding frames this very request's body: Node re-frames it on the way out.
+    if (
+      !hop.has(name) ||
+      name === 'transfer-encoding' ||
+      (upgrade && (name === 'connection' || name === 'upgrade'))
+    )
+      outgoing[name] = incoming[name];
+  }
+  const forwarded = forwardedHeaders(req);
+  outgoing['x-forwarded-for'] = forwarded['x-forwarded-for'];
+  outgoing['x-forwarded-proto'] = forwarded['x-forwarded-proto'];
+  outgoing['x-forwarded-host'] = forwarded['x-forwarded-host'];
+  req.headers = outgoing;
   req.url = path;
 }

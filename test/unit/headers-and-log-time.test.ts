@@ -1,0 +1,36 @@
+// Hop-by-hop header sets (fast path and Connection-named extras) and the per-millisecond log time.
+import { isoTimeCachedPerMillisecond } from '../../src/cli/logger';
+import { HOP_BY_HOP, hopByHopNames } from '../../src/http/headers';
+
+test.each([undefined, 'keep-alive', 'close'])(
+  'Connection: %s adds nothing to the fixed hop-by-hop set',
+  (connection) => {
+    expect(hopByHopNames(connection === undefined ? {} : { connection })).toBe(HOP_BY_HOP);
+  },
+);
+
+test('names listed in Connection become hop-by-hop for that message only', () => {
+  const names = hopByHopNames({ connection: 'Keep-Alive, X-Private ,close, ,upgrade' });
+  expect(names.has('x-private')).toBe(true);
+  expect(names.has('keep-alive')).toBe(true);
+  expect(names.has('close')).toBe(false);
+  expect(HOP_BY_HOP.has('x-private')).toBe(false);
+});
+
+test('the log time is pino-shaped ISO text for the current millisecond', () => {
+  const before = Date.now();
+  const fragment = isoTimeCachedPerMillisecond();
+  const after = Date.now();
+  const match = /^,"time":"(.+)"$/.exec(fragment);
+  expect(match).not.toBeNull();
+  const at = Date.parse(match![1]!);
+  expect(new Date(at).toISOString()).toBe(match![1]);
+  expect(at).toBeGreaterThanOrEqual(before);
+  expect(at).toBeLessThanOrEqual(after);
+});
+
+test('the log time moves on with the clock', async () => {
+  const first = isoTimeCachedPerMillisecond();
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  expect(isoTimeCachedPerMillisecond()).not.toBe(first);
+});
