@@ -11,8 +11,14 @@ let proxy: TestProxy;
 let wss: WebSocketServer;
 
 beforeAll(async () => {
-  upstream = await startUpstream(async (req, res) => {
+  upstream = await startUpstream(async (req, res, raw) => {
     if (req.url.includes('slow')) await sleep(1_000);
+    if (req.url.includes('cut')) {
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '100' });
+      res.write('only part');
+      setTimeout(() => raw.socket.destroy(), 20);
+      return;
+    }
     if (req.url.includes('stream')) {
       res.writeHead(200, {
         'content-type': 'text/plain',
@@ -123,6 +129,20 @@ test('streams the response and strips hop-by-hop response headers', async () => 
   expect(res.headers['x-custom']).toBe('kept');
   expect(res.headers['x-private']).toBeUndefined();
   expect(res.headers['keep-alive']).toBeUndefined();
+});
+
+test('cuts the client off when the upstream dies mid-body, instead of leaving it waiting', async () => {
+  const started = Date.now();
+  const outcome = await new Promise<{ complete: boolean; body: string }>((resolve) => {
+    http.get(`${proxy.url}/items/cut`, (res) => {
+      let body = '';
+      res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      res.on('close', () => resolve({ complete: res.complete, body }));
+      res.on('error', () => undefined);
+    });
+  });
+  expect(outcome).toEqual({ complete: false, body: 'only part' });
+  expect(Date.now() - started).toBeLessThan(2_000); // not the 5 s keep-alive idle timeout
 });
 
 test('maps an unreachable upstream to 502 and a timeout to 504, as problem+json', async () => {
