@@ -14,6 +14,7 @@ import type {
 import { recordDigest } from '../idempotency/record';
 import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
+import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 
 interface ClaimRow {
   claimed: boolean;
@@ -80,6 +81,51 @@ function claimUpsertAssignments(): string {
   return assignments.join(',\n        ');
 }
 
+/** Parameters per completion in the complete statement; $1 is the NOTIFY channel. */
+const COMPLETE_ROW_PARAMS = 12;
+
+/**
+ * Completion: one statement for one or several completions (natural batching, natural-batcher.ts), a
+ * VALUES row each with its own fence check. It nudges waiters (onConcurrent: wait) with NOTIFY only
+ * for records another request has seen while they ran (attempts > 1). Returns the ordinals of the
+ * rows it changed.
+ */
+export function completeStatement(tableName: string, rows: number): string {
+  const t = quoteTableName(tableName);
+  const types = [
+    'int',
+    'text',
+    'text',
+    'text',
+    'bigint',
+    'smallint',
+    'jsonb',
+    'bytea',
+    'boolean',
+    'boolean',
+    'bigint',
+    'text',
+  ];
+  const values: string[] = [];
+  for (let row = 0; row < rows; row++) {
+    const first = 2 + row * COMPLETE_ROW_PARAMS;
+    values.push(`(${types.map((type, k) => `$${first + k}::${type}`).join(', ')})`);
+  }
+  return `
+      WITH done AS (
+        UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
+               body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
+               lease_expires_at = NULL, expires_at = now() + ${ms('i.ttl_ms')},
+               events = r.events || ${event("'completed'", 'r.fence', 'i.status')}
+        FROM (VALUES ${values.join(',\n               ')})
+          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, ttl_ms, digest)
+        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
+          AND r.state = 'in_progress'
+        RETURNING i.n, i.digest, r.attempts
+      ), nudge AS (SELECT pg_notify($1::text, digest) FROM done WHERE attempts > 1)
+      SELECT n, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
+}
+
 export function buildStatements(tableName: string) {
   const t = quoteTableName(tableName);
   const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
@@ -107,18 +153,9 @@ export function buildStatements(tableName: string) {
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
           AS lease_remaining_ms,
         floor(extract(epoch FROM (r.expires_at - now())) * 1000)::bigint::float8 AS expires_in_ms`,
-    // Completion and release nudge waiters (onConcurrent: wait) with NOTIFY, but only when another
-    // request has seen the key while it ran (attempts > 1): the common path pays nothing for it.
-    complete: `
-      WITH done AS (
-        UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
-               body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('$10')},
-               events = events || ${event("'completed'", 'fence', '$5::smallint')}
-        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
-        RETURNING attempts
-      ), nudge AS (SELECT pg_notify($11::text, $12::text) FROM done WHERE attempts > 1)
-      SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
+    // Release (like completion, completeStatement) nudges waiters (onConcurrent: wait) with NOTIFY,
+    // but only when another request has seen the key while it ran (attempts > 1): the common path pays
+    // nothing for it.
     release: `
       WITH done AS (
         DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
@@ -157,20 +194,45 @@ export function buildStatements(tableName: string) {
   } as const;
 }
 
+export interface KeyStoreOptions {
+  /** Completion statements run at once (natural batching); calls beyond wait and go together. */
+  readonly completionLanes?: number;
+  /** Completions per statement at most. */
+  readonly maxCompletionBatch?: number;
+}
+
+const DEFAULT_COMPLETION_LANES = 2;
+const DEFAULT_MAX_COMPLETION_BATCH = 32;
+
+interface Completion {
+  readonly id: RecordId;
+  readonly fence: string;
+  readonly response: StoredResponse;
+  readonly ttlMs: number;
+}
+
 export class PostgresKeyStore implements KeyStore {
   private readonly sql: ReturnType<typeof buildStatements>;
   private readonly names: Record<keyof ReturnType<typeof buildStatements>, string>;
   private readonly channel: string;
 
+  private readonly completions: NaturalBatcher<Completion, boolean>;
+  private readonly batchNames = new Map<number, { name: string; text: string }>();
+
   constructor(
     private readonly pool: Pool,
-    tableName: string,
+    private readonly tableName: string,
+    options: KeyStoreOptions = {},
   ) {
     this.sql = buildStatements(tableName);
+    this.completions = new NaturalBatcher(
+      (batch) => this.completeBatch(batch),
+      options.completionLanes ?? DEFAULT_COMPLETION_LANES,
+      options.maxCompletionBatch ?? DEFAULT_MAX_COMPLETION_BATCH,
+    );
     // Named statements are parsed and planned once per connection.
     this.names = {
       claim: `ip_claim_${tableName}`,
-      complete: `ip_complete_${tableName}`,
       release: `ip_release_${tableName}`,
       takeOver: `ip_take_over_${tableName}`,
       settleUnknown: `ip_settle_unknown_${tableName}`,
@@ -218,16 +280,22 @@ export class PostgresKeyStore implements KeyStore {
     };
   }
 
-  async complete(
-    id: RecordId,
-    fence: string,
-    response: StoredResponse,
-    ttlMs: number,
-  ): Promise<boolean> {
-    const result = await this.pool.query({
-      name: this.names.complete,
-      text: this.sql.complete,
-      values: [
+  /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
+  complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
+    return this.completions.submit({ id, fence, response, ttlMs });
+  }
+
+  /** How completions were batched so far (statements vs completions carried). */
+  completionStats(): BatcherStats {
+    return this.completions.stats();
+  }
+
+  private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
+    const statement = this.batchStatement(batch.length);
+    const values: unknown[] = [this.channel];
+    batch.forEach(({ id, fence, response, ttlMs }, n) => {
+      values.push(
+        n,
         id.scope,
         id.tenant,
         id.key,
@@ -238,11 +306,25 @@ export class PostgresKeyStore implements KeyStore {
         response.bodyOmitted,
         response.outcomeUnknown,
         Math.round(ttlMs),
-        this.channel,
         recordDigest(id),
-      ],
+      );
     });
-    return (result.rows[0] as { changed: number } | undefined)?.changed === 1;
+    const { rows } = await this.pool.query<{ n: number }>({ ...statement, values });
+    const changed = batch.map(() => false);
+    for (const row of rows) changed[row.n] = true;
+    return changed;
+  }
+
+  private batchStatement(rows: number): { name: string; text: string } {
+    let statement = this.batchNames.get(rows);
+    if (!statement) {
+      statement = {
+        name: `ip_complete_${rows}_${this.tableName}`,
+        text: completeStatement(this.tableName, rows),
+      };
+      this.batchNames.set(rows, statement);
+    }
+    return statement;
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {
