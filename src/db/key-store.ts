@@ -15,12 +15,16 @@ import { recordDigest } from '../idempotency/record';
 import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
+import { SQLSTATE } from './sqlstate';
 
 interface ClaimRow {
-  claimed: boolean;
+  scope: string;
+  tenant: string;
+  key: string;
+  claim_token: string;
   state: string;
   fence: string;
-  same_fingerprint: boolean;
+  fingerprint: Buffer;
   status: number | null;
   headers: [string, string][] | null;
   body: Buffer | null;
@@ -126,33 +130,52 @@ export function completeStatement(tableName: string, rows: number): string {
       SELECT n, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
 }
 
-export function buildStatements(tableName: string) {
-  const t = quoteTableName(tableName);
-  const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
-  return {
-    // Claim-or-read in one round trip. A new row, or an expired one, is claimed by this request (its
-    // claim_token is ours); any other row is returned as it stands, with the audit counters bumped.
-    claim: `
-      INSERT INTO ${t} AS r (scope, tenant, key, route, fingerprint, state, claim_token, fence,
-                             lease_expires_at, expires_at, events)
-      VALUES ($1::text, $2::text, $3::text, $4::text, $5::bytea, 'in_progress', $6::uuid, 1,
-              now() + ${ms('$7')}, now() + ${ms('$8')}, ${event("'claimed'", '1')})
+/** Parameters per claim in the claim statement. */
+const CLAIM_ROW_PARAMS = 8;
+
+/**
+ * Claim-or-read, for one or several requests in one statement (natural batching): a VALUES row each,
+ * distinct keys, sorted so that concurrent batches lock rows in one order. A new row, or an expired
+ * one, is claimed (its claim_token is the request's); any other row is returned as it stands, with
+ * the audit counters bumped. Rows come back keyed by (scope, tenant, key); the request compares the
+ * token and fingerprint itself.
+ */
+export function claimStatement(tableName: string, rows: number): string {
+  const values: string[] = [];
+  for (let row = 0; row < rows; row++) {
+    const p = (k: number): string => `$${1 + row * CLAIM_ROW_PARAMS + k}`;
+    values.push(
+      `(${p(0)}::text, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::bytea, 'in_progress', ` +
+        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, ${event("'claimed'", '1')})`,
+    );
+  }
+  return `
+      INSERT INTO ${quoteTableName(tableName)} AS r (scope, tenant, key, route, fingerprint, state,
+                             claim_token, fence, lease_expires_at, expires_at, events)
+      VALUES ${values.join(',\n             ')}
       ON CONFLICT (scope, tenant, key) DO UPDATE SET
         ${claimUpsertAssignments()}
       RETURNING
-        r.claim_token = $6::uuid AS claimed,
+        r.scope, r.tenant, r.key,
+        r.claim_token::text AS claim_token,
         r.state,
         r.fence::text AS fence,
-        r.fingerprint = $5::bytea AS same_fingerprint,
+        r.fingerprint,
         r.status,
-        CASE WHEN r.fingerprint = $5::bytea THEN r.headers END AS headers,
-        CASE WHEN r.fingerprint = $5::bytea THEN r.body END AS body,
+        r.headers,
+        r.body,
         r.body_omitted,
         r.outcome_unknown,
         r.attempts,
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
           AS lease_remaining_ms,
-        floor(extract(epoch FROM (r.expires_at - now())) * 1000)::bigint::float8 AS expires_in_ms`,
+        floor(extract(epoch FROM (r.expires_at - now())) * 1000)::bigint::float8 AS expires_in_ms`;
+}
+
+export function buildStatements(tableName: string) {
+  const t = quoteTableName(tableName);
+  const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
+  return {
     // Release (like completion, completeStatement) nudges waiters (onConcurrent: wait) with NOTIFY,
     // but only when another request has seen the key while it ran (attempts > 1): the common path pays
     // nothing for it.
@@ -195,14 +218,22 @@ export function buildStatements(tableName: string) {
 }
 
 export interface KeyStoreOptions {
-  /** Completion statements run at once (natural batching); calls beyond wait and go together. */
-  readonly completionLanes?: number;
-  /** Completions per statement at most. */
-  readonly maxCompletionBatch?: number;
+  /**
+   * Claim statements, and completion statements, run at once (natural batching); calls beyond wait
+   * and go together in the next one.
+   */
+  readonly lanes?: number;
+  /** Calls per statement at most. */
+  readonly maxBatch?: number;
 }
 
-const DEFAULT_COMPLETION_LANES = 2;
-const DEFAULT_MAX_COMPLETION_BATCH = 32;
+const DEFAULT_LANES = 2;
+const DEFAULT_MAX_BATCH = 32;
+
+interface PendingClaim {
+  readonly request: ClaimRequest;
+  readonly token: string;
+}
 
 interface Completion {
   readonly id: RecordId;
@@ -216,8 +247,9 @@ export class PostgresKeyStore implements KeyStore {
   private readonly names: Record<keyof ReturnType<typeof buildStatements>, string>;
   private readonly channel: string;
 
+  private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
   private readonly completions: NaturalBatcher<Completion, boolean>;
-  private readonly batchNames = new Map<number, { name: string; text: string }>();
+  private readonly statements = new Map<string, { name: string; text: string }>();
 
   constructor(
     private readonly pool: Pool,
@@ -225,14 +257,25 @@ export class PostgresKeyStore implements KeyStore {
     options: KeyStoreOptions = {},
   ) {
     this.sql = buildStatements(tableName);
-    this.completions = new NaturalBatcher(
-      (batch) => this.completeBatch(batch),
-      options.completionLanes ?? DEFAULT_COMPLETION_LANES,
-      options.maxCompletionBatch ?? DEFAULT_MAX_COMPLETION_BATCH,
-    );
+    const lanes = options.lanes ?? DEFAULT_LANES;
+    const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
+    const retryAlone = (error: unknown): boolean =>
+      (error as { code?: unknown }).code === SQLSTATE.DEADLOCK_DETECTED;
+    this.claims = new NaturalBatcher((batch) => this.claimBatch(batch), {
+      lanes,
+      maxBatch,
+      // One INSERT … ON CONFLICT may not touch a row twice: a repeat of a key already being claimed
+      // (a retry storm on one key) runs as its own statement, as it would without batching.
+      keyOf: ({ request: { id } }) => idText(id),
+      retryAlone,
+    });
+    this.completions = new NaturalBatcher((batch) => this.completeBatch(batch), {
+      lanes,
+      maxBatch,
+      retryAlone,
+    });
     // Named statements are parsed and planned once per connection.
     this.names = {
-      claim: `ip_claim_${tableName}`,
       release: `ip_release_${tableName}`,
       takeOver: `ip_take_over_${tableName}`,
       settleUnknown: `ip_settle_unknown_${tableName}`,
@@ -242,42 +285,42 @@ export class PostgresKeyStore implements KeyStore {
     this.channel = completionChannel(tableName);
   }
 
-  async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const { id } = request;
-    const token = randomUUID();
-    const { rows } = await this.pool.query<ClaimRow>({
-      name: this.names.claim,
-      text: this.sql.claim,
-      values: [
-        id.scope,
-        id.tenant,
-        id.key,
+  /** Claims go through the natural batcher: alone when the store keeps up, together when not. */
+  claim(request: ClaimRequest): Promise<ClaimResult> {
+    return this.claims.submit({ request, token: randomUUID() });
+  }
+
+  /** How claims and completions were batched so far (statements vs calls carried). */
+  batchStats(): { claims: BatcherStats; completions: BatcherStats } {
+    return { claims: this.claims.stats(), completions: this.completions.stats() };
+  }
+
+  private async claimBatch(batch: readonly PendingClaim[]): Promise<ClaimResult[]> {
+    // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
+    const sorted = [...batch].sort((a, b) => compareIds(a.request.id, b.request.id));
+    const values: unknown[] = [];
+    for (const { request, token } of sorted) {
+      values.push(
+        request.id.scope,
+        request.id.tenant,
+        request.id.key,
         request.route,
         request.fingerprint,
         token,
         Math.round(request.leaseMs),
         Math.round(Math.max(request.claimExpiryMs, request.leaseMs)),
-      ],
-    });
-    const row = rows[0];
-    if (!row) throw new Error('claim returned no row');
-    const attempts = row.attempts;
-    if (row.claimed) return { kind: 'claimed', fence: row.fence, attempts };
-    if (!row.same_fingerprint) return { kind: 'mismatch', attempts };
-    if (row.state === 'completed') {
-      return {
-        kind: 'completed',
-        response: toResponse(row as ResponseRow),
-        expiresInMs: row.expires_in_ms,
-        attempts,
-      };
+      );
     }
-    return {
-      kind: 'in-flight',
-      fence: row.fence,
-      leaseRemainingMs: row.lease_remaining_ms,
-      attempts,
-    };
+    const { rows } = await this.pool.query<ClaimRow>({
+      ...this.statement('claim', batch.length, claimStatement),
+      values,
+    });
+    const byId = new Map(rows.map((row) => [idText(row), row]));
+    return batch.map(({ request, token }) => {
+      const row = byId.get(idText(request.id));
+      if (!row) throw new Error('claim returned no row for a key');
+      return toClaimResult(row, token, request.fingerprint);
+    });
   }
 
   /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
@@ -285,13 +328,8 @@ export class PostgresKeyStore implements KeyStore {
     return this.completions.submit({ id, fence, response, ttlMs });
   }
 
-  /** How completions were batched so far (statements vs completions carried). */
-  completionStats(): BatcherStats {
-    return this.completions.stats();
-  }
-
   private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
-    const statement = this.batchStatement(batch.length);
+    const statement = this.statement('complete', batch.length, completeStatement);
     const values: unknown[] = [this.channel];
     batch.forEach(({ id, fence, response, ttlMs }, n) => {
       values.push(
@@ -315,14 +353,17 @@ export class PostgresKeyStore implements KeyStore {
     return changed;
   }
 
-  private batchStatement(rows: number): { name: string; text: string } {
-    let statement = this.batchNames.get(rows);
+  /** The named statement for a batch of this many rows, built once. */
+  private statement(
+    kind: 'claim' | 'complete',
+    rows: number,
+    build: (tableName: string, rows: number) => string,
+  ): { name: string; text: string } {
+    const name = `ip_${kind}_${rows}_${this.tableName}`;
+    let statement = this.statements.get(name);
     if (!statement) {
-      statement = {
-        name: `ip_complete_${rows}_${this.tableName}`,
-        text: completeStatement(this.tableName, rows),
-      };
-      this.batchNames.set(rows, statement);
+      statement = { name, text: build(this.tableName, rows) };
+      this.statements.set(name, statement);
     }
     return statement;
   }
@@ -438,4 +479,33 @@ function toResponse(row: ResponseRow): StoredResponse {
     bodyOmitted: row.body_omitted,
     outcomeUnknown: row.outcome_unknown,
   };
+}
+
+function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): ClaimResult {
+  const attempts = row.attempts;
+  if (row.claim_token === token) return { kind: 'claimed', fence: row.fence, attempts };
+  if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch', attempts };
+  if (row.state === 'completed') {
+    return {
+      kind: 'completed',
+      response: toResponse(row as ResponseRow),
+      expiresInMs: row.expires_in_ms,
+      attempts,
+    };
+  }
+  return {
+    kind: 'in-flight',
+    fence: row.fence,
+    leaseRemainingMs: row.lease_remaining_ms,
+    attempts,
+  };
+}
+
+function idText(id: Pick<RecordId, 'scope' | 'tenant' | 'key'>): string {
+  return `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
+}
+
+/** One total order of (scope, tenant, key), the same in every instance: the order batches lock rows in. */
+function compareIds(a: RecordId, b: RecordId): number {
+  return idText(a) < idText(b) ? -1 : idText(a) > idText(b) ? 1 : 0;
 }

@@ -1,7 +1,7 @@
-// Natural batching for store writes: at most `lanes` statements run at once, and calls that arrive
-// while every lane is busy go together in the next statement. No timer and no added latency when the
-// store keeps up (a lone call runs at once, alone); under load one statement — one parse, one
-// executor start, one commit and WAL flush — carries many requests' writes.
+// Natural batching for store statements: at most `lanes` statements run at once, and calls that
+// arrive while every lane is busy go together in the next statement. No timer and no added latency
+// when the store keeps up (a lone call runs at once, alone); under load one statement — one parse,
+// one executor start, one commit and WAL flush — carries many requests.
 
 export interface BatcherStats {
   /** Statements run. */
@@ -12,14 +12,33 @@ export interface BatcherStats {
   largest: number;
 }
 
+export interface BatcherOptions<Item> {
+  /** Statements at once; calls beyond wait for a lane. */
+  readonly lanes: number;
+  /** Calls per statement at most. */
+  readonly maxBatch: number;
+  /**
+   * Calls with equal keys never share a statement (one statement may not touch a row twice): a call
+   * whose key is already queued or running is run alone, at once, beside the batches.
+   */
+  readonly keyOf?: (item: Item) => string;
+  /**
+   * A batch that fails with such an error (e.g. a deadlock between two batches locking rows in
+   * different orders) is retried one call per statement; one-row statements cannot deadlock.
+   */
+  readonly retryAlone?: (error: unknown) => boolean;
+}
+
 interface Pending<Item, Result> {
   readonly item: Item;
+  readonly key: string | undefined;
   readonly resolve: (result: Result) => void;
   readonly reject: (error: unknown) => void;
 }
 
 export class NaturalBatcher<Item, Result> {
   private readonly queue: Pending<Item, Result>[] = [];
+  private readonly keys = new Set<string>();
   private busy = 0;
   private readonly counts: BatcherStats = { batches: 0, items: 0, largest: 0 };
 
@@ -29,16 +48,18 @@ export class NaturalBatcher<Item, Result> {
    */
   constructor(
     private readonly run: (items: readonly Item[]) => Promise<readonly Result[]>,
-    private readonly lanes: number,
-    private readonly maxBatch: number,
+    private readonly options: BatcherOptions<Item>,
   ) {
-    if (!(lanes >= 1 && maxBatch >= 1))
+    if (!(options.lanes >= 1 && options.maxBatch >= 1))
       throw new Error('a batcher needs at least one lane and item');
   }
 
   submit(item: Item): Promise<Result> {
+    const key = this.options.keyOf?.(item);
+    if (key !== undefined && this.keys.has(key)) return this.runAlone(item);
+    if (key !== undefined) this.keys.add(key);
     return new Promise<Result>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      this.queue.push({ item, key, resolve, reject });
       this.pump();
     });
   }
@@ -48,14 +69,13 @@ export class NaturalBatcher<Item, Result> {
   }
 
   private pump(): void {
-    while (this.busy < this.lanes && this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxBatch);
+    while (this.busy < this.options.lanes && this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.options.maxBatch);
       this.busy++;
-      this.counts.batches++;
-      this.counts.items += batch.length;
-      this.counts.largest = Math.max(this.counts.largest, batch.length);
+      this.count(batch.length);
       // runBatch settles every item itself and never rejects.
       void this.runBatch(batch).finally(() => {
+        for (const pending of batch) if (pending.key !== undefined) this.keys.delete(pending.key);
         this.busy--;
         this.pump();
       });
@@ -69,7 +89,26 @@ export class NaturalBatcher<Item, Result> {
         throw new Error(`a batch of ${batch.length} returned ${results.length} results`);
       batch.forEach((pending, index) => pending.resolve(results[index]!));
     } catch (error) {
+      if (batch.length > 1 && this.options.retryAlone?.(error)) {
+        await Promise.all(
+          batch.map((pending) => this.runAlone(pending.item).then(pending.resolve, pending.reject)),
+        );
+        return;
+      }
       for (const pending of batch) pending.reject(error);
     }
+  }
+
+  private async runAlone(item: Item): Promise<Result> {
+    this.count(1);
+    const results = await this.run([item]);
+    if (results.length !== 1) throw new Error(`a batch of 1 returned ${results.length} results`);
+    return results[0]!;
+  }
+
+  private count(items: number): void {
+    this.counts.batches++;
+    this.counts.items += items;
+    this.counts.largest = Math.max(this.counts.largest, items);
   }
 }

@@ -5,4 +5,6 @@ export const SQLSTATE = {
   CRASH_SHUTDOWN: '57P02',
   /** The server is starting up: retry. */
   CANNOT_CONNECT_NOW: '57P03',
+  /** Two batched statements locked rows in opposite orders; one was cancelled: retry its rows alone. */
+  DEADLOCK_DETECTED: '40P01',
 } as const;

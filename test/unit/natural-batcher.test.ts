@@ -19,7 +19,7 @@ const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve)
 
 test('a lone call runs at once, in a batch of its own', async () => {
   const { batches, run } = controlledRun();
-  const batcher = new NaturalBatcher(run, 2, 8);
+  const batcher = new NaturalBatcher(run, { lanes: 2, maxBatch: 8 });
   const result = batcher.submit(1);
   expect(batches.map((b) => b.items)).toEqual([[1]]);
   batches[0]!.finish();
@@ -28,7 +28,7 @@ test('a lone call runs at once, in a batch of its own', async () => {
 
 test('calls beyond the busy lanes wait and go together in the next statement, up to the limit', async () => {
   const { batches, run } = controlledRun();
-  const batcher = new NaturalBatcher(run, 2, 3);
+  const batcher = new NaturalBatcher(run, { lanes: 2, maxBatch: 3 });
   const results = [1, 2, 3, 4, 5, 6, 7].map((n) => batcher.submit(n));
   // Two lanes: 1 and 2 run alone; 3..7 wait.
   expect(batches.map((b) => b.items)).toEqual([[1], [2]]);
@@ -48,7 +48,7 @@ test('calls beyond the busy lanes wait and go together in the next statement, up
 
 test('a failed statement fails its own items only, and the next batch still runs', async () => {
   const { batches, run } = controlledRun();
-  const batcher = new NaturalBatcher(run, 1, 8);
+  const batcher = new NaturalBatcher(run, { lanes: 1, maxBatch: 8 });
   const first = batcher.submit(1);
   const second = batcher.submit(2);
   const third = batcher.submit(3);
@@ -61,7 +61,7 @@ test('a failed statement fails its own items only, and the next batch still runs
 });
 
 test('a statement that returns the wrong number of results fails its items rather than misanswer them', async () => {
-  const batcher = new NaturalBatcher(async () => ['only one'], 1, 8);
+  const batcher = new NaturalBatcher(async () => ['only one'], { lanes: 1, maxBatch: 8 });
   const blocker = batcher.submit(0);
   const a = batcher.submit(1);
   const b = batcher.submit(2);
@@ -71,5 +71,68 @@ test('a statement that returns the wrong number of results fails its items rathe
 });
 
 test('refuses a batcher without lanes', () => {
-  expect(() => new NaturalBatcher(async () => [], 0, 8)).toThrow('at least one lane');
+  expect(() => new NaturalBatcher(async () => [], { lanes: 0, maxBatch: 8 })).toThrow(
+    'at least one lane',
+  );
+});
+
+test('calls with a key already queued or running never share its statement: they run alone, at once', async () => {
+  const { batches, run } = controlledRun();
+  const batcher = new NaturalBatcher(run, { lanes: 1, maxBatch: 8, keyOf: (n) => `k${n % 10}` });
+  const first = batcher.submit(1); // runs at once
+  const same = batcher.submit(11); // key k1 is running: alone, beside it
+  const other = batcher.submit(2); // waits for the lane
+  const sameAsWaiting = batcher.submit(12); // key k2 is queued: alone too
+  expect(batches.map((b) => b.items)).toEqual([[1], [11], [12]]);
+  for (const batch of batches) batch.finish();
+  await tick();
+  expect(batches.map((b) => b.items)).toEqual([[1], [11], [12], [2]]);
+  batches[3]!.finish();
+  await expect(Promise.all([first, same, other, sameAsWaiting])).resolves.toEqual([
+    'done 1',
+    'done 11',
+    'done 2',
+    'done 12',
+  ]);
+  // Once settled, a key may batch again.
+  const again = batcher.submit(21);
+  expect(batches.at(-1)!.items).toEqual([21]);
+  batches.at(-1)!.finish();
+  await expect(again).resolves.toBe('done 21');
+});
+
+test('a batch that fails with a retryable error is retried one call per statement', async () => {
+  const seen: (readonly number[])[] = [];
+  let failFirst = true;
+  const batcher = new NaturalBatcher(
+    async (items: readonly number[]) => {
+      seen.push(items);
+      if (items.length > 1 && failFirst) {
+        failFirst = false;
+        throw Object.assign(new Error('deadlock detected'), { code: '40P01' });
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      return items.map((n) => n * 10);
+    },
+    { lanes: 1, maxBatch: 8, retryAlone: (error) => (error as { code?: string }).code === '40P01' },
+  );
+  const results = await Promise.all([1, 2, 3].map((n) => batcher.submit(n)));
+  expect(results).toEqual([10, 20, 30]);
+  expect(seen).toEqual([[1], [2, 3], [2], [3]]);
+});
+
+test('a batch that fails with any other error is not retried', async () => {
+  let statements = 0;
+  const batcher = new NaturalBatcher(
+    async (items: readonly number[]) => {
+      statements++;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      if (items.length > 1) throw new Error('connection lost');
+      return items;
+    },
+    { lanes: 1, maxBatch: 8, retryAlone: () => false },
+  );
+  const results = await Promise.allSettled([1, 2, 3].map((n) => batcher.submit(n)));
+  expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'rejected']);
+  expect(statements).toBe(2);
 });

@@ -1,5 +1,7 @@
-// Completions that arrive together are stored by one statement (natural batching) with every row's
-// own response, ttl and fence check, and waiters are still nudged — against the real PostgreSQL.
+// Claims and completions that arrive together share one statement (natural batching), and every row
+// still gets its own answer: claimed, replayed, in flight, mismatch, expired; its own response, ttl
+// and fence check; waiters are nudged; a deadlock between batches is retried row by row — against
+// the real PostgreSQL.
 import { Client } from 'pg';
 import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { quoteTableName } from '../../src/db/identifier';
@@ -37,7 +39,7 @@ async function claim(store: PostgresKeyStore, key: string, leaseMs = 60_000): Pr
 test('concurrent completions share statements, and each row gets its own response, ttl and fence check', async () => {
   const table = uniqueTable('batch');
   await migrate(pool, table);
-  const store = new PostgresKeyStore(pool, table, { completionLanes: 1, maxCompletionBatch: 16 });
+  const store = new PostgresKeyStore(pool, table, { lanes: 1, maxBatch: 16 });
   const keys = Array.from({ length: 30 }, (_, n) => `k-${n}`);
   const fences = await Promise.all(keys.map((key) => claim(store, key)));
 
@@ -66,7 +68,7 @@ test('concurrent completions share statements, and each row gets its own respons
     ]);
     expect(results).toEqual([...keys.map(() => true), false, true]);
 
-    const stats = store.completionStats();
+    const stats = store.batchStats().completions;
     expect(stats.items).toBe(32);
     expect(stats.batches).toBeLessThan(stats.items);
     expect(stats.largest).toBeGreaterThan(1);
@@ -118,6 +120,97 @@ test('a lone completion is stored at once, by a statement of its own', async () 
   const store = new PostgresKeyStore(pool, table);
   const fence = await claim(store, 'alone');
   await expect(store.complete(idFor('alone'), fence, responseFor(1), 5_000)).resolves.toBe(true);
-  expect(store.completionStats()).toEqual({ batches: 1, items: 1, largest: 1 });
+  expect(store.batchStats().completions).toEqual({ batches: 1, items: 1, largest: 1 });
   await expect(store.complete(idFor('alone'), fence, responseFor(2), 5_000)).resolves.toBe(false);
 });
+
+test('concurrent claims share statements, and each request gets its own answer', async () => {
+  const table = uniqueTable('batch');
+  await migrate(pool, table);
+  const store = new PostgresKeyStore(pool, table, { lanes: 1, maxBatch: 16 });
+  // Records that exist before the burst: completed, in flight, expired.
+  const doneFence = await claim(store, 'done');
+  await store.complete(idFor('done'), doneFence, responseFor(5), 60_000);
+  await claim(store, 'running');
+  await claim(store, 'expired');
+  await pool.query(
+    `UPDATE ${quoteTableName(table)} SET expires_at = now() - interval '1 second' WHERE key = 'expired'`,
+  );
+
+  const other = Buffer.alloc(32, 9);
+  const burst = [
+    ...Array.from({ length: 20 }, (_, n) => ({ key: `new-${n}`, fingerprint })),
+    { key: 'new-0', fingerprint }, // a repeat inside the burst: never in the same statement
+    { key: 'done', fingerprint },
+    { key: 'done', fingerprint: other },
+    { key: 'running', fingerprint },
+    { key: 'expired', fingerprint },
+  ];
+  const results = await Promise.all(
+    burst.map(({ key, fingerprint: print }) =>
+      store.claim({
+        id: idFor(key),
+        route: 'orders',
+        fingerprint: print,
+        leaseMs: 60_000,
+        claimExpiryMs: 3_660_000,
+      }),
+    ),
+  );
+  const kinds = results.map((r) => r.kind);
+  expect(kinds.slice(0, 20)).toEqual(Array.from({ length: 20 }, () => 'claimed'));
+  expect(kinds[20]).toBe('in-flight'); // new-0 again: the first one holds it
+  expect(results[21]).toMatchObject({ kind: 'completed', response: { status: 205 } });
+  expect(results[22]).toEqual({ kind: 'mismatch', attempts: 3 });
+  expect(results[23]).toMatchObject({ kind: 'in-flight', fence: '1', attempts: 2 });
+  expect(results[24]).toMatchObject({ kind: 'claimed', fence: '2', attempts: 1 });
+
+  const stats = store.batchStats().claims;
+  expect(stats.batches).toBeLessThan(stats.items);
+  expect(stats.largest).toBeGreaterThan(1);
+  const { rows } = await pool.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM ${quoteTableName(table)} WHERE key LIKE 'new-%' AND state = 'in_progress'`,
+  );
+  expect(rows[0]!.n).toBe(20);
+});
+
+test('a batch cancelled by a deadlock is retried row by row, and every request still gets its answer', async () => {
+  const table = uniqueTable('batch');
+  await migrate(pool, table);
+  const store = new PostgresKeyStore(pool, table, { lanes: 1, maxBatch: 16 });
+  await claim(store, 'a');
+  await claim(store, 'b');
+  const t = quoteTableName(table);
+
+  // Another session holds row b; it will ask for row a once our batch holds a and waits for b.
+  const other = new Client({ connectionString: databaseUrl() });
+  await other.connect();
+  try {
+    await other.query(`SET deadlock_timeout = '30s'`); // so that PostgreSQL cancels our batch, not it
+    await other.query('BEGIN');
+    await other.query(`SELECT 1 FROM ${t} WHERE key = 'b' FOR UPDATE`);
+
+    const request = (key: string) =>
+      store.claim({
+        id: idFor(key),
+        route: 'orders',
+        fingerprint,
+        leaseMs: 60_000,
+        claimExpiryMs: 3_660_000,
+      });
+    const first = request('lane'); // takes the only lane, so a and b queue and go together
+    const a = request('a');
+    const b = request('b');
+    await first;
+    await sleep(200); // the batch [a, b] now holds a and waits for b
+    await other.query(`SELECT 1 FROM ${t} WHERE key = 'a' FOR UPDATE`); // deadlock: PostgreSQL cancels the batch
+    await other.query('COMMIT');
+
+    await expect(a).resolves.toMatchObject({ kind: 'in-flight', attempts: 2 });
+    await expect(b).resolves.toMatchObject({ kind: 'in-flight', attempts: 2 });
+    // lane, then [a, b] (cancelled), then a and b alone.
+    expect(store.batchStats().claims).toEqual({ batches: 6, items: 7, largest: 2 });
+  } finally {
+    await other.end();
+  }
+}, 20_000);
