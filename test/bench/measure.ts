@@ -108,6 +108,9 @@ async function measure(
     scenario.key === 'unique'
       ? UNIQUE_KEY
       : `bench-${scenario.name}-${runIndex}-${randomBytes(4).toString('hex')}`;
+  const storeNote = scenario.prepareStore
+    ? await scenario.prepareStore({ rows: options.rows })
+    : undefined;
   const undo = scenario.prepare ? await scenario.prepare(endpoints, key) : undefined;
   try {
     const spec: LoadSpec = {
@@ -150,10 +153,12 @@ async function measure(
     stack.sampler?.takeWindow();
     const before = snapshot(pids);
     debug('measuring');
+    const endDuring = scenario.duringMeasurement?.();
     const load = await loadGenerator.run(spec);
     debug(`measured: ${JSON.stringify(load.statusCodes)}`);
     const after = snapshot(pids);
     await recording?.stop();
+    const duringNote = endDuring ? await endDuring() : undefined;
     const peaks = stack.sampler?.takeWindow();
     await sleep(SETTLE_MS);
     const statementsAfter = scenario.countsRoundTrips ? await probe.read() : undefined;
@@ -216,6 +221,7 @@ async function measure(
       storeRoundTrips,
       unexpected: load.completed - expected + load.errors + load.timeouts,
       perfProfile: recording ? summarisePerf(recording.file) : undefined,
+      note: [storeNote, duringNote].filter(Boolean).join('; ') || undefined,
     };
     return { result, window: { fromUs: before.atUs, toUs: after.atUs } };
   } finally {

@@ -1,6 +1,6 @@
 // Command-line options of `npm run bench` (run-bench.ts).
 import { parseArgs } from 'node:util';
-import { ALL_SCENARIOS } from './scenarios';
+import { ALL_SCENARIOS, DATA_SCENARIOS } from './scenarios';
 import type { ScenarioName } from './report';
 
 export interface BenchOptions {
@@ -14,6 +14,8 @@ export interface BenchOptions {
   readonly out: string | undefined;
   /** Profile our proxy (node --cpu-prof), one fresh process per scenario. */
   readonly cpuProf: boolean;
+  /** Scale with data: rows seeded for the new-key-rows and new-key-pruning scenarios (0: not run). */
+  readonly rows: number;
   /** Record the proxy's on-CPU samples with Linux perf over each measured window. */
   readonly perf: boolean;
   /** LOG_LEVEL of the proxy: `info` (one line per request, as shipped) unless told. */
@@ -42,6 +44,10 @@ export const USAGE = `Usage: npm run bench -- [options]
                        CPU goes; they run with --perf-basic-prof, which costs a few % of CPU
   --log-level <level>  the proxy's LOG_LEVEL (default info: one log line per request, as shipped)
   --pool-size <n>      the proxy's store.poolSize (default 10, the shipped default)
+  --rows <n>           scale with data: after the other scenarios, new keys on a table holding n
+                       live rows, then new keys while \`idempotency-proxy prune\` deletes n expired
+                       ones (seeding 5 000 000 rows takes a few minutes); each of --runs seeds
+                       again, so rows add up
   --proxy-node-arg <a> an extra node flag for the proxy process, repeatable
                        (e.g. --proxy-node-arg=--perf-basic-prof to read \`perf record\` output)
   -h, --help
@@ -68,6 +74,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       perf: { type: 'boolean', default: false },
       'log-level': { type: 'string' },
       'pool-size': { type: 'string' },
+      rows: { type: 'string' },
       'proxy-node-arg': { type: 'string', multiple: true },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -75,14 +82,22 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
   });
   if (values.help) return 'help';
   const quick = values.quick === true;
+  const rows = Math.round(positive('--rows', values.rows, 0, true));
+  const known: readonly string[] = [...ALL_SCENARIOS, ...DATA_SCENARIOS];
   const scenarios = values.scenarios
     ? values.scenarios.split(',').map((name) => name.trim())
     : [...ALL_SCENARIOS];
   for (const name of scenarios) {
-    if (!(ALL_SCENARIOS as readonly string[]).includes(name)) {
-      throw new UsageError(`unknown scenario "${name}"; known: ${ALL_SCENARIOS.join(', ')}`);
+    if (!known.includes(name)) {
+      throw new UsageError(`unknown scenario "${name}"; known: ${known.join(', ')}`);
+    }
+    if ((DATA_SCENARIOS as readonly string[]).includes(name) && rows === 0) {
+      throw new UsageError(`scenario "${name}" needs --rows N`);
     }
   }
+  // --rows N: new key on a table holding N live rows, then while pruning N expired ones — after
+  // everything else, so the other scenarios still see an empty table.
+  if (rows > 0 && !values.scenarios) scenarios.push(...DATA_SCENARIOS);
   return {
     // autocannon runs whole seconds (it stops on its once-a-second tick): round up.
     durationS: Math.ceil(positive('--duration', values.duration, quick ? 2 : 10)),
@@ -96,6 +111,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
     perf: values.perf === true,
     logLevel: values['log-level'] ?? 'info',
     poolSize: positive('--pool-size', values['pool-size'], 10),
+    rows,
     proxyNodeArgs: [
       ...(values.perf === true ? ['--perf-basic-prof'] : []),
       ...(values['proxy-node-arg'] ?? []),

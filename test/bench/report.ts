@@ -12,7 +12,9 @@ export type ScenarioName =
   | 'replay'
   | 'replay-no-cache'
   | 'storm-409'
-  | 'new-key-sync-off';
+  | 'new-key-sync-off'
+  | 'new-key-rows'
+  | 'new-key-pruning';
 
 export interface ScenarioResult {
   readonly name: ScenarioName;
@@ -51,6 +53,8 @@ export interface ScenarioResult {
   /** Responses with another status, plus socket errors and timeouts. */
   readonly unexpected?: number;
   readonly synchronousCommit?: string;
+  /** What the scenario did around the load (seeding, pruning), for the details lines. */
+  readonly note?: string;
   readonly profile?: ProfileSummary;
   readonly perfProfile?: PerfSummary;
 }
@@ -154,7 +158,8 @@ export function formatDetails(run: RunResult): string {
         `${s.unexpected ? `, ${s.unexpected} unexpected` : ''}` +
         `${(s.coreBusyPercent?.loadGenerator ?? 0) >= 90 ? ' (load generator saturated: req/s is a floor)' : ''}` +
         `${kinds ? `; statements/req: ${kinds}` : ''}` +
-        `${s.synchronousCommit ? `; synchronous_commit=${s.synchronousCommit}` : ''}`,
+        `${s.synchronousCommit ? `; synchronous_commit=${s.synchronousCommit}` : ''}` +
+        `${s.note ? `; ${s.note}` : ''}`,
     );
   }
   return lines.join('\n');
@@ -197,6 +202,25 @@ export function checkTargets(run: RunResult, allRuns: readonly RunResult[]): Tar
   ratio('replay req/s ≥ 1.0× pass-through', rps(replay), rps(pass), 1.0, false);
   ratio('new key CPU/req ≤ 1.6× pass-through', cpu(newKey), cpu(pass), 1.6, true);
   ratio('new key req/s ≥ 0.33× pass-through', rps(newKey), rps(pass), 0.33, false);
+  // Scale with data (--rows): only reported when those scenarios ran.
+  const withRows = get('new-key-rows');
+  const pruning = get('new-key-pruning');
+  if (withRows)
+    ratio(
+      'new key req/s with --rows existing rows ≥ 0.9× empty',
+      rps(withRows),
+      rps(newKey),
+      0.9,
+      false,
+    );
+  if (pruning)
+    ratio(
+      'new key req/s while pruning --rows expired rows ≥ 0.5× not pruning',
+      rps(pruning),
+      rps(withRows ?? newKey),
+      0.5,
+      false,
+    );
 
   const trips = (
     target: string,

@@ -2,7 +2,9 @@
 // sends the same request — POST, a ~100-byte JSON body, an Idempotency-Key — so the columns compare
 // like with like; only the target, the path and the key change.
 import { request } from 'undici';
+import { seedRows, startPrune } from './data-scale';
 import type { ScenarioName } from './report';
+import { type ProxyConfigFile, stack } from './stack';
 
 export const ALL_SCENARIOS = [
   'direct',
@@ -13,6 +15,12 @@ export const ALL_SCENARIOS = [
   'replay-no-cache',
   'storm-409',
   'new-key-sync-off',
+] as const satisfies readonly ScenarioName[];
+
+/** Added to the list by --rows N (data-scale.ts); never run without it. */
+export const DATA_SCENARIOS = [
+  'new-key-rows',
+  'new-key-pruning',
 ] as const satisfies readonly ScenarioName[];
 
 /**
@@ -57,6 +65,13 @@ export interface Scenario {
   readonly synchronousCommit?: 'off';
   /** Readies the fixed key; returns what undoes it after the scenario. */
   readonly prepare?: (endpoints: Endpoints, key: string) => Promise<() => Promise<void>>;
+  /** Readies the store (seeding); returns a note for the details line. */
+  readonly prepareStore?: (options: { rows: number }) => Promise<string>;
+  /**
+   * Starts something when the measured window starts (pruning); returns what ends it after the
+   * window and gives a note for the details line.
+   */
+  readonly duringMeasurement?: () => () => Promise<string>;
 }
 
 export const SCENARIOS: Record<ScenarioName, Scenario> = {
@@ -126,6 +141,44 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     expectedStatus: 409,
     countsRoundTrips: true,
     prepare: holdKeyInFlight,
+  },
+  'new-key-rows': {
+    name: 'new-key-rows',
+    label: 'our new key, --rows live rows in table',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    prepareStore: async ({ rows }) => {
+      const seconds = await seedRows('live', rows);
+      return `${rows.toLocaleString('en')} live rows seeded in ${seconds.toFixed(0)} s`;
+    },
+  },
+  'new-key-pruning': {
+    name: 'new-key-pruning',
+    label: 'our new key, while pruning --rows',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: false, // the prune's own DELETEs would count
+    prepareStore: async ({ rows }) => {
+      const seconds = await seedRows('expired', rows);
+      return `${rows.toLocaleString('en')} expired rows seeded in ${seconds.toFixed(0)} s`;
+    },
+    duringMeasurement: () => {
+      const prune = startPrune((stack.proxyConfig as ProxyConfigFile).file);
+      let finished: { deleted: number; batches: number; seconds: number } | undefined;
+      void prune.done.then((result) => (finished = result)).catch(() => undefined);
+      return async () => {
+        const during = finished
+          ? `the prune finished inside the window (${finished.deleted.toLocaleString('en')} rows, ${finished.batches} batches, ${finished.seconds.toFixed(1)} s)`
+          : 'the prune ran through the whole window';
+        const result = await prune.done;
+        return `${during}; it deleted ${result.deleted.toLocaleString('en')} rows in ${result.batches} batches, ${result.seconds.toFixed(1)} s in all`;
+      };
+    },
   },
   'new-key-sync-off': {
     name: 'new-key-sync-off',
