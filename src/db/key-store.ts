@@ -70,7 +70,10 @@ function claimUpsertAssignments(): string {
     created_at: ['now()', 'r.created_at'],
     completed_at: ['NULL', 'r.completed_at'],
     expires_at: ['excluded.expires_at', 'r.expires_at'],
-    events: [event("'claimed'", 'r.fence + 1'), 'r.events'],
+    prune_after: ['excluded.prune_after', 'r.prune_after'],
+    // The claim and the completion are read from created_at/completed_at (record-queries.ts): only
+    // the exceptional events are written.
+    events: ["'[]'::jsonb", 'r.events'],
   };
   const assignments = Object.entries(fresh).map(
     ([column, [whenExpired, otherwise]]) =>
@@ -120,7 +123,7 @@ export function completeStatement(tableName: string, rows: number): string {
         UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
                body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
                lease_expires_at = NULL, expires_at = now() + ${ms('i.ttl_ms')},
-               events = r.events || ${event("'completed'", 'r.fence', 'i.status')}
+               prune_after = GREATEST(r.prune_after, now() + ${ms('i.ttl_ms')})
         FROM (VALUES ${values.join(',\n               ')})
           AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, ttl_ms, digest)
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
@@ -146,12 +149,12 @@ export function claimStatement(tableName: string, rows: number): string {
     const p = (k: number): string => `$${1 + row * CLAIM_ROW_PARAMS + k}`;
     values.push(
       `(${p(0)}::text, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::bytea, 'in_progress', ` +
-        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, ${event("'claimed'", '1')})`,
+        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, now() + ${ms(p(7))})`,
     );
   }
   return `
       INSERT INTO ${quoteTableName(tableName)} AS r (scope, tenant, key, route, fingerprint, state,
-                             claim_token, fence, lease_expires_at, expires_at, events)
+                             claim_token, fence, lease_expires_at, expires_at, prune_after)
       VALUES ${values.join(',\n             ')}
       ON CONFLICT (scope, tenant, key) DO UPDATE SET
         ${claimUpsertAssignments()}
@@ -188,6 +191,7 @@ export function buildStatements(tableName: string) {
     takeOver: `
       UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
              expires_at = GREATEST(expires_at, now() + ${ms('$7')}),
+             prune_after = GREATEST(prune_after, now() + ${ms('$7')}),
              events = events || ${event("'taken_over'", 'fence + 1')}
       WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
       RETURNING fence::text AS fence`,
@@ -195,7 +199,8 @@ export function buildStatements(tableName: string) {
       WITH done AS (
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
                body_omitted = false, outcome_unknown = true, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('$8')}, replays = replays + 1,
+               lease_expires_at = NULL, expires_at = now() + ${ms('$8')},
+               prune_after = GREATEST(prune_after, now() + ${ms('$8')}), replays = replays + 1,
                events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
         WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts

@@ -41,7 +41,7 @@ export async function pruneExpired(
       while (batches < maxBatches) {
         const result = await client.query(
           `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
-             SELECT scope, tenant, key FROM ${table} WHERE expires_at <= now()
+             SELECT scope, tenant, key FROM ${table} WHERE prune_after <= now() AND expires_at <= now()
              LIMIT $1::int FOR UPDATE SKIP LOCKED)`,
           [batchSize],
         );

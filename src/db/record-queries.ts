@@ -123,10 +123,37 @@ function toView(row: Row, withBody: boolean): RecordView {
     leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
     expired: row.expired,
     headers: row.headers,
-    history: row.events,
+    history: history(row),
   };
   if (withBody) view.body = row.body ? encodeBody(row.body) : null;
   return view;
+}
+
+type HistoryEvent = RecordView['history'][number];
+
+/**
+ * A record's history. The store writes only exceptional events (taken_over, settled_unknown) to
+ * `events`; the claim and the completion are read from the row (created_at, completed_at, the fence
+ * less its takeovers). Rows written before migration 3 carry every event themselves.
+ */
+function history(row: Row): HistoryEvent[] {
+  const stored = row.events.map((event) => ({ ...event, at: new Date(event.at).toISOString() }));
+  if (stored.some((event) => event.event === 'claimed')) return stored;
+  const takeovers = stored.filter((event) => event.event === 'taken_over').length;
+  const events: HistoryEvent[] = [
+    { event: 'claimed', at: row.created_at.toISOString(), fence: Number(row.fence) - takeovers },
+    ...stored,
+  ];
+  const settled = stored.some((event) => event.event === 'settled_unknown');
+  if (row.state === 'completed' && row.completed_at && !settled) {
+    events.push({
+      event: 'completed',
+      at: row.completed_at.toISOString(),
+      fence: Number(row.fence),
+      ...(row.status === null ? {} : { status: row.status }),
+    });
+  }
+  return events;
 }
 
 function encodeBody(body: Buffer): { encoding: 'utf8' | 'base64'; data: string } {

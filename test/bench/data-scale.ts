@@ -20,12 +20,13 @@ export async function seedRows(kind: 'live' | 'expired', rows: number): Promise<
     const to = Math.min(rows, from + CHUNK_ROWS - 1);
     await probe.execute(
       `INSERT INTO "${table}" (scope, tenant, key, route, fingerprint, state, claim_token, fence,
-         status, headers, body, completed_at, expires_at)
+         status, headers, body, completed_at, expires_at, prune_after)
        SELECT 'refunds', '', '${prefix}' || i, 'refunds',
               decode(md5(i::text) || md5('${kind}' || i::text), 'hex'), 'completed', gen_random_uuid(), 1,
               201, '[["content-type","application/json"]]'::jsonb,
               convert_to('{"refund":"re_' || i || '","status":"succeeded","amount":4999,"currency":"EUR"}', 'UTF8'),
-              now(), now() + ${kind === 'live' ? "interval '1 day'" : "interval '-1 minute'"}
+              now(), now() + ${kind === 'live' ? "interval '1 day'" : "interval '-1 minute'"},
+              now() + ${kind === 'live' ? "interval '1 day'" : "interval '-1 minute'"}
        FROM generate_series(${from}, ${to}) AS i`,
     );
     say(`seeded ${to.toLocaleString('en')} of ${rows.toLocaleString('en')} ${kind} rows…`);

@@ -156,7 +156,7 @@ export function statementKind(query: string): string {
   if (has(/\bUPDATE\b/i) && has(/\bunnest\(/i)) return 'flush-counters';
   if (has(/\bUPDATE\b/i) && has(/\breplays = replays \+/i)) return 'settle-unknown';
   if (has(/\bUPDATE\b/i) && has(/\bcompleted_at = now\(\)/i)) return 'complete';
-  if (has(/\bDELETE FROM\b/i) && has(/\bexpires_at <= now\(\)/i)) return 'prune';
+  if (has(/\bDELETE FROM\b/i) && has(/\bprune_after <= now\(\)/i)) return 'prune';
   if (has(/\bDELETE FROM\b/i)) return 'release';
   if (has(/\bUPDATE\b/i) && has(/\bfence = fence \+/i)) return 'take-over';
   if (has(/^LISTEN\b/i)) return 'listen';

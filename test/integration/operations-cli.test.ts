@@ -91,7 +91,8 @@ test('prune deletes expired records and reports how many', async () => {
   const client = new Client({ connectionString: databaseUrl() });
   await client.connect();
   await client.query(
-    `UPDATE "${table}" SET expires_at = now() - interval '1 second' WHERE key = 'prune-me'`,
+    `UPDATE "${table}" SET expires_at = now() - interval '1 second', prune_after = now() - interval '1 second'
+     WHERE key = 'prune-me'`,
   );
   await client.end();
   const result = await cli(['prune']);

@@ -11,14 +11,14 @@ afterAll(() => pool.end());
 async function seed(table: string, expired: number, live: number): Promise<void> {
   const t = quoteTableName(table);
   await pool.query(
-    `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at)
-     SELECT 'orders', 'expired-' || i, 'orders', '\\x00', 'completed', gen_random_uuid(), now() - interval '1 minute'
+    `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at, prune_after)
+     SELECT 'orders', 'expired-' || i, 'orders', '\\x00', 'completed', gen_random_uuid(), now() - interval '1 minute', now() - interval '1 minute'
      FROM generate_series(1, $1::int) AS i`,
     [expired],
   );
   await pool.query(
-    `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at)
-     SELECT 'orders', 'live-' || i, 'orders', '\\x00', 'completed', gen_random_uuid(), now() + interval '1 hour'
+    `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at, prune_after)
+     SELECT 'orders', 'live-' || i, 'orders', '\\x00', 'completed', gen_random_uuid(), now() + interval '1 hour', now() + interval '1 hour'
      FROM generate_series(1, $1::int) AS i`,
     [live],
   );

@@ -53,4 +53,20 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${table} ADD COLUMN events jsonb NOT NULL DEFAULT '[]'::jsonb;
     `,
   },
+  {
+    version: 3,
+    name: 'prune by a column completion leaves alone',
+    // The pruner needs an index on when a row may go. On expires_at, every completion changed an
+    // indexed column, so no completion could be a HOT update: each wrote new entries into both
+    // indexes. prune_after is set with the claim (claim + lease + ttl) and only ever moves later, so
+    // a completion within its lease leaves it as it is, and PostgreSQL can update the row in place.
+    // Invariant: prune_after >= expires_at; the pruner checks both.
+    sql: (table, tableName) => `
+      ALTER TABLE ${table} ADD COLUMN prune_after timestamptz;
+      UPDATE ${table} SET prune_after = expires_at;
+      ALTER TABLE ${table} ALTER COLUMN prune_after SET NOT NULL;
+      CREATE INDEX "${tableName}_prune_after_idx" ON ${table} (prune_after);
+      DROP INDEX IF EXISTS "${tableName}_expires_at_idx";
+    `,
+  },
 ];
