@@ -35,6 +35,47 @@ interface ClaimRow {
   expires_in_ms: number;
 }
 
+/** The claim statement's RETURNING list, in order (rowMode: 'array'). */
+type ClaimRowValues = [
+  scope: string,
+  tenant: string,
+  key: string,
+  claim_token: string,
+  state: string,
+  fence: string,
+  fingerprint: Buffer,
+  status: number | null,
+  headers: [string, string][] | null,
+  body: Buffer | null,
+  body_omitted: boolean,
+  outcome_unknown: boolean,
+  attempts: number,
+  lease_remaining_ms: number,
+  expires_in_ms: number,
+];
+
+function claimRow(values: ClaimRowValues): ClaimRow {
+  const [scope, tenant, key, claim_token, state, fence, fingerprint, status, headers, body] =
+    values;
+  return {
+    scope,
+    tenant,
+    key,
+    claim_token,
+    state,
+    fence,
+    fingerprint,
+    status,
+    headers,
+    body,
+    body_omitted: values[10],
+    outcome_unknown: values[11],
+    attempts: values[12],
+    lease_remaining_ms: values[13],
+    expires_in_ms: values[14],
+  };
+}
+
 interface ResponseRow {
   status: number;
   headers: [string, string][];
@@ -316,11 +357,13 @@ export class PostgresKeyStore implements KeyStore {
         Math.round(Math.max(request.claimExpiryMs, request.leaseMs)),
       );
     }
-    const { rows } = await this.pool.query<ClaimRow>({
+    // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
+    const { rows } = await this.pool.query<ClaimRowValues>({
       ...this.statement('claim', batch.length, claimStatement),
       values,
+      rowMode: 'array',
     });
-    const byId = new Map(rows.map((row) => [idText(row), row]));
+    const byId = new Map(rows.map((values) => [idText(values), claimRow(values)]));
     return batch.map(({ request, token }) => {
       const row = byId.get(idText(request.id));
       if (!row) throw new Error('claim returned no row for a key');
@@ -506,8 +549,10 @@ function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): Claim
   };
 }
 
-function idText(id: Pick<RecordId, 'scope' | 'tenant' | 'key'>): string {
-  return `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
+function idText(id: Pick<RecordId, 'scope' | 'tenant' | 'key'> | ClaimRowValues): string {
+  return Array.isArray(id)
+    ? `${id[0]}\u0000${id[1]}\u0000${id[2]}`
+    : `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
 }
 
 /** One total order of (scope, tenant, key), the same in every instance: the order batches lock rows in. */
