@@ -130,7 +130,17 @@ function claimUpsertAssignments(): string {
 }
 
 /** Parameters per completion in the complete statement; $1 is the NOTIFY channel. */
-const COMPLETE_ROW_PARAMS = 12;
+const COMPLETE_ROW_PARAMS = 11;
+
+/**
+ * recordDigest (record.ts) computed by PostgreSQL: base64url of the SHA-256 of
+ * "scope\ntenant\nkey", no padding. Completions use it for the rare rows they announce, so the
+ * request path hashes nothing for it.
+ */
+function recordDigestSql(scope: string, tenant: string, key: string): string {
+  const text = `${scope} || E'\\n' || ${tenant} || E'\\n' || ${key}`;
+  return `translate(rtrim(encode(sha256(convert_to(${text}, 'UTF8')), 'base64'), '='), '+/', '-_')`;
+}
 
 /**
  * Completion: one statement for one or several completions (natural batching, natural-batcher.ts), a
@@ -152,7 +162,6 @@ export function completeStatement(tableName: string, rows: number): string {
     'boolean',
     'boolean',
     'bigint',
-    'text',
   ];
   const values: string[] = [];
   for (let row = 0; row < rows; row++) {
@@ -166,11 +175,13 @@ export function completeStatement(tableName: string, rows: number): string {
                lease_expires_at = NULL, expires_at = now() + ${ms('i.ttl_ms')},
                prune_after = GREATEST(r.prune_after, now() + ${ms('i.ttl_ms')})
         FROM (VALUES ${values.join(',\n               ')})
-          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, ttl_ms, digest)
+          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, ttl_ms)
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
           AND r.state = 'in_progress'
-        RETURNING i.n, i.digest, r.attempts
-      ), nudge AS (SELECT pg_notify($1::text, digest) FROM done WHERE attempts > 1)
+        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts
+      ), nudge AS (
+        SELECT pg_notify($1::text, ${recordDigestSql('scope', 'tenant', 'key')}) FROM done WHERE attempts > 1
+      )
       SELECT n, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
 }
 
@@ -392,7 +403,6 @@ export class PostgresKeyStore implements KeyStore {
         response.bodyOmitted,
         response.outcomeUnknown,
         Math.round(ttlMs),
-        recordDigest(id),
       );
     });
     const { rows } = await this.pool.query<{ n: number }>({ ...statement, values });

@@ -26,7 +26,7 @@ import { upstreamPath } from '../http/router';
 import { deriveKey, derivedKeyPolicy } from './derived-key';
 import { computeFingerprint, type FingerprintInput } from './fingerprint';
 import { type KeyParseResult, parseIdempotencyKey } from './key';
-import { type RecordId, recordDigest } from './record';
+import type { RecordId } from './record';
 import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
 import { tenantHash } from './tenant';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
@@ -139,10 +139,8 @@ async function claimAndAnswer(
   const body = input.body;
   const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
   const fingerprint = computeFingerprint(input, policy.fingerprint);
-  // The digest (a SHA-256) is only needed when there is a replay cache to ask.
-  const digest = deps.cache ? recordDigest(id) : '';
   if (policy.enforce && deps.cache) {
-    const cached = deps.cache.lookup(digest, id, fingerprint);
+    const cached = deps.cache.lookup(id, fingerprint);
     if (cached) {
       log.cached = true;
       return cached.kind === 'replay' ? replay(request, cached.response) : reused(request, key);
@@ -172,7 +170,7 @@ async function claimAndAnswer(
       case 'claimed':
         return forward(deps, request, id, claim.fence, body);
       case 'completed':
-        deps.cache?.remember(digest, fingerprint, claim.response, claim.expiresInMs);
+        deps.cache?.remember(id, fingerprint, claim.response, claim.expiresInMs);
         return replay(request, claim.response);
       case 'mismatch':
         return reused(request, key);

@@ -100,6 +100,11 @@ export interface KeyStore {
   ): Promise<StoredResponse | null>;
 }
 
+/** A record's identity as one string, for maps on the request path (no hashing). */
+export function recordText(id: RecordId): string {
+  return `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
+}
+
 /** A record's identity in a completion NOTIFY payload: short, fixed-size, and free of the raw key. */
 export function recordDigest(id: RecordId): string {
   return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('base64url');

@@ -7,7 +7,7 @@
 // The audit counters stay right: hits are counted here and added to the rows in batches
 // (flushCounters), so `attempts` and `replays` lag by at most one flush interval.
 import { performance } from 'node:perf_hooks';
-import type { RecordId, StoredResponse } from './record';
+import { type RecordId, recordDigest, recordText, type StoredResponse } from './record';
 
 /** Serve cached entries this long less than the database's expiry, for clock and round-trip skew. */
 const EXPIRY_MARGIN_MS = 1_000;
@@ -17,6 +17,8 @@ const ENTRY_OVERHEAD_BYTES = 1_024;
 const MAX_ENTRY_SHARE = 0.1;
 
 interface Entry {
+  /** The record's NOTIFY identity, for evictions (computed once, when the entry is admitted). */
+  readonly digest: string;
   readonly fingerprint: Buffer;
   readonly response: StoredResponse;
   readonly expiresAt: number;
@@ -34,8 +36,14 @@ export type CacheLookup =
   | { readonly kind: 'mismatch' }
   | undefined;
 
+/**
+ * Entries are keyed by the record's text identity (recordText: a string join, no hashing on the
+ * request path); the SHA-256 digest that clears arrive with is computed once per admitted entry and
+ * indexed on the side.
+ */
 export class ReplayCache {
   private readonly entries = new Map<string, Entry>();
+  private readonly byDigest = new Map<string, string>();
   private readonly pending = new Map<string, CounterDelta>();
   private bytes = 0;
   private live = false;
@@ -52,40 +60,40 @@ export class ReplayCache {
   }
 
   /** Answers a repeat from memory, counting it for the next flush; undefined = ask the database. */
-  lookup(digest: string, id: RecordId, fingerprint: Buffer): CacheLookup {
+  lookup(id: RecordId, fingerprint: Buffer): CacheLookup {
     if (!this.live) return undefined;
-    const entry = this.entries.get(digest);
+    const text = recordText(id);
+    const entry = this.entries.get(text);
     if (!entry) return undefined;
     if (entry.expiresAt <= this.now()) {
-      this.remove(digest, entry);
+      this.remove(text, entry);
       return undefined;
     }
     const replay = entry.fingerprint.equals(fingerprint);
-    this.count(digest, id, replay);
+    this.count(text, id, replay);
     return replay ? { kind: 'replay', response: entry.response } : { kind: 'mismatch' };
   }
 
   /** Remembers a completed record that the database says lives `expiresInMs` longer. */
-  remember(
-    digest: string,
-    fingerprint: Buffer,
-    response: StoredResponse,
-    expiresInMs: number,
-  ): void {
+  remember(id: RecordId, fingerprint: Buffer, response: StoredResponse, expiresInMs: number): void {
     if (!this.live || expiresInMs <= EXPIRY_MARGIN_MS) return;
     const bytes =
       response.body.length +
       ENTRY_OVERHEAD_BYTES +
       response.headers.reduce((n, [k, v]) => n + 64 + 2 * (k.length + v.length), 0);
     if (bytes > this.maxBytes * MAX_ENTRY_SHARE) return;
-    const previous = this.entries.get(digest);
-    if (previous) this.remove(digest, previous);
-    this.entries.set(digest, {
+    const text = recordText(id);
+    const previous = this.entries.get(text);
+    if (previous) this.remove(text, previous);
+    const digest = recordDigest(id);
+    this.entries.set(text, {
+      digest,
       fingerprint,
       response,
       expiresAt: this.now() + expiresInMs - EXPIRY_MARGIN_MS,
       bytes,
     });
+    this.byDigest.set(digest, text);
     this.bytes += bytes;
     // Map order is insertion order: the oldest entries go first.
     for (const [oldest, entry] of this.entries) {
@@ -94,13 +102,16 @@ export class ReplayCache {
     }
   }
 
+  /** Forgets the record an operator cleared (the digest a clear's NOTIFY carries). */
   evict(digest: string): void {
-    const entry = this.entries.get(digest);
-    if (entry) this.remove(digest, entry);
+    const text = this.byDigest.get(digest);
+    const entry = text === undefined ? undefined : this.entries.get(text);
+    if (text !== undefined && entry) this.remove(text, entry);
   }
 
   clear(): void {
     this.entries.clear();
+    this.byDigest.clear();
     this.bytes = 0;
   }
 
@@ -115,15 +126,16 @@ export class ReplayCache {
     return this.entries.size;
   }
 
-  private count(digest: string, id: RecordId, replay: boolean): void {
-    let delta = this.pending.get(digest);
-    if (!delta) this.pending.set(digest, (delta = { id, attempts: 0, replays: 0 }));
+  private count(text: string, id: RecordId, replay: boolean): void {
+    let delta = this.pending.get(text);
+    if (!delta) this.pending.set(text, (delta = { id, attempts: 0, replays: 0 }));
     delta.attempts++;
     if (replay) delta.replays++;
   }
 
-  private remove(digest: string, entry: Entry): void {
-    this.entries.delete(digest);
+  private remove(text: string, entry: Entry): void {
+    this.entries.delete(text);
+    this.byDigest.delete(entry.digest);
     this.bytes -= entry.bytes;
   }
 }

@@ -1,5 +1,5 @@
 import { ReplayCache } from '../../src/idempotency/replay-cache';
-import type { StoredResponse } from '../../src/idempotency/record';
+import { recordDigest, type StoredResponse } from '../../src/idempotency/record';
 
 const id = (key: string) => ({ scope: 's', tenant: '', key });
 const fp = Buffer.from('fingerprint');
@@ -19,49 +19,62 @@ function cache(maxBytes = 100_000, clock = { t: 0 }) {
 
 test('answers replays and mismatches, and counts both for the next flush', () => {
   const { c } = cache();
-  c.remember('d1', fp, response(10), 60_000);
-  expect(c.lookup('d1', id('k1'), fp)).toMatchObject({ kind: 'replay' });
-  expect(c.lookup('d1', id('k1'), Buffer.from('other'))).toEqual({ kind: 'mismatch' });
-  expect(c.lookup('d2', id('k2'), fp)).toBeUndefined();
+  c.remember(id('k1'), fp, response(10), 60_000);
+  expect(c.lookup(id('k1'), fp)).toMatchObject({ kind: 'replay' });
+  expect(c.lookup(id('k1'), Buffer.from('other'))).toEqual({ kind: 'mismatch' });
+  expect(c.lookup(id('k2'), fp)).toBeUndefined();
   expect(c.takePending()).toEqual([{ id: id('k1'), attempts: 2, replays: 1 }]);
   expect(c.takePending()).toEqual([]);
 });
 
 test('is not used while not live, and forgets everything when liveness changes', () => {
   const { c } = cache();
-  c.remember('d1', fp, response(10), 60_000);
+  c.remember(id('k1'), fp, response(10), 60_000);
   c.setLive(false);
-  expect(c.lookup('d1', id('k1'), fp)).toBeUndefined();
-  c.remember('d1', fp, response(10), 60_000);
+  expect(c.lookup(id('k1'), fp)).toBeUndefined();
+  c.remember(id('k1'), fp, response(10), 60_000);
   c.setLive(true);
   expect(c.size).toBe(0);
 });
 
 test('expires entries a margin before the store does, and skips records about to expire', () => {
   const { c, clock } = cache();
-  c.remember('d1', fp, response(10), 5_000);
+  c.remember(id('k1'), fp, response(10), 5_000);
   clock.t = 3_999;
-  expect(c.lookup('d1', id('k1'), fp)).toBeDefined();
+  expect(c.lookup(id('k1'), fp)).toBeDefined();
   clock.t = 4_000;
-  expect(c.lookup('d1', id('k1'), fp)).toBeUndefined();
-  c.remember('d2', fp, response(10), 900);
+  expect(c.lookup(id('k1'), fp)).toBeUndefined();
+  c.remember(id('k2'), fp, response(10), 900);
   expect(c.size).toBe(0);
 });
 
 test('stays within its byte budget, dropping the oldest entries, and never caches a huge body', () => {
   const { c } = cache(40_000); // an entry of 700 body bytes costs ~1.9 kB with its overhead
-  for (let i = 0; i < 30; i++) c.remember(`d${i}`, fp, response(700), 60_000);
+  for (let i = 0; i < 30; i++) c.remember(id(`k${i}`), fp, response(700), 60_000);
   expect(c.size).toBeGreaterThan(10);
   expect(c.size).toBeLessThan(30);
-  expect(c.lookup('d29', id('k29'), fp)).toBeDefined();
-  expect(c.lookup('d0', id('k0'), fp)).toBeUndefined();
-  c.remember('huge', fp, response(5_000), 60_000);
-  expect(c.lookup('huge', id('huge'), fp)).toBeUndefined();
+  expect(c.lookup(id('k29'), fp)).toBeDefined();
+  expect(c.lookup(id('k0'), fp)).toBeUndefined();
+  c.remember(id('huge'), fp, response(5_000), 60_000);
+  expect(c.lookup(id('huge'), fp)).toBeUndefined();
 });
 
 test('evicts one record on an operator clear', () => {
   const { c } = cache();
-  c.remember('d1', fp, response(10), 60_000);
-  c.evict('d1');
-  expect(c.lookup('d1', id('k1'), fp)).toBeUndefined();
+  c.remember(id('k1'), fp, response(10), 60_000);
+  c.evict(recordDigest(id('k1')));
+  expect(c.lookup(id('k1'), fp)).toBeUndefined();
+});
+
+test('an eviction for another record, or for one no longer cached, changes nothing', () => {
+  const { c } = cache();
+  c.remember(id('k1'), fp, response(10), 60_000);
+  c.evict(recordDigest(id('k2')));
+  expect(c.lookup(id('k1'), fp)).toMatchObject({ kind: 'replay' });
+  c.remember(id('k1'), fp, response(10), 60_000); // re-admitted: one entry, one digest
+  expect(c.size).toBe(1);
+  c.evict(recordDigest(id('k1')));
+  expect(c.size).toBe(0);
+  c.evict(recordDigest(id('k1')));
+  expect(c.size).toBe(0);
 });
