@@ -11,7 +11,7 @@ import type {
   RecordId,
   StoredResponse,
 } from '../idempotency/record';
-import { recordDigest } from '../idempotency/record';
+import { recordDigest, recordText } from '../idempotency/record';
 import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
@@ -323,7 +323,7 @@ export class PostgresKeyStore implements KeyStore {
       maxBatch,
       // One INSERT … ON CONFLICT may not touch a row twice: a repeat of a key already being claimed
       // (a retry storm on one key) runs as its own statement, as it would without batching.
-      keyOf: ({ request: { id } }) => idText(id),
+      keyOf: ({ request: { id } }) => recordText(id),
       retryAlone,
     });
     this.completions = new NaturalBatcher((batch) => this.completeBatch(batch), {
@@ -354,7 +354,11 @@ export class PostgresKeyStore implements KeyStore {
 
   private async claimBatch(batch: readonly PendingClaim[]): Promise<ClaimResult[]> {
     // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
-    const sorted = [...batch].sort((a, b) => compareIds(a.request.id, b.request.id));
+    // recordText order: one total order of (scope, tenant, key), the same in every instance.
+    const sorted = batch
+      .map((pending) => ({ pending, text: recordText(pending.request.id) }))
+      .sort((a, b) => (a.text < b.text ? -1 : a.text > b.text ? 1 : 0))
+      .map(({ pending }) => pending);
     const values: unknown[] = [];
     for (const { request, token } of sorted) {
       values.push(
@@ -374,9 +378,14 @@ export class PostgresKeyStore implements KeyStore {
       values,
       rowMode: 'array',
     });
-    const byId = new Map(rows.map((values) => [idText(values), claimRow(values)]));
+    const byId = new Map(
+      rows.map((values) => {
+        const row = claimRow(values);
+        return [recordText(row), row];
+      }),
+    );
     return batch.map(({ request, token }) => {
-      const row = byId.get(idText(request.id));
+      const row = byId.get(recordText(request.id));
       if (!row) throw new Error('claim returned no row for a key');
       return toClaimResult(row, token, request.fingerprint);
     });
@@ -557,15 +566,4 @@ function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): Claim
     leaseRemainingMs: row.lease_remaining_ms,
     attempts,
   };
-}
-
-function idText(id: Pick<RecordId, 'scope' | 'tenant' | 'key'> | ClaimRowValues): string {
-  return Array.isArray(id)
-    ? `${id[0]}\u0000${id[1]}\u0000${id[2]}`
-    : `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
-}
-
-/** One total order of (scope, tenant, key), the same in every instance: the order batches lock rows in. */
-function compareIds(a: RecordId, b: RecordId): number {
-  return idText(a) < idText(b) ? -1 : idText(a) > idText(b) ? 1 : 0;
 }
