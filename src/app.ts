@@ -15,6 +15,7 @@ import { parseRequestTarget, upstreamPath } from './http/router';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
 import type { ReplayCache } from './idempotency/replay-cache';
+import { infoLineWriter } from './observability/logger';
 import type { ProxyMetrics } from './observability/metrics';
 import { restartOnlyChanges, Runtime } from './runtime';
 
@@ -52,6 +53,7 @@ export function createApp(options: AppOptions): App {
   let active = 0;
   let closing = false;
   const idle: (() => void)[] = [];
+  const logRequest = infoLineWriter(logger, 'request');
   const onStoreError = (error: unknown, operation: string): void =>
     logger.error({ err: error, operation }, 'idempotency store operation failed');
 
@@ -135,7 +137,7 @@ export function createApp(options: AppOptions): App {
     if (entry.key !== undefined && current.hashesKeys.has(entry.route ?? ''))
       entry.key = hashKey(entry.key);
     if (!res.writableFinished) entry.clientClosedEarly = true;
-    logger.info(entry, 'request');
+    logRequest(entry);
   };
 
   server.on('upgrade', (req, socket: Duplex, head: Buffer) => {

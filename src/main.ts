@@ -5,7 +5,7 @@ import { leaseWarnings } from './config/lease-warnings';
 import { loadConfigFile } from './config/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
-import { createLogger } from './cli/logger';
+import { createLogger } from './observability/logger';
 import { runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';

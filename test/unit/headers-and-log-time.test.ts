@@ -1,5 +1,5 @@
 // Hop-by-hop header sets (fast path and Connection-named extras) and the per-millisecond log time.
-import { isoTimeCachedPerMillisecond } from '../../src/cli/logger';
+import { isoTimeCachedPerMillisecond } from '../../src/observability/logger';
 import { HOP_BY_HOP, hopByHopNames } from '../../src/http/headers';
 
 test.each([undefined, 'keep-alive', 'close'])(

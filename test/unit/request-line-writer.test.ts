@@ -1,0 +1,87 @@
+// The per-request log line is formatted by infoLineWriter, not by pino: the bytes must be the ones pino
+// would write, in order with pino's own lines, and none may be lost when the process exits. The JSON
+// logger writes to the process's stdout, so each case runs in a child process on the built code.
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+
+const LOGGER = path.resolve(__dirname, '../../dist/observability/logger.js');
+
+/** Runs `body` in a child with `logger` and `write` (an infoLineWriter) in scope; returns its stdout. */
+function inChild(body: string, env: Record<string, string> = {}): string[] {
+  const script = `
+    const { createLogger, infoLineWriter } = require(${JSON.stringify(LOGGER)});
+    const logger = createLogger({ fd: 1 });
+    const write = infoLineWriter(logger, 'request');
+    ${body}
+  `;
+  const out = execFileSync(process.execPath, ['-e', script], {
+    env: { ...process.env, LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  return out.split('\n').filter((line) => line !== '');
+}
+
+const withoutTime = (line: string): string => line.replace(/"time":"[^"]*",/, '');
+
+const ENTRIES: Record<string, unknown>[] = [
+  { route: 'refunds', method: 'POST', path: '/refunds', status: 201, totalMs: 1.25, storeMs: 0 },
+  { route: undefined, key: undefined, outcome: 'not_found', status: 404, cached: undefined },
+  { path: '/a"b\\c\nd\te\u0001', key: 'é€😀\u2028' },
+  { attempts: 3, keyDerived: true, clientClosedEarly: false, waitMs: 0.01, big: 1e21, nan: NaN },
+  {},
+];
+
+test('writes exactly the line pino writes for the same fields', () => {
+  const lines = inChild(`
+    for (const fields of ${JSON.stringify(ENTRIES)}.map((e, i) => i === 3 ? { ...e, nan: NaN } : e)) {
+      write(fields);
+      logger.info(fields, 'request');
+    }
+  `);
+  expect(lines).toHaveLength(ENTRIES.length * 2);
+  for (let i = 0; i < lines.length; i += 2) {
+    expect(withoutTime(lines[i]!)).toBe(withoutTime(lines[i + 1]!));
+    const parsed = JSON.parse(lines[i]!) as Record<string, unknown>;
+    expect(parsed).toMatchObject({ level: 30, service: 'idempotency-proxy', msg: 'request' });
+    expect(new Date(parsed.time as string).toISOString()).toBe(parsed.time);
+  }
+  // JSON.stringify dropped the undefined fields, as pino does.
+  expect(lines[2]).not.toContain('"route"');
+  expect(JSON.parse(lines[4]!)).toMatchObject({ path: '/a"b\\c\nd\te\u0001', key: 'é€😀\u2028' });
+});
+
+test('escapes a lone surrogate where pino would write it raw (and the line would decode to U+FFFD)', () => {
+  const [line] = inChild(`write({ path: '/x\\ud800y' });`);
+  expect(line).toContain('"path":"/x\\ud800y"');
+  expect(JSON.parse(line!)).toMatchObject({ path: '/x\ud800y' });
+});
+
+test("keeps the order of request lines and pino's own lines", () => {
+  const lines = inChild(`
+    write({ n: 1 });
+    write({ n: 2 });
+    logger.warn({ n: 3 }, 'a warning');
+    write({ n: 4 });
+    logger.error({ n: 5 }, 'an error');
+    setTimeout(() => { write({ n: 6 }); logger.info({ n: 7 }, 'later'); }, 300);
+  `);
+  expect(lines.map((line) => (JSON.parse(line) as { n: number }).n)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+});
+
+test('loses no line when the process exits right after writing, in batches or not', () => {
+  const lines = inChild(`
+    for (let n = 0; n < 5000; n++) write({ n, path: '/refunds/' + 'x'.repeat(n % 300) });
+    process.exit(0);
+  `);
+  expect(lines).toHaveLength(5000);
+  expect(lines.map((line) => (JSON.parse(line) as { n: number }).n)).toEqual(
+    Array.from({ length: 5000 }, (_, n) => n),
+  );
+});
+
+test('writes nothing below the logger level', () => {
+  const lines = inChild(`write({ n: 1 }); logger.warn({ n: 2 }, 'shown');`, { LOG_LEVEL: 'warn' });
+  expect(lines).toHaveLength(1);
+  expect(JSON.parse(lines[0]!)).toMatchObject({ n: 2, msg: 'shown' });
+});
