@@ -12,14 +12,16 @@ export function responseHeaderPairs(
   options: { keepSetCookie: boolean },
 ): [string, string][] {
   const connectionListed = headers.connection;
-  const dropped = connectionListed
-    ? new Set([
-        ...FRAMING,
-        ...String(connectionListed)
-          .split(',')
-          .map((t) => t.trim().toLowerCase()),
-      ])
-    : FRAMING;
+  // The usual values name nothing beyond the fixed set: no new set on the common path.
+  const dropped =
+    connectionListed && connectionListed !== 'keep-alive' && connectionListed !== 'close'
+      ? new Set([
+          ...FRAMING,
+          ...String(connectionListed)
+            .split(',')
+            .map((t) => t.trim().toLowerCase()),
+        ])
+      : FRAMING;
   const pairs: [string, string][] = [];
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || dropped.has(name)) continue;

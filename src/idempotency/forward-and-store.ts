@@ -1,13 +1,14 @@
 // Forwarding under a claim, then settling it: complete with the upstream's answer, release it, or
 // record an unknown outcome (SPEC §4, the rows after "first request").
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { sendProblem } from '../http/problem';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import { upstreamPath } from '../http/router';
-import type { UpstreamResponse } from '../upstream/protected';
+import type { ResponseReceiver } from '../upstream/protected';
 import type { TransportFailure } from '../upstream/transport-errors';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
-import { type RecordId, type StoredResponse } from './record';
+import { type HeaderPairs, type RecordId, type StoredResponse } from './record';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
 import { storeCall, unknownOutcomeResponse } from './answers';
 
@@ -35,47 +36,32 @@ async function forwardAndSettle(
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
   const started = performance.now();
-  let response: UpstreamResponse;
+  const answer = new UpstreamAnswer(res, policy.maxResponseBytes);
   try {
-    response = await deps.upstreams.request(route.upstream, {
-      method: req.method ?? 'POST',
-      path: upstreamPath(route, request.target),
-      headers: outgoingHeaders(req, policy, id.key),
-      body,
-    });
-  } catch (error) {
-    log.upstreamMs += performance.now() - started;
-    return settleFailure(deps, request, id, fence, transportFailure(request.route, error, id.key));
-  }
-
-  const status = response.status;
-  const clientHeaders = responseHeaderPairs(response.headers, { keepSetCookie: true });
-  let chunks: Buffer[] = [];
-  let total = 0;
-  let streaming = false;
-  try {
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      total += chunk.length;
-      if (!streaming && total > policy.maxResponseBytes) {
-        // Too big to store: deliver it in full as it arrives; replays get status and headers only.
-        streaming = true;
-        startStreaming(res, status, clientHeaders, response.headers['content-length']);
-        for (const buffered of chunks) res.write(buffered);
-        chunks = [];
-      }
-      if (streaming) await writeChunk(res, chunk);
-      else chunks.push(chunk);
-    }
+    await deps.upstreams.send(
+      route.upstream,
+      {
+        method: req.method ?? 'POST',
+        path: upstreamPath(route, request.target),
+        headers: outgoingHeaders(req, policy, id.key),
+        body,
+      },
+      answer,
+    );
   } catch (error) {
     log.upstreamMs += performance.now() - started;
     const failure = transportFailure(request.route, error, id.key);
-    if (streaming) res.destroy(); // the client already has a head and part of a body
-    return settleFailure(deps, request, id, fence, { sent: true, error: failure.error }, streaming);
+    if (answer.status === 0) return settleFailure(deps, request, id, fence, failure);
+    // The answer broke off after its head: the upstream has acted, or may have.
+    if (answer.streaming) res.destroy(); // the client already has a head and part of a body
+    const broken = { sent: true, error: failure.error };
+    return settleFailure(deps, request, id, fence, broken, answer.streaming);
   }
   log.upstreamMs += performance.now() - started;
   log.outcome = 'executed';
 
-  const bodyBuffer = streaming ? Buffer.alloc(0) : Buffer.concat(chunks, total);
+  const { status, headers: clientHeaders, streaming } = answer;
+  const bodyBuffer = answer.body();
   if (!policy.storesStatus(status)) {
     // The upstream did not act (or the route does not keep this status): let a retry execute again.
     await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
@@ -103,6 +89,49 @@ async function forwardAndSettle(
   }
   if (streaming) res.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);
+}
+
+/**
+ * Collects the upstream's answer to store it; one larger than maxResponseBytes is streamed to the
+ * client as it arrives instead (replays then get its status and headers only).
+ */
+class UpstreamAnswer implements ResponseReceiver {
+  status = 0;
+  headers: HeaderPairs = [];
+  streaming = false;
+  private contentLength: string | string[] | undefined;
+  private chunks: Buffer[] = [];
+  private total = 0;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly maxBytes: number,
+  ) {}
+
+  head(status: number, headers: IncomingHttpHeaders): void {
+    this.status = status;
+    this.headers = responseHeaderPairs(headers, { keepSetCookie: true });
+    this.contentLength = headers['content-length'];
+  }
+
+  data(chunk: Buffer): Promise<void> | undefined {
+    this.total += chunk.length;
+    if (!this.streaming && this.total > this.maxBytes) {
+      this.streaming = true;
+      startStreaming(this.res, this.status, this.headers, this.contentLength);
+      for (const buffered of this.chunks) this.res.write(buffered);
+      this.chunks = [];
+    }
+    if (this.streaming) return writeChunk(this.res, chunk);
+    this.chunks.push(chunk);
+    return undefined;
+  }
+
+  /** The whole body, or an empty one when it was streamed. */
+  body(): Buffer {
+    if (this.streaming) return Buffer.alloc(0);
+    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+  }
 }
 
 /** After a transport failure: release if nothing was sent; else store or keep the unknown outcome. */

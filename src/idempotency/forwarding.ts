@@ -1,6 +1,5 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
 // state machine (protected-request.ts) and shadow mode's unstored forwarding (shadow.ts).
-import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { forwardedHeaders, hopByHopNames } from '../http/headers';
@@ -66,7 +65,20 @@ export function startStreaming(
   res.writeHead(status, flat);
 }
 
-export async function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> {
-  if (res.destroyed) return; // the client left; keep reading so the upstream call completes
-  if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+/**
+ * Writes a chunk of a streamed answer; returns a promise (that never rejects) only when the client is
+ * slower than the upstream and reading should pause until it drains.
+ */
+export function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> | undefined {
+  if (res.destroyed) return undefined; // the client left; keep reading so the upstream call completes
+  if (res.write(chunk)) return undefined;
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }

@@ -20,7 +20,7 @@ import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
 import { upstreamPath } from '../http/router';
-import type { UpstreamPools, UpstreamResponse } from '../upstream/protected';
+import type { UpstreamPools } from '../upstream/protected';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
 import type { ProtectedDeps, ProtectedRequest } from './protected-context';
 import type { ClaimResult } from './record';
@@ -84,29 +84,32 @@ export async function forwardUnstored(
   const { req, res, route, policy, log } = request;
   log.shadow = verdict;
   const started = performance.now();
-  let response: UpstreamResponse;
+  let answered = false;
   try {
-    response = await upstreams.request(route.upstream, {
-      method: req.method ?? 'POST',
-      path: upstreamPath(route, request.target),
-      headers: outgoingHeaders(req, policy, key),
-      body,
-    });
-  } catch (error) {
-    log.upstreamMs += performance.now() - started;
-    log.outcome = 'upstream_error';
-    sendProblem(res, transportFailure(route, error, key).error);
-    return;
-  }
-  log.outcome = 'executed';
-  const headers = responseHeaderPairs(response.headers, { keepSetCookie: true });
-  startStreaming(res, response.status, headers, response.headers['content-length']);
-  try {
-    for await (const chunk of response.body as AsyncIterable<Buffer>) await writeChunk(res, chunk);
+    await upstreams.send(
+      route.upstream,
+      {
+        method: req.method ?? 'POST',
+        path: upstreamPath(route, request.target),
+        headers: outgoingHeaders(req, policy, key),
+        body,
+      },
+      {
+        head(status, headers) {
+          answered = true;
+          log.outcome = 'executed';
+          const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
+          startStreaming(res, status, pairs, headers['content-length']);
+        },
+        data: (chunk) => writeChunk(res, chunk),
+      },
+    );
     res.end();
-  } catch {
+  } catch (error) {
     log.outcome = 'upstream_error';
-    res.destroy(); // the client already has a head and part of a body
+    if (answered)
+      res.destroy(); // the client already has a head and part of a body
+    else sendProblem(res, transportFailure(route, error, key).error);
   } finally {
     log.upstreamMs += performance.now() - started;
   }

@@ -1,7 +1,7 @@
 // Forwards protected requests with undici: one keep-alive Pool per upstream, the body already in
-// memory (it was needed for the fingerprint), the response body left as a stream for the caller.
-import type { Readable } from 'node:stream';
-import { Pool } from 'undici';
+// memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives.
+import type { IncomingHttpHeaders } from 'node:http';
+import { type Dispatcher, Pool } from 'undici';
 import type { UpstreamConfig } from '../config/types';
 
 export interface OutgoingRequest {
@@ -12,10 +12,15 @@ export interface OutgoingRequest {
   readonly body: Buffer;
 }
 
-export interface UpstreamResponse {
-  readonly status: number;
-  readonly headers: Record<string, string | string[] | undefined>;
-  readonly body: Readable & { dump?: () => Promise<void> };
+/**
+ * Takes an upstream's answer as undici reads it. Most answers are a few hundred bytes kept whole,
+ * so no stream, async iterator or promise per chunk sits between the socket and the proxy.
+ */
+export interface ResponseReceiver {
+  /** The final status and headers (informational 1xx answers are skipped). Must not throw. */
+  head(status: number, headers: IncomingHttpHeaders): void;
+  /** A piece of the body; a returned promise pauses reading until it settles. Must not throw. */
+  data(chunk: Buffer): Promise<void> | undefined;
 }
 
 export class UpstreamPools {
@@ -37,23 +42,48 @@ export class UpstreamPools {
     }
   }
 
-  async request(upstream: UpstreamConfig, request: OutgoingRequest): Promise<UpstreamResponse> {
+  /**
+   * Sends the request and feeds the answer to `receiver`; settles when the body has ended, or rejects
+   * with undici's error — before receiver.head if the upstream never answered, after it if the answer
+   * broke off.
+   */
+  send(
+    upstream: UpstreamConfig,
+    request: OutgoingRequest,
+    receiver: ResponseReceiver,
+  ): Promise<void> {
     const pool = this.pools.get(upstream.name);
-    if (!pool) throw new Error(`no pool for upstream ${upstream.name}`);
-    const response = await pool.request({
-      method: request.method as 'POST',
-      path: request.path,
-      headers: request.headers,
-      body: request.body.length > 0 || request.method !== 'GET' ? request.body : null,
-      headersTimeout: upstream.timeoutMs,
-      bodyTimeout: upstream.timeoutMs,
-      // A client that hangs up must not cancel the upstream call (SPEC §7): no abort signal here.
+    if (!pool) return Promise.reject(new Error(`no pool for upstream ${upstream.name}`));
+    return new Promise((resolve, reject) => {
+      const options: Dispatcher.DispatchOptions = {
+        method: request.method as Dispatcher.HttpMethod,
+        path: request.path,
+        headers: request.headers,
+        body: request.body.length > 0 || request.method !== 'GET' ? request.body : null,
+        headersTimeout: upstream.timeoutMs,
+        bodyTimeout: upstream.timeoutMs,
+        // A client that hangs up must not cancel the upstream call (SPEC §7): nothing aborts it.
+      };
+      pool.dispatch(options, {
+        onRequestStart() {},
+        onResponseStart(_controller, status, headers) {
+          if (status >= 200) receiver.head(status, headers);
+        },
+        onResponseData(controller, chunk) {
+          const written = receiver.data(chunk);
+          if (written === undefined) return;
+          controller.pause();
+          const resume = (): void => controller.resume();
+          void written.then(resume, resume);
+        },
+        onResponseEnd() {
+          resolve();
+        },
+        onResponseError(_controller, error) {
+          reject(error);
+        },
+      });
     });
-    return {
-      status: response.statusCode,
-      headers: response.headers as Record<string, string | string[] | undefined>,
-      body: response.body as unknown as UpstreamResponse['body'],
-    };
   }
 
   async close(): Promise<void> {

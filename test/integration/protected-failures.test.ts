@@ -1,5 +1,8 @@
 // SPEC §4, the rows where something goes wrong: released statuses, unreachable or failing upstreams,
 // unknown outcomes (fail and retry), a crashed holder's lease, oversized responses.
+import { once } from 'node:events';
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
 import { PostgresKeyStore } from '../../src/db/key-store';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
@@ -7,6 +10,8 @@ import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
 let proxy: TestProxy;
+const STREAM_CHUNK = 64 * 1024;
+let streamFinishedAt = 0;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res, raw) => {
@@ -22,6 +27,16 @@ beforeAll(async () => {
       res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '100' });
       res.write('only part');
       setTimeout(() => raw.socket.destroy(), 20);
+      return;
+    }
+    if (url.searchParams.has('stream')) {
+      // Chunk after chunk, as fast as the proxy takes them: only backpressure can hold this back.
+      const chunks = Number(url.searchParams.get('stream'));
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      for (let i = 0; i < chunks; i++) {
+        if (!res.write(Buffer.alloc(STREAM_CHUNK, i % 251))) await once(res, 'drain');
+      }
+      res.end(() => (streamFinishedAt = performance.now()));
       return;
     }
     if (url.searchParams.has('large')) {
@@ -273,6 +288,40 @@ test('delivers a response over maxResponseBytes in full and replays it without a
   const whole = await postJson(`${proxy.url}/ops?large=1024`, 'large-2', {});
   expect(whole.body.length).toBe(1024);
   expect(whole.headers['idempotent-body-omitted']).toBeUndefined();
+});
+
+test('a streamed response waits for a slow client: the upstream is held back, not buffered', async () => {
+  const chunks = 512; // 32 MiB: far more than the socket buffers between upstream, proxy and client
+  const url = new URL(`${proxy.url}/ops?stream=${chunks}`);
+  let resumedAt = 0;
+  const received = await new Promise<Buffer[]>((resolve, reject) => {
+    const req = http.request(url, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'stream-1', 'content-type': 'application/json' },
+    });
+    req.on('error', reject);
+    req.on('response', (res) => {
+      const parts: Buffer[] = [];
+      res.once('data', (first: Buffer) => {
+        parts.push(first);
+        res.pause();
+        setTimeout(() => {
+          resumedAt = performance.now();
+          res.on('data', (chunk: Buffer) => parts.push(chunk));
+          res.resume();
+        }, 1_000);
+      });
+      res.on('end', () => resolve(parts));
+      res.on('error', reject);
+    });
+    req.end('{}');
+  });
+  const body = Buffer.concat(received);
+  expect(body.length).toBe(chunks * STREAM_CHUNK);
+  for (let i = 0; i < chunks; i++) expect(body[i * STREAM_CHUNK + 1]).toBe(i % 251);
+  // Without backpressure the proxy would have read all 32 MiB while the client was paused.
+  expect(streamFinishedAt).toBeGreaterThan(resumedAt);
+  expect(upstream.executions()).toHaveLength(1);
 });
 
 test('does not store Set-Cookie unless the route asks for it', async () => {
