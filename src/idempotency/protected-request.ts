@@ -19,6 +19,7 @@
 //
 // The response is stored before the client sees its last byte, so once a client has a whole answer,
 // every retry replays it.
+import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
@@ -45,7 +46,7 @@ export async function handleProtectedRequest(
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
 
-  const parsed = parseIdempotencyKey(req.headersDistinct[policy.key.header], policy.key.maxLength);
+  const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
   // No key header on a route with key.derive: the key is derived once the body is read. A key that
   // was sent but is invalid is never replaced by a derived one: that would hide a client bug.
   const derivesKey = !parsed.ok && parsed.problem === 'missing' && policy.key.derive !== null;
@@ -94,6 +95,42 @@ export async function handleProtectedRequest(
   log.keyDerived = true;
   return claimAndAnswer(deps, { ...request, policy: derivedKeyPolicy(policy) }, key, input);
 }
+
+/**
+ * The key header's lines. Node joins repeated lines with ", ", so a value without a comma was sent
+ * once; only otherwise is headersDistinct (an array per header of the request) worth building.
+ * Node keeps only the first of some repeated headers (Content-Type, Authorization, …): a key header
+ * named like one of those always takes the slow path, so a repeat is still seen.
+ */
+function keyHeaderLines(req: IncomingMessage, name: string): string[] | undefined {
+  const joined = req.headers[name];
+  if (joined === undefined) return undefined;
+  if (typeof joined === 'string' && !joined.includes(',') && !NODE_SINGLE_VALUE_HEADERS.has(name))
+    return [joined];
+  return req.headersDistinct[name];
+}
+
+/** Headers whose repeats Node's req.headers drops instead of joining (Node's http docs). */
+const NODE_SINGLE_VALUE_HEADERS: ReadonlySet<string> = new Set([
+  'age',
+  'authorization',
+  'content-length',
+  'content-type',
+  'etag',
+  'expires',
+  'from',
+  'host',
+  'if-modified-since',
+  'if-unmodified-since',
+  'last-modified',
+  'location',
+  'max-forwards',
+  'proxy-authorization',
+  'referer',
+  'retry-after',
+  'server',
+  'user-agent',
+]);
 
 /**
  * No usable key and none to derive: forwarded unprotected when no key is required, else 400 (in

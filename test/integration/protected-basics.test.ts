@@ -216,7 +216,15 @@ describe('a protected route', () => {
       body: '{}',
     });
     expect(res.status).toBe(400);
+    expect(res.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_INVALID' });
+    expect(res.json<{ detail: string }>().detail).toContain('sent 2 times');
     expect(upstream.received).toHaveLength(0);
+  });
+
+  test('accepts a key with a comma in it, sent once', async () => {
+    const res = await postJson(`${proxy.url}/orders`, 'order-1,step-2', {});
+    expect(res.status).toBe(201);
+    expect(upstream.executions()[0]!.headers['idempotency-key']).toBe('order-1,step-2');
   });
 
   test('answers 413 to a body over maxRequestBytes, declared or chunked, without calling the upstream', async () => {
