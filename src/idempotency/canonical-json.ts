@@ -45,18 +45,22 @@ interface IgnoreNode {
 type IgnorePaths = readonly (readonly string[])[];
 
 /**
- * A number token that JSON.parse cannot be trusted with: a fraction, an exponent, or 16+ integer
- * digits (beyond 2^53 a double rounds). A number token is always preceded by `[`, `,` or `:` and
- * optional whitespace (or starts the document, checked separately). Matches inside strings are
- * harmless false positives: they only send the body down the slower exact path.
+ * A number token that JSON.parse cannot be trusted with: an exponent, or 16 digits or more (before
+ * and after the point together). A decimal of at most 15 significant digits and no exponent is held
+ * by the nearest double closely enough that String() gives back exactly its digits, laid out as
+ * canonicalNumber lays them out; beyond that, two different numbers can share a double. A number
+ * token is always preceded by `[`, `,` or `:` and optional whitespace (or starts the document,
+ * checked separately). Matches inside strings are harmless false positives: they only send the body
+ * down the slower exact path.
  */
-const RISKY_NUMBER = /[:,[][\t\n\r ]*-?(?:\d{16}|\d+[.eE])/;
+const RISKY_NUMBER = /[:,[][\t\n\r ]*-?(?:(?:\d\.?){16}|\d[\d.]*[eE])/;
 const STARTS_WITH_NUMBER = /^[\t\n\r ]*[-\d]/;
 
 /**
  * Parses a body as JSON, or returns null when it is not UTF-8, not JSON, or nested deeper than
- * MAX_DEPTH. Documents whose numbers are all small integers take JSON.parse (native, fast); any
- * other document is parsed with lossless-json so every number keeps its exact value.
+ * MAX_DEPTH. Documents whose numbers all have at most 15 digits and no exponent take JSON.parse
+ * (native, fast); any other document is parsed with lossless-json so every number keeps its exact
+ * value.
  */
 export function parseJson(body: Buffer | string): ParsedJson | null {
   const text = decodeUtf8(body);
@@ -232,8 +236,8 @@ function serialize(value: JsonValue, ignore: IgnoreNode | null): string {
     case 'string':
       return quote(value);
     case 'number':
-      // Only the JSON.parse path yields numbers, and only for integers of at most 15 digits,
-      // which a double holds exactly; String(-0) is "0", matching canonicalNumber.
+      // Only the JSON.parse path yields numbers, and only for decimals of at most 15 digits without
+      // an exponent (RISKY_NUMBER), whose String() is their canonical text; String(-0) is "0".
       return String(value);
     case 'boolean':
       return value ? 'true' : 'false';

@@ -282,6 +282,34 @@ describe('canonicalJson', () => {
       );
     });
 
+    it('gives a plain decimal the same text on the fast (JSON.parse) path as on the exact one', () => {
+      // Up to 15 digits without an exponent take JSON.parse; 16 or more take lossless-json. Either
+      // way a number's text must be canonicalNumber's, or one body could get two fingerprints.
+      const digits = (max: number) => fc.stringMatching(new RegExp(`^[0-9]{0,${max}}$`));
+      fc.assert(
+        fc.property(fc.boolean(), digits(12), digits(12), (negative, int, frac) => {
+          const token = `${negative ? '-' : ''}${int.replace(/^0+(?=\d)/, '') || '0'}${frac ? `.${frac}` : ''}`;
+          expect(canonicalJson(`{"n":${token}}`)).toBe(`{"n":${canonicalNumber(token)}}`);
+          expect(canonicalJson(`[${token}, 1e0]`)).toBe(`[${canonicalNumber(token)},1]`);
+        }),
+        { numRuns: 2000 },
+      );
+    });
+
+    it('keeps decimals that share a double apart (16 digits and more take the exact path)', () => {
+      expect(canonicalJson('[0.1000000000000000055511151231257827]')).toBe(
+        '[0.1000000000000000055511151231257827]',
+      );
+      expect(canonicalJson('[0.1000000000000000055511151231257827]')).not.toBe(
+        canonicalJson('[0.1]'),
+      );
+      expect(canonicalJson('{"a":9007199254740993.5}')).not.toBe(
+        canonicalJson('{"a":9007199254740992}'),
+      );
+      expect(canonicalJson('{"amount":49.99}')).toBe('{"amount":49.99}');
+      expect(canonicalJson('{"amount":49.990}')).toBe(canonicalJson('{"amount":4.999e1}'));
+    });
+
     it('is invariant under re-spelling numbers in equivalent forms inside documents', () => {
       fc.assert(
         fc.property(
