@@ -2,12 +2,14 @@ import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import type { FingerprintPolicy, RequestPart } from '../../src/config/types';
 import { canonicalJson } from '../../src/idempotency/canonical-json';
+import { deriveKey } from '../../src/idempotency/derived-key';
 import {
   canonicalQueryPairs,
   computeFingerprint,
   isJsonContentType,
   type FingerprintInput,
 } from '../../src/idempotency/fingerprint';
+import { tenantHash } from '../../src/idempotency/tenant';
 
 const ALL_PARTS: RequestPart[] = [
   { kind: 'method' },
@@ -488,5 +490,52 @@ describe('computeFingerprint', () => {
         }),
       );
     });
+  });
+});
+
+describe('stability across versions', () => {
+  // Records outlive a deploy: a build that hashed the same request differently would answer every
+  // repeat stored by the previous build with 422 (fingerprints), or miss its record (derived keys,
+  // tenants). These digests were computed by the build that stored records before this one.
+  const input: FingerprintInput = {
+    method: 'POST',
+    path: '/refunds/ä',
+    query: 'b=2&a=1&a=%FF',
+    headers: { 'x-team': ['a', 'b'], authorization: 'Bearer t' },
+    body: Buffer.from('{"amount":49.99,"order":{"id":"o1"},"n":12345678901234567890}'),
+    contentType: 'application/json',
+  };
+  const parts: RequestPart[] = [
+    ...ALL_PARTS,
+    { kind: 'body-field', path: ['order', 'id'] },
+    { kind: 'header', name: 'x-team' },
+    { kind: 'query-param', name: 'a' },
+  ];
+
+  it.each([
+    ['every part', [], input, '370caf86c641ef9b90139b6184dcc65e392592cf3965957d95ab3419da389aa7'],
+    [
+      'an ignored field',
+      [['amount']],
+      input,
+      'cda3bbd4dcb0cc1264bbcd991fd5099336dda9801effdcb49cb48ec462408c3f',
+    ],
+    [
+      'a body of bytes',
+      [],
+      { ...input, body: Buffer.from([0xff, 0, 1]), contentType: 'application/octet-stream' },
+      '6c34f1a515eb6286ec0d44227d0a7923a6dff73f471b59d1ffa54127458d481a',
+    ],
+  ])('fingerprints %s as before', (_name, ignore, request, expected) => {
+    expect(computeFingerprint(request, { parts, ignore }).toString('hex')).toBe(expected);
+  });
+
+  it('derives keys and tenant scopes as before', () => {
+    expect(deriveKey([{ kind: 'body' }], input, [])).toBe(
+      'derived:p6P-iIj_1mczDmdHLyPtUTG3p7a7hgqDi7NHUB5vBJg',
+    );
+    expect(tenantHash(input.headers, ['header:authorization', 'header:x-team'])).toBe(
+      '0e038c7a23f2400eb7e7e277f6bdab95f47bf309e4a5a55ef6d979b87611efe6',
+    );
   });
 });
