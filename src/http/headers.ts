@@ -1,6 +1,6 @@
 // Header sets compiled once: hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded nor stored,
 // and the X-Forwarded-* headers every forwarded request carries.
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 
 export const HOP_BY_HOP: ReadonlySet<string> = new Set([
@@ -15,13 +15,19 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'upgrade',
 ]);
 
-/** Hop-by-hop names for this message: the fixed set plus any named in its Connection header. */
-export function hopByHopNames(headers: IncomingHttpHeaders): ReadonlySet<string> {
+/**
+ * Hop-by-hop names for this message: the fixed set plus any named in its Connection header (an
+ * array when a parser kept repeated Connection lines apart, as undici's does).
+ */
+export function hopByHopNames(headers: {
+  readonly connection?: string | readonly string[] | undefined;
+}): ReadonlySet<string> {
   const connection = headers.connection;
   // The usual values name nothing beyond the fixed set: no parsing, no new set on the common path.
   if (!connection || connection === 'keep-alive' || connection === 'close') return HOP_BY_HOP;
+  const listed = typeof connection === 'string' ? connection : connection.join(',');
   let names: Set<string> | undefined;
-  for (const token of connection.split(',')) {
+  for (const token of listed.split(',')) {
     const name = token.trim().toLowerCase();
     if (!name || name === 'close' || HOP_BY_HOP.has(name)) continue;
     names ??= new Set(HOP_BY_HOP);

@@ -2,29 +2,17 @@
 // replays. Header pairs keep the upstream's order and repeated names; framing headers are ours.
 import type { ServerResponse } from 'node:http';
 import type { HeaderPairs } from '../idempotency/record';
-import { HOP_BY_HOP } from './headers';
-
-const FRAMING = new Set([...HOP_BY_HOP, 'content-length']);
+import { hopByHopNames } from './headers';
 
 /** Upstream response headers as pairs, without hop-by-hop or framing headers. */
 export function responseHeaderPairs(
   headers: Record<string, string | string[] | undefined>,
   options: { keepSetCookie: boolean },
 ): [string, string][] {
-  const connectionListed = headers.connection;
-  // The usual values name nothing beyond the fixed set: no new set on the common path.
-  const dropped =
-    connectionListed && connectionListed !== 'keep-alive' && connectionListed !== 'close'
-      ? new Set([
-          ...FRAMING,
-          ...String(connectionListed)
-            .split(',')
-            .map((t) => t.trim().toLowerCase()),
-        ])
-      : FRAMING;
+  const hop = hopByHopNames(headers);
   const pairs: [string, string][] = [];
   for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || dropped.has(name)) continue;
+    if (value === undefined || name === 'content-length' || hop.has(name)) continue;
     if (name === 'set-cookie' && !options.keepSetCookie) continue;
     if (Array.isArray(value)) for (const item of value) pairs.push([name, item]);
     else pairs.push([name, value]);

@@ -1,6 +1,8 @@
-// Hop-by-hop header sets (fast path and Connection-named extras) and the per-millisecond log time.
+// Hop-by-hop header sets (fast path and Connection-named extras), stored response headers, and the
+// per-millisecond log time.
 import { isoTimeCachedPerMillisecond } from '../../src/observability/logger';
 import { HOP_BY_HOP, hopByHopNames } from '../../src/http/headers';
+import { responseHeaderPairs } from '../../src/http/response';
 
 test.each([undefined, 'keep-alive', 'close'])(
   'Connection: %s adds nothing to the fixed hop-by-hop set',
@@ -33,4 +35,27 @@ test('the log time moves on with the clock', async () => {
   const first = isoTimeCachedPerMillisecond();
   await new Promise((resolve) => setTimeout(resolve, 5));
   expect(isoTimeCachedPerMillisecond()).not.toBe(first);
+});
+
+test('stored response headers leave out hop-by-hop, Connection-named and framing headers', () => {
+  const upstream = {
+    connection: ['keep-alive', 'X-Private'], // repeated Connection lines, as undici reports them
+    'x-private': 'secret',
+    'keep-alive': 'timeout=5',
+    'transfer-encoding': 'chunked',
+    'content-length': '12',
+    'content-type': 'application/json',
+    'set-cookie': ['a=1', 'b=2'],
+  };
+  expect(responseHeaderPairs(upstream, { keepSetCookie: true })).toEqual([
+    ['content-type', 'application/json'],
+    ['set-cookie', 'a=1'],
+    ['set-cookie', 'b=2'],
+  ]);
+  expect(
+    responseHeaderPairs({ ...upstream, connection: 'close' }, { keepSetCookie: false }),
+  ).toEqual([
+    ['x-private', 'secret'],
+    ['content-type', 'application/json'],
+  ]);
 });
