@@ -39,6 +39,9 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
   --requests <n>   measured requests per scenario (default 4000)
   --warmup <n>     requests before measuring (default 20000; fewer leaves V8 compiling)
   --connections <n> concurrent connections (default 16)
+  --scenarios <a,b> subset of: bare, passthrough, new-key, replay (default: all four)
+  --log-level <l>  the proxy's LOG_LEVEL (default info: a log line per request, as shipped;
+                   warn leaves it out, which shows what the line costs)
   -h, --help
 
 Needs valgrind (Debian: apt-get install valgrind). Takes ~1 minute per scenario. Environment:
@@ -79,6 +82,8 @@ async function main(): Promise<number> {
       requests: { type: 'string', default: '4000' },
       warmup: { type: 'string', default: '20000' },
       connections: { type: 'string', default: '16' },
+      scenarios: { type: 'string', default: TARGETS.map((t) => t.name).join(',') },
+      'log-level': { type: 'string', default: 'info' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -95,6 +100,13 @@ async function main(): Promise<number> {
     );
     return 2;
   }
+  const names = values.scenarios.split(',').map((name) => name.trim());
+  const unknown = names.filter((name) => !TARGETS.some((t) => t.name === name));
+  if (unknown.length > 0) {
+    process.stderr.write(`bench: unknown scenario ${unknown.join(', ')}\n\n${USAGE}`);
+    return 2;
+  }
+  const targets = TARGETS.filter((t) => names.includes(t.name));
   if (!hasValgrind()) {
     process.stderr.write('bench: valgrind is not installed (Debian: apt-get install valgrind)\n');
     return 2;
@@ -131,7 +143,7 @@ async function main(): Promise<number> {
   if (!config) throw new Error('the built proxy rejects the bench configuration');
 
   const results: Counted[] = [];
-  for (const target of TARGETS) {
+  for (const target of targets) {
     say(
       `${target.label}: ${warmup} warm-up requests, then ${measured} counted (under valgrind: slow)…`,
     );
@@ -159,7 +171,7 @@ async function main(): Promise<number> {
           ...process.env,
           BENCH_TARGET: upstreamUrl,
           BENCH_PORT: String(port),
-          LOG_LEVEL: 'info',
+          LOG_LEVEL: values['log-level'],
           DATABASE_URL: stack.store.url,
         },
       },
