@@ -3,7 +3,7 @@
 //
 // CPU time per request (npm run bench) is what the issue-6 targets are written in, but on a shared VM
 // it drifts ±20% or more between runs, which hides a 5% difference. An instruction count does not
-// depend on what else the machine runs: the same build and load give the same count within ~1%.
+// depend on what else the machine runs: the same build and load give the same count within a few %.
 // It is not time — cache misses and syscalls cost differently — so both are reported, side by side.
 //
 // Each process under test runs under callgrind with instrumentation off; after a warm-up (so V8 has
