@@ -44,7 +44,7 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
                    warn leaves it out, which shows what the line costs)
   -h, --help
 
-Needs valgrind (Debian: apt-get install valgrind). Takes ~1 minute per scenario. Environment:
+Needs valgrind (Debian: apt-get install valgrind). Takes ~1.5 minutes per scenario. Environment:
 DATABASE_URL = use that PostgreSQL instead of an embedded one.
 `;
 
