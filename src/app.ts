@@ -6,12 +6,13 @@ import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { type ProxyConfig, type RouteConfig, SAFE_METHODS } from './config/types';
+import type { ProxyConfig } from './config/types';
 import { ProxyError } from './errors';
-import { malformedRequestAnswer } from './http/malformed';
+import { readEdge } from './http/edge';
+import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
 import { sendProblem } from './http/problem';
 import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
-import { parseRequestTarget, upstreamPath } from './http/router';
+import { routeRequest } from './http/route-request';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
 import type { ReplayCache } from './idempotency/replay-cache';
@@ -57,69 +58,78 @@ export function createApp(options: AppOptions): App {
   const onStoreError = (error: unknown, operation: string): void =>
     logger.error({ err: error, operation }, 'idempotency store operation failed');
 
-  const server = http.createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
-    // Each request runs to its end on the runtime it started with, even if a reload swaps it.
-    const current = runtime;
-    current.enter();
-    active++;
-    const started = performance.now();
-    const target = parseRequestTarget(req.url ?? '/');
-    const method = req.method ?? 'GET';
-    const entry = newLogEntry(method, target.path);
-    // A request is done when its response closed AND (for protected ones) its handler settled: a client
-    // that hangs up does not end the upstream call or the store write, and shutdown waits for those.
-    let pending = 2;
-    const done = (): void => {
-      if (--pending > 0) return;
-      finish(entry, res, performance.now() - started, current);
-      current.leave();
-      if (--active === 0) for (const resolve of idle.splice(0)) resolve();
-    };
-    res.once('close', done);
-
-    const route = current.router.match(method, req.headers.host, target.path);
-    if (!route) {
-      entry.outcome = 'not_found';
-      sendProblem(
-        res,
-        new ProxyError(
-          'ROUTE_NOT_FOUND',
-          `No route in the proxy's configuration matches ${method} ${target.path}. Check the base URL, or add a route for it.`,
-        ),
+  // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
+  const server = http.createServer(
+    { keepAliveTimeout: 5_000, requireHostHeader: false },
+    (req, res) => {
+      // Each request runs to its end on the runtime it started with, even if a reload swaps it.
+      const current = runtime;
+      current.enter();
+      active++;
+      const started = performance.now();
+      const edge = readEdge(req, current.edge);
+      const routed = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
+      const entry = newLogEntry(
+        routed instanceof ProxyError ? (req.method ?? 'GET') : routed.target.method,
+        edge instanceof ProxyError ? (req.url ?? '/') : edge.path,
       );
-      return done();
-    }
-    entry.route = route.name;
-    const policy = route.idempotency;
-    if (!policy || !isProtectedMethod(route, method)) {
-      entry.outcome = 'passthrough';
-      current.passThrough.web(req, res, route, upstreamPath(route, target));
-      return done();
-    }
-    const deps: ProtectedDeps = {
-      store,
-      upstreams: current.upstreams,
-      passThrough: current.passThrough,
-      waiter: options.waiter,
-      observer: metrics,
-      cache: options.cache,
-      onStoreError,
-    };
-    handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })
-      .catch((error: unknown) => {
-        logger.error({ err: error, route: route.name }, 'unexpected error in a protected request');
-        entry.outcome = 'error';
-        sendProblem(
-          res,
-          new ProxyError(
-            'INTERNAL_ERROR',
-            'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
-            { route: route.name },
-          ),
-        );
-      })
-      .finally(done);
-  });
+      if (!(edge instanceof ProxyError) && edge.rawTarget !== undefined)
+        entry.rawTarget = edge.rawTarget;
+      // A request is done when its response closed AND (for protected ones) its handler settled: a client
+      // that hangs up does not end the upstream call or the store write, and shutdown waits for those.
+      let pending = 2;
+      const done = (): void => {
+        if (--pending > 0) return;
+        finish(entry, res, performance.now() - started, current);
+        current.leave();
+        if (--active === 0) for (const resolve of idle.splice(0)) resolve();
+      };
+      res.once('close', done);
+
+      if (routed instanceof ProxyError) {
+        entry.route = routed.route;
+        entry.outcome = routed.code === 'ROUTE_NOT_FOUND' ? 'not_found' : 'bad_request';
+        // The rest of a refused request's body would be read as the next request: do not keep it.
+        if (routed.status !== 404) res.shouldKeepAlive = false;
+        sendProblem(res, routed);
+        return done();
+      }
+      const { route, target } = routed;
+      entry.route = route.name;
+      const policy = route.idempotency;
+      if (!policy || !routed.protected) {
+        entry.outcome = 'passthrough';
+        current.passThrough.web(req, res, route, target);
+        return done();
+      }
+      const deps: ProtectedDeps = {
+        store,
+        upstreams: current.upstreams,
+        passThrough: current.passThrough,
+        waiter: options.waiter,
+        observer: metrics,
+        cache: options.cache,
+        onStoreError,
+      };
+      handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })
+        .catch((error: unknown) => {
+          logger.error(
+            { err: error, route: route.name },
+            'unexpected error in a protected request',
+          );
+          entry.outcome = 'error';
+          sendProblem(
+            res,
+            new ProxyError(
+              'INTERNAL_ERROR',
+              'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
+              { route: route.name },
+            ),
+          );
+        })
+        .finally(done);
+    },
+  );
 
   const finish = (
     entry: RequestLogEntry,
@@ -142,15 +152,18 @@ export function createApp(options: AppOptions): App {
 
   server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
     const current = runtime;
-    const target = parseRequestTarget(req.url ?? '/');
-    const method = req.method ?? 'GET';
-    const route = current.router.match(method, req.headers.host, target.path);
+    const edge = readEdge(req, current.edge);
+    const routed = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
+    if (routed instanceof ProxyError) {
+      socket.end(rawProblemAnswer(routed));
+      return;
+    }
     // Upgrades are GETs: they pass through on any matched route that does not protect GET itself.
-    if (!route || (route.idempotency && isProtectedMethod(route, method))) {
+    if (routed.protected) {
       socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    current.passThrough.ws(req, socket, head, route, upstreamPath(route, target));
+    current.passThrough.ws(req, socket, head, routed.route, routed.target);
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (!socket.writable || error.code === 'ECONNRESET') return socket.destroy();
@@ -184,13 +197,6 @@ export function createApp(options: AppOptions): App {
       await runtime.close();
     },
   };
-}
-
-/** Protected routes protect unsafe methods; GET/HEAD/OPTIONS only when listed with allowSafeMethods. */
-function isProtectedMethod(route: RouteConfig, method: string): boolean {
-  if (!SAFE_METHODS.has(method)) return true;
-  const policy = route.idempotency;
-  return policy !== null && policy.allowSafeMethods && route.match.methods?.has(method) === true;
 }
 
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */

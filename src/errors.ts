@@ -3,6 +3,15 @@
 
 export const ERROR_TABLE = {
   ROUTE_NOT_FOUND: { status: 404, title: 'No route matches this request' },
+  REQUEST_TARGET_INVALID: { status: 400, title: 'Request target has no single reading' },
+  HOST_INVALID: { status: 400, title: 'Host is missing, repeated or malformed' },
+  CONNECTION_HEADER_CONFLICT: {
+    status: 400,
+    title: 'Connection header names a header the proxy needs',
+  },
+  METHOD_OVERRIDE_INVALID: { status: 400, title: 'Method override header is invalid' },
+  TRANSFER_ENCODING_UNSUPPORTED: { status: 501, title: 'Transfer coding not supported' },
+  JSON_DUPLICATE_KEY: { status: 400, title: 'JSON body has a duplicate object key' },
   IDEMPOTENCY_KEY_MISSING: { status: 400, title: 'Idempotency-Key header required' },
   IDEMPOTENCY_KEY_INVALID: { status: 400, title: 'Idempotency-Key header is invalid' },
   IDEMPOTENCY_KEY_IN_FLIGHT: { status: 409, title: 'A request with this key is still in flight' },

@@ -1,12 +1,15 @@
 // Everything compiled from one config: the router and the upstream connections. A reload builds a new
 // runtime and swaps it in for new requests; the old one closes once its in-flight requests are done.
+import { compileTrustedPeers } from './config/addresses';
 import type { ProxyConfig } from './config/types';
+import type { EdgeSettings } from './http/edge';
 import { createRouter, type Router } from './http/router';
 import { PassThrough } from './upstream/passthrough';
 import { UpstreamPools } from './upstream/protected';
 
 export class Runtime {
   readonly router: Router;
+  readonly edge: EdgeSettings;
   readonly upstreams: UpstreamPools;
   readonly passThrough: PassThrough;
   /** Routes whose request logs show a hash of the key (logKey: hash). */
@@ -17,6 +20,10 @@ export class Runtime {
 
   constructor(readonly config: ProxyConfig) {
     this.router = createRouter(config.routes);
+    this.edge = {
+      routesUseHost: config.routes.some((route) => route.match.host !== null),
+      trustsPeer: compileTrustedPeers(config.trustedProxies),
+    };
     this.upstreams = new UpstreamPools(config.upstreams.values());
     this.passThrough = new PassThrough(config.upstreams.values());
     this.hashesKeys = new Set(

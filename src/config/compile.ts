@@ -80,9 +80,11 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       methods: route.match.method === undefined ? null : new Set(methodsOf(route)),
       path: route.match.path,
       host: route.match.host?.toLowerCase() ?? null,
+      strict: route.match.strict ?? false,
     },
     upstream: upstreams.get(route.upstream)!,
     stripPrefix: route.stripPrefix ?? null,
+    methodOverride: route.methodOverride ?? false,
     idempotency: resolvePolicy(route, parsed.defaults),
   }));
   const { store, admin } = parsed;
@@ -101,6 +103,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       synchronousCommit: store.synchronousCommit,
     },
     upstreams,
+    trustedProxies: [...parsed.trustedProxies],
     routes,
   });
 }
@@ -250,13 +253,16 @@ function resolvePolicy(
     ...defined(block.fingerprint),
   };
   const forwardKeyAs = pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs;
+  const tenant = (pick('tenant') ?? []).map((part) => part.toLowerCase());
+  const parts = fingerprint.parts.map(compilePart);
+  const derive = key.derive?.map(compilePart) ?? null;
   return {
     scope: pick('group') ?? route.name,
     key: {
       header: key.header.toLowerCase(),
       required: key.required,
       maxLength: key.maxLength,
-      derive: key.derive?.map(compilePart) ?? null,
+      derive,
       windowMs: key.window === undefined ? null : parseDurationMs(key.window),
     },
     forwardKeyAs: forwardKeyAs === false ? null : forwardKeyAs,
@@ -266,10 +272,10 @@ function resolvePolicy(
     onConcurrent: pick('onConcurrent') ?? BUILT_IN.onConcurrent,
     waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
     fingerprint: {
-      parts: fingerprint.parts.map(compilePart),
+      parts,
       ignore: fingerprint.ignore.map((field) => field.split('.').slice(1)),
     },
-    tenant: (pick('tenant') ?? []).map((part) => part.toLowerCase()),
+    tenant,
     storesStatus: compileStoresStatus(
       pick('store') ?? BUILT_IN.store,
       pick('release') ?? BUILT_IN.release,
@@ -281,6 +287,16 @@ function resolvePolicy(
     allowSafeMethods: pick('allowSafeMethods') ?? BUILT_IN.allowSafeMethods,
     replaySetCookie: pick('replaySetCookie') ?? BUILT_IN.replaySetCookie,
     logKey: pick('logKey') ?? BUILT_IN.logKey,
+    dropReplayHeaders: new Set(
+      (pick('dropReplayHeaders') ?? BUILT_IN.dropReplayHeaders).map((name) => name.toLowerCase()),
+    ),
+    readsHeaders: new Set([
+      key.header.toLowerCase(),
+      ...tenant.map((part) => part.slice('header:'.length)),
+      ...[...parts, ...(derive ?? [])].flatMap((part) =>
+        part.kind === 'header' ? [part.name] : [],
+      ),
+    ]),
   };
 }
 

@@ -14,6 +14,7 @@ import {
   SIZE_PATTERN,
   tryParseDurationMs,
 } from './units';
+import { parseAddressOrCidr } from './addresses';
 
 const knownKeys = new WeakMap<object, readonly string[]>();
 
@@ -131,6 +132,11 @@ const STATUS_HINT = 'expected a status class like "2xx" or a status code from 10
 const status = z.int({ error: 'expected an HTTP status code from 100 to 599' }).min(100).max(599);
 const statusClass = z.union([pattern(/^[1-5]xx$/, STATUS_HINT), status], { error: STATUS_HINT });
 
+const ADDRESS_HINT = 'expected an IP address or CIDR, like "10.0.0.0/8" or "::1"';
+const addressOrCidr = z
+  .string({ error: ADDRESS_HINT })
+  .refine((text) => parseAddressOrCidr(text) !== undefined, { error: ADDRESS_HINT });
+
 // Only the scheme here (it also lands in the JSON Schema); compile.ts parses and splits the URL.
 const upstreamUrl = pattern(/^https?:\/\/[^/?#]/i, 'expected an http:// or https:// URL');
 
@@ -156,6 +162,9 @@ export const IDEMPOTENCY_DEFAULTS = {
   allowSafeMethods: false,
   replaySetCookie: false,
   logKey: 'plain',
+  // Headers that answer one caller's credentials: a later caller replaying the record must not get
+  // another's challenge or nonce. Set-Cookie has its own switch (replaySetCookie).
+  dropReplayHeaders: ['www-authenticate', 'authentication-info', 'proxy-authentication-info'],
 } as const;
 
 const D = IDEMPOTENCY_DEFAULTS;
@@ -251,6 +260,11 @@ export const idempotencySchema = strict(
       'How request logs show the key: plain, or hash (a short SHA-256) when keys are sensitive.',
       D.logKey,
     ),
+    dropReplayHeaders: opt(
+      z.array(headerName),
+      'Response headers stored but never replayed to a later caller (Date is always sent fresh).',
+      D.dropReplayHeaders,
+    ),
   },
   'idempotency settings',
 );
@@ -274,17 +288,27 @@ const routeSchema = strict(
         method: opt(methods, 'Method or list of methods; absent = any method.'),
         path: pathPattern.default('/**').describe('Exact path, /orders/:id/refund, or /prefix/**.'),
         host: opt(hostName, 'Host header to match, without port; absent = any host.'),
+        strict: opt(
+          bool,
+          'Protected routes also match a trailing slash and any letter case (as Express routes); true turns that off.',
+          false,
+        ),
       },
-      'match settings (method, path, host)',
+      'match settings (method, path, host, strict)',
     ).describe('Which requests this route takes; routes are tried in order, first match wins.'),
     upstream: z.string({ error: 'expected an upstream name' }).describe('A name from upstreams.'),
     stripPrefix: opt(pathPrefix, 'Removed from the front of the path before forwarding.'),
+    methodOverride: opt(
+      bool,
+      'The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override): route and protect by the overriding method, and forward those headers. Off: they are removed.',
+      false,
+    ),
     idempotency: opt(
       idempotencyOrFlag,
       'false/absent: pass-through; true or a mapping: protected.',
     ),
   },
-  'route settings (name, match, upstream, stripPrefix, idempotency)',
+  'route settings (name, match, upstream, stripPrefix, methodOverride, idempotency)',
 );
 
 const upstreamSchema = strict(
@@ -345,13 +369,19 @@ export const configSchema = strict(
         error: 'expected a mapping of upstreams',
       })
       .describe('Services the proxy forwards to, by name.'),
+    trustedProxies: z
+      .array(addressOrCidr)
+      .default([])
+      .describe(
+        'Addresses or CIDRs of proxies in front of this one whose X-Forwarded-Host/-Proto and Forwarded headers are kept; from anyone else they are replaced.',
+      ),
     defaults: opt(idempotencySchema, 'Idempotency settings every protected route starts from.'),
     routes: z
       .array(routeSchema, { error: 'expected a list of routes' })
       .min(1, { error: 'expected at least one route' })
       .describe('Routes in match order; the first match wins.'),
   },
-  'config sections (listen, shutdownGrace, admin, store, upstreams, defaults, routes)',
+  'config sections (listen, shutdownGrace, admin, store, upstreams, trustedProxies, defaults, routes)',
 );
 
 export type ParsedConfig = z.output<typeof configSchema>;

@@ -91,6 +91,13 @@ export interface IdempotencyPolicy {
   readonly replaySetCookie: boolean;
   /** How request logs show the key: as sent, or as a short hash. */
   readonly logKey: 'plain' | 'hash';
+  /** Lower-case response header names never replayed (besides `date`, which is always fresh). */
+  readonly dropReplayHeaders: ReadonlySet<string>;
+  /**
+   * Lower-case request headers the key, tenant, fingerprint or derived key read: a Connection header
+   * naming one would make the proxy drop what it decided on (SPEC §8).
+   */
+  readonly readsHeaders: ReadonlySet<string>;
 }
 
 export interface RouteMatch {
@@ -100,6 +107,8 @@ export interface RouteMatch {
   readonly path: string;
   /** Lower-case host name without port; null = any host. */
   readonly host: string | null;
+  /** Protected routes match a trailing slash and any letter case unless strict (SPEC §8). */
+  readonly strict: boolean;
 }
 
 export interface RouteConfig {
@@ -108,6 +117,8 @@ export interface RouteConfig {
   readonly upstream: UpstreamConfig;
   /** Removed from the front of the request path before forwarding; null = none. */
   readonly stripPrefix: string | null;
+  /** The upstream honours method-override headers: route by them and forward them (SPEC §8). */
+  readonly methodOverride: boolean;
   /** null = pass-through route. */
   readonly idempotency: IdempotencyPolicy | null;
 }
@@ -120,5 +131,7 @@ export interface ProxyConfig {
   readonly admin: AdminConfig;
   readonly store: StoreConfig;
   readonly upstreams: ReadonlyMap<string, UpstreamConfig>;
+  /** Peers (addresses and CIDRs, as written) whose forwarding headers are kept. */
+  readonly trustedProxies: readonly string[];
   readonly routes: readonly RouteConfig[];
 }

@@ -42,17 +42,48 @@ export interface ForwardedHeaders {
   'x-forwarded-host': string;
 }
 
-/** Appends the client address to X-Forwarded-For; keeps an incoming proto/host, else this hop's. */
-export function forwardedHeaders(req: IncomingMessage): ForwardedHeaders {
+/** What the X-Forwarded-* headers are made from: the edge's reading of the request (edge.ts). */
+export interface ForwardingFacts {
+  /** host[:port] the client addressed, canonical. */
+  readonly authority: string;
+  /** The peer is a trusted proxy: its X-Forwarded-Host/-Proto (and Forwarded) stand. */
+  readonly keepsForwarding: boolean;
+  readonly keepsOverride: boolean;
+}
+
+/**
+ * Appends the peer to X-Forwarded-For; X-Forwarded-Proto and -Host are this hop's, unless the peer
+ * is a trusted proxy that sent its own (trustedProxies). Anyone else could name any host or scheme,
+ * and upstreams build redirects and absolute links from them.
+ */
+export function forwardedHeaders(req: IncomingMessage, facts: ForwardingFacts): ForwardedHeaders {
   const headers = req.headers;
   const client = req.socket.remoteAddress ?? '';
   const priorFor = headers['x-forwarded-for'];
-  const encrypted = (req.socket as TLSSocket).encrypted === true;
+  const proto = (req.socket as TLSSocket).encrypted === true ? 'https' : 'http';
   return {
     'x-forwarded-for': priorFor ? `${priorFor}, ${client}` : client,
-    'x-forwarded-proto': firstValue(headers['x-forwarded-proto']) ?? (encrypted ? 'https' : 'http'),
-    'x-forwarded-host': firstValue(headers['x-forwarded-host']) ?? headers.host ?? '',
+    'x-forwarded-proto':
+      (facts.keepsForwarding && firstValue(headers['x-forwarded-proto'])) || proto,
+    'x-forwarded-host':
+      (facts.keepsForwarding && firstValue(headers['x-forwarded-host'])) || facts.authority,
   };
+}
+
+/**
+ * Request headers the edge decides about (SPEC §8): `Forwarded` is kept only from a trusted proxy,
+ * the method-override headers only on routes that honour them. One set lookup per header.
+ */
+export const EDGE_HEADERS: ReadonlySet<string> = new Set([
+  'forwarded',
+  'x-http-method-override',
+  'x-http-method',
+  'x-method-override',
+]);
+
+/** For a name in EDGE_HEADERS: does it go upstream? */
+export function keepsEdgeHeader(name: string, facts: ForwardingFacts): boolean {
+  return name === 'forwarded' ? facts.keepsForwarding : facts.keepsOverride;
 }
 
 function firstValue(value: string | string[] | undefined): string | undefined {

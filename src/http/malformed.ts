@@ -1,6 +1,7 @@
 // The answer to a request Node's HTTP parser rejected (bad header bytes, oversized headers, …): still
 // problem+json, written raw because there is no request object to answer through.
-import { problemType } from './problem';
+import type { ProxyError } from '../errors';
+import { PROBLEM_CONTENT_TYPE, problemBody, problemType } from './problem';
 
 export function malformedRequestAnswer(error: NodeJS.ErrnoException): string {
   const tooLarge = error.code === 'HPE_HEADER_OVERFLOW';
@@ -15,4 +16,10 @@ export function malformedRequestAnswer(error: NodeJS.ErrnoException): string {
   });
   const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
   return `HTTP/1.1 ${status}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}
+
+/** A problem answer written straight to a socket (an upgrade request has no response object). */
+export function rawProblemAnswer(error: ProxyError): string {
+  const body = JSON.stringify(problemBody(error));
+  return `HTTP/1.1 ${error.status} ${error.title}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }

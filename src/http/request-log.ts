@@ -12,6 +12,7 @@ export type Outcome =
   | 'upstream_error'
   | 'passthrough'
   | 'not_found'
+  | 'bad_request'
   | 'client_gone'
   | 'error';
 
@@ -34,6 +35,7 @@ export interface RequestLogEntry {
     | 'would_reject_missing_key'
     | 'would_reject_invalid_key'
     | 'would_reject_too_large'
+    | 'would_reject_duplicate_key'
     | 'would_reject_store_unavailable';
   /** True when the answer came from the in-process replay cache (no store round trip). */
   cached?: boolean;
@@ -43,6 +45,8 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
+  /** The request target as sent, when the edge rewrote it to its canonical form (SPEC §8). */
+  rawTarget?: string;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;
   totalMs: number;
@@ -68,6 +72,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     cached: undefined,
     outcomeUnknown: undefined,
     clientClosedEarly: undefined,
+    rawTarget: undefined,
   };
 }
 

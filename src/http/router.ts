@@ -1,17 +1,40 @@
 // Matches a request to the first route whose method, host and path match (config order). Path
 // patterns are compiled once: exact (`/refunds`), parameters (`/orders/:id/refund`), or a prefix
-// (`/mail/**`, which also matches `/mail` itself; `/**` matches everything).
+// (`/mail/**`, which also matches `/mail` itself; `/**` matches everything). Protected routes match
+// leniently (SPEC §8): with a trailing slash and in any letter case, as Express and many frameworks
+// route, so no spelling the upstream would take for the protected endpoint slips past to a
+// pass-through route. The router only ever sees canonical paths (edge.ts).
 import type { RouteConfig } from '../config/types';
+import type { EdgeRequest } from './edge';
 
+/** A routed request as every later step reads it: decided once, at the edge and by the router. */
 export interface RequestTarget {
-  /** Raw path as sent, without the query; never empty. */
+  /** The method routing and protection use (an override header's, on routes that honour it). */
+  readonly method: string;
+  /** Canonical path, without the query; never empty. */
   readonly path: string;
   /** Raw query string without '?', '' if none. */
   readonly query: string;
+  /** Path and query sent upstream: stripPrefix removed, the upstream's base path prepended. */
+  readonly forwardPath: string;
+  /** Canonical host[:port] the client addressed (sent as X-Forwarded-Host), '' if none. */
+  readonly authority: string;
+  /** Forward the client's X-Forwarded-Host/-Proto and Forwarded (a trusted proxy sent them). */
+  readonly keepsForwarding: boolean;
+  /** Forward method-override headers (the route honours them); otherwise they are removed. */
+  readonly keepsOverride: boolean;
+}
+
+export interface RouteMatch {
+  readonly route: RouteConfig;
+  /** The method this route is matched and protected by. */
+  readonly method: string;
 }
 
 export interface Router {
-  match(method: string, host: string | undefined, path: string): RouteConfig | undefined;
+  match(
+    request: Pick<EdgeRequest, 'method' | 'overrideMethod' | 'host' | 'path'>,
+  ): RouteMatch | undefined;
 }
 
 type PathMatcher = (path: string) => boolean;
@@ -51,61 +74,65 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
     route,
     methods: route.match.methods,
     host: route.match.host,
-    matchPath: compilePathPattern(route.match.path),
+    matchPath: isLenient(route)
+      ? compileLenient(route.match.path)
+      : compilePathPattern(route.match.path),
   }));
   return {
-    match(method, host, path) {
-      const hostName = host === undefined ? undefined : stripPort(host).toLowerCase();
+    match(request) {
+      const { host, path } = request;
+      const override = request.overrideMethod;
       for (const entry of compiled) {
+        const method =
+          entry.route.methodOverride && typeof override === 'string' ? override : request.method;
         if (entry.methods !== null && !entry.methods.has(method)) continue;
-        if (entry.host !== null && entry.host !== hostName) continue;
-        if (entry.matchPath(path)) return entry.route;
+        if (entry.host !== null && entry.host !== host) continue;
+        if (entry.matchPath(path)) return { route: entry.route, method };
       }
       return undefined;
     },
   };
 }
 
-/** Splits origin-form (`/a?b`) or absolute-form (`http://h/a?b`) request targets. */
-export function parseRequestTarget(url: string): RequestTarget {
-  let target = url;
-  if (!target.startsWith('/')) {
-    const schemeEnd = target.indexOf('://');
-    if (schemeEnd !== -1) {
-      const pathStart = target.indexOf('/', schemeEnd + 3);
-      target = pathStart === -1 ? '/' : target.slice(pathStart);
-    } else if (target === '*') {
-      target = '*';
-    } else {
-      target = `/${target}`;
-    }
-  }
-  const q = target.indexOf('?');
-  if (q === -1) return { path: target, query: '' };
-  return { path: target.slice(0, q) || '/', query: target.slice(q + 1) };
+export function isLenient(route: RouteConfig): boolean {
+  return route.idempotency !== null && !route.match.strict;
 }
 
-/** The path sent upstream: stripPrefix removed, the upstream's base path prepended. */
-export function upstreamPath(route: RouteConfig, target: RequestTarget): string {
+/** Matches what `pattern` matches in any letter case, with or without one trailing slash. */
+function compileLenient(pattern: string): PathMatcher {
+  const folded = compilePathPattern(withoutTrailingSlash(pattern).toLowerCase());
+  return (path) => folded(withoutTrailingSlash(path).toLowerCase());
+}
+
+function withoutTrailingSlash(path: string): string {
+  return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+}
+
+/**
+ * The path and query sent upstream: stripPrefix removed (in any letter case where the route matched
+ * leniently), the upstream's base path prepended. Undefined if the result would leave the base path
+ * or hold a dot segment, which a canonical path cannot do: this is the last check before the
+ * upstream, not the only one.
+ */
+export function upstreamPath(
+  route: RouteConfig,
+  target: { readonly path: string; readonly query: string },
+): string | undefined {
   let path = target.path;
   const strip = route.stripPrefix;
-  if (
-    strip !== null &&
-    (path === strip || path.startsWith(strip.endsWith('/') ? strip : `${strip}/`))
-  ) {
-    path = path.slice(strip.length);
-    if (!path.startsWith('/')) path = `/${path}`;
+  if (strip !== null) {
+    const lenient = isLenient(route);
+    const head = lenient ? path.slice(0, strip.length).toLowerCase() : path.slice(0, strip.length);
+    const prefix = lenient ? strip.toLowerCase() : strip;
+    if (head === prefix && (path.length === strip.length || path[strip.length] === '/')) {
+      path = path.slice(strip.length) || '/';
+    }
   }
   const base = route.upstream.basePath;
   if (base) path = path === '/' ? base : `${base}${path}`;
+  if (base && path !== base && !path.startsWith(`${base}/`)) return undefined;
+  if (DOT_SEGMENT.test(path)) return undefined;
   return target.query ? `${path}?${target.query}` : path;
 }
 
-function stripPort(host: string): string {
-  if (host.startsWith('[')) {
-    const end = host.indexOf(']');
-    return end === -1 ? host : host.slice(0, end + 1);
-  }
-  const colon = host.indexOf(':');
-  return colon === -1 ? host : host.slice(0, colon);
-}
+const DOT_SEGMENT = /(?:^|\/)\.\.?(?:\/|$)/;

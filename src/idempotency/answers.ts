@@ -22,7 +22,27 @@ export function replay(request: ProtectedRequest, stored: StoredResponse): void 
   const extra: [string, string][] = [[policy.replayedHeader, 'true']];
   if (log.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
   if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-  writeWhole(res, stored.status, stored.headers, stored.body, extra);
+  writeWhole(
+    res,
+    stored.status,
+    replayHeaders(stored, policy.dropReplayHeaders),
+    stored.body,
+    extra,
+  );
+}
+
+/**
+ * The stored headers a later caller gets: never the stored Date (Node sends the current one: a
+ * replay is a new message), never one the route drops (dropReplayHeaders: another caller's
+ * challenge or nonce). Usually neither is there, and the stored array is used as is.
+ */
+function replayHeaders(stored: StoredResponse, dropped: ReadonlySet<string>): HeaderPairs {
+  const headers = stored.headers;
+  for (const [name] of headers) {
+    if (name === 'date' || dropped.has(name))
+      return headers.filter(([other]) => other !== 'date' && !dropped.has(other));
+  }
+  return headers;
 }
 
 export function reused(request: ProtectedRequest, key: string): void {

@@ -8,7 +8,8 @@
 // - numbers are NOT rounded to the nearest double (RFC 8785 §3.2.2.3 does that, which would make
 //   12345678901234567890 equal 12345678901234567891). Each number's source text is normalised
 //   exactly instead, see `canonicalNumber`.
-// - duplicate keys in one object: the last one wins, as with JSON.parse.
+// - duplicate keys in one object are refused (DuplicateJsonKeyError): JSON.parse keeps the last,
+//   other parsers the first or both, so the proxy and the upstream could read different values.
 // - documents nested deeper than MAX_DEPTH arrays/objects are treated as not JSON (callers hash
 //   them as bytes), so a hostile body cannot overflow the stack.
 //
@@ -29,6 +30,14 @@ class ExactNumber {
 type JsonValue = null | boolean | string | number | ExactNumber | JsonValue[] | JsonObject;
 interface JsonObject {
   [key: string]: JsonValue;
+}
+
+/** A body whose JSON has an object with the same key twice (`{"amount":1000,"amount":1}`). */
+export class DuplicateJsonKeyError extends Error {
+  constructor() {
+    super('duplicate key in a JSON object');
+    this.name = 'DuplicateJsonKeyError';
+  }
 }
 
 /** A parsed JSON body, opaque to callers: parse once, then serialise it or fields of it. */
@@ -58,27 +67,71 @@ const STARTS_WITH_NUMBER = /^[\t\n\r ]*[-\d]/;
 
 /**
  * Parses a body as JSON, or returns null when it is not UTF-8, not JSON, or nested deeper than
- * MAX_DEPTH. Documents whose numbers all have at most 15 digits and no exponent take JSON.parse
- * (native, fast); any other document is parsed with lossless-json so every number keeps its exact
- * value.
+ * MAX_DEPTH; throws DuplicateJsonKeyError for a JSON document with a duplicate object key.
+ * Documents whose numbers all have at most 15 digits and no exponent take JSON.parse (native,
+ * fast); any other document is parsed with lossless-json so every number keeps its exact value.
  */
 export function parseJson(body: Buffer | string): ParsedJson | null {
   const text = decodeUtf8(body);
   if (text === null) return null;
   let value: JsonValue;
+  const exact = needsExactNumbers(text);
   try {
-    value = needsExactNumbers(text)
+    value = exact
       ? (parseLossless(text, null, {
           parseNumber: toExactNumber,
-          onDuplicateKey: lastWins,
+          onDuplicateKey: refuseDuplicate,
         }) as JsonValue)
       : (JSON.parse(text) as JsonValue);
-  } catch {
+  } catch (error) {
+    if (error instanceof DuplicateJsonKeyError) throw error;
     // SyntaxError for bad JSON; RangeError if lossless-json's recursion overflows on a very
     // deep document (which the depth check below would reject anyway).
     return null;
   }
-  return withinDepth(value, 0) ? { value } : null;
+  const members = { count: 0 };
+  if (!withinDepth(value, 0, members)) return null;
+  // JSON.parse keeps the last of two equal keys without a word (lossless-json reports only those
+  // with different values): a document with more members in its text than in its objects had one.
+  if (members.count !== memberCount(text)) throw new DuplicateJsonKeyError();
+  return { value };
+}
+
+/**
+ * The members written in a JSON text: its ":" outside strings (each member has exactly one, and
+ * nothing else in JSON does). Jumps from quote to quote and colon to colon with indexOf, so a body
+ * costs about one native scan.
+ */
+function memberCount(text: string): number {
+  let count = 0;
+  let colon = text.indexOf(':');
+  let at = 0;
+  while (colon !== -1) {
+    const quote = text.indexOf('"', at);
+    const stringStart = quote === -1 ? text.length : quote;
+    while (colon !== -1 && colon < stringStart) {
+      count++;
+      colon = text.indexOf(':', colon + 1);
+    }
+    if (quote === -1) break;
+    at = stringEnd(text, quote) + 1;
+    if (at === 0) break; // an unterminated string: JSON.parse would have thrown
+    if (colon !== -1 && colon < at) colon = text.indexOf(':', at);
+  }
+  return count;
+}
+
+/** Index of the quote closing the string that opens at `quote`, or -1. */
+function stringEnd(text: string, quote: number): number {
+  let from = quote + 1;
+  for (;;) {
+    const end = text.indexOf('"', from);
+    if (end === -1) return -1;
+    let backslashes = 0;
+    while (text.charCodeAt(end - 1 - backslashes) === 0x5c) backslashes++;
+    if (backslashes % 2 === 0) return end;
+    from = end + 1;
+  }
 }
 
 /**
@@ -204,8 +257,8 @@ function toExactNumber(text: string): ExactNumber {
   return new ExactNumber(canonicalNumber(text));
 }
 
-function lastWins(info: { newValue: unknown }): unknown {
-  return info.newValue;
+function refuseDuplicate(): never {
+  throw new DuplicateJsonKeyError();
 }
 
 function isPlainObject(value: JsonValue): value is JsonObject {
@@ -217,16 +270,21 @@ function isPlainObject(value: JsonValue): value is JsonObject {
   );
 }
 
-/** Stops (false) as soon as MAX_DEPTH is exceeded, so it never recurses deeper than that itself. */
-function withinDepth(value: JsonValue, depth: number): boolean {
+/**
+ * Stops (false) as soon as MAX_DEPTH is exceeded, so it never recurses deeper than that itself;
+ * counts the object members it walks past.
+ */
+function withinDepth(value: JsonValue, depth: number, members: { count: number }): boolean {
   if (typeof value !== 'object' || value === null || value instanceof ExactNumber) return true;
   if (depth >= MAX_DEPTH) return false;
   if (Array.isArray(value)) {
-    for (const item of value) if (!withinDepth(item, depth + 1)) return false;
+    for (const item of value) if (!withinDepth(item, depth + 1, members)) return false;
     return true;
   }
-  for (const key of Object.keys(value)) {
-    if (!withinDepth(value[key] as JsonValue, depth + 1)) return false;
+  const keys = Object.keys(value);
+  members.count += keys.length;
+  for (const key of keys) {
+    if (!withinDepth(value[key] as JsonValue, depth + 1, members)) return false;
   }
   return true;
 }

@@ -4,7 +4,6 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { sendProblem } from '../http/problem';
 import { responseHeaderPairs, writeWhole } from '../http/response';
-import { upstreamPath } from '../http/router';
 import type { ResponseReceiver } from '../upstream/protected';
 import type { TransportFailure } from '../upstream/transport-errors';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
@@ -41,9 +40,10 @@ async function forwardAndSettle(
     await deps.upstreams.send(
       route.upstream,
       {
+        // The request line's method: with methodOverride the upstream applies the override itself.
         method: req.method ?? 'POST',
-        path: upstreamPath(route, request.target),
-        headers: outgoingHeaders(req, policy, id.key),
+        path: request.target.forwardPath,
+        headers: outgoingHeaders(req, request.target, policy, id.key),
         body,
       },
       answer,

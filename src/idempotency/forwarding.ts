@@ -2,16 +2,21 @@
 // state machine (protected-request.ts) and shadow mode's unstored forwarding (shadow.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
-import { forwardedHeaders, hopByHopNames } from '../http/headers';
+import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
+import type { RequestTarget } from '../http/router';
 import { statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
 import type { HeaderPairs } from './record';
 
-/** Request headers sent upstream: no hop-by-hop, no framing, the key as forwardKeyAs. */
+/**
+ * Request headers sent upstream: no hop-by-hop, no framing, the edge's X-Forwarded-* and decisions
+ * (headers.ts), the key as forwardKeyAs (none when a shadow-mode request has no usable key).
+ */
 export function outgoingHeaders(
   req: IncomingMessage,
+  target: RequestTarget,
   policy: IdempotencyPolicy,
-  key: string,
+  key: string | undefined,
 ): Record<string, string | string[]> {
   const dropped = hopByHopNames(req.headers);
   const headers: Record<string, string | string[]> = {};
@@ -24,10 +29,11 @@ export function outgoingHeaders(
       name === policy.key.header
     )
       continue;
+    if (EDGE_HEADERS.has(name) && !keepsEdgeHeader(name, target)) continue;
     headers[name] = value;
   }
-  Object.assign(headers, forwardedHeaders(req));
-  if (policy.forwardKeyAs !== null) {
+  Object.assign(headers, forwardedHeaders(req, target));
+  if (policy.forwardKeyAs !== null && key !== undefined) {
     // Sent with the configured spelling: some legacy services compare header names case-sensitively.
     delete headers[policy.forwardKeyAs.toLowerCase()];
     headers[policy.forwardKeyAs] = key;
@@ -39,7 +45,7 @@ export function outgoingHeaders(
 export function transportFailure(
   route: RouteConfig,
   error: unknown,
-  key: string,
+  key: string | undefined,
 ): TransportFailure {
   const upstream = route.upstream;
   return classifyTransportError(error, {

@@ -23,8 +23,8 @@ import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
-import { upstreamPath } from '../http/router';
 import { deriveKey, derivedKeyPolicy } from './derived-key';
+import { DuplicateJsonKeyError } from './canonical-json';
 import { computeFingerprint, type FingerprintInput } from './fingerprint';
 import { type KeyParseResult, parseIdempotencyKey } from './key';
 import type { RecordId } from './record';
@@ -80,20 +80,45 @@ export async function handleProtectedRequest(
   }
 
   const input: FingerprintInput = {
-    method: req.method ?? 'POST',
+    method: request.target.method,
     path: request.target.path,
     query: request.target.query,
     headers: req.headers,
     body,
     contentType: req.headers['content-type'],
   };
-  if (parsed.ok) return claimAndAnswer(deps, request, parsed.key, input);
-  // Only a route with key.derive gets here (refuseKey took every other keyless request). A derived
-  // key's record lives for key.window instead of ttl; the rest is as for a sent key.
-  const key = deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
+  // Only a route with key.derive gets here without a key (refuseKey took every other keyless
+  // request). A derived key's record lives for key.window instead of ttl; the rest is as for a sent key.
+  let key: string;
+  let fingerprint: Buffer;
+  try {
+    key = parsed.ok ? parsed.key : deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
+    fingerprint = computeFingerprint(input, policy.fingerprint);
+  } catch (error) {
+    if (!(error instanceof DuplicateJsonKeyError)) throw error;
+    const sentKey = parsed.ok ? parsed.key : undefined;
+    if (!policy.enforce)
+      return forwardUnstored(deps.upstreams, request, sentKey, body, 'would_reject_duplicate_key');
+    return fail(
+      request,
+      'bad_request',
+      new ProxyError(
+        'JSON_DUPLICATE_KEY',
+        'The JSON body has an object with the same key twice, which parsers read differently (first or last value), so the proxy cannot know what the upstream would act on. Send each key once.',
+        { route: route.name, key: sentKey },
+      ),
+    );
+  }
+  if (parsed.ok) return claimAndAnswer(deps, request, key, fingerprint, body);
   log.key = key;
   log.keyDerived = true;
-  return claimAndAnswer(deps, { ...request, policy: derivedKeyPolicy(policy) }, key, input);
+  return claimAndAnswer(
+    deps,
+    { ...request, policy: derivedKeyPolicy(policy) },
+    key,
+    fingerprint,
+    body,
+  );
 }
 
 /**
@@ -146,7 +171,7 @@ function refuseKey(
   if (missing && !policy.key.required) {
     // No key and none required: forwarded unprotected, streamed like any pass-through request.
     log.outcome = 'passthrough';
-    deps.passThrough.web(request.req, request.res, route, upstreamPath(route, request.target));
+    deps.passThrough.web(request.req, request.res, route, request.target);
     return;
   }
   if (!policy.enforce) {
@@ -170,12 +195,11 @@ async function claimAndAnswer(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   key: string,
-  input: FingerprintInput,
+  fingerprint: Buffer,
+  body: Buffer,
 ): Promise<void> {
   const { req, route, policy, log } = request;
-  const body = input.body;
   const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
-  const fingerprint = computeFingerprint(input, policy.fingerprint);
   if (policy.enforce && deps.cache) {
     const cached = deps.cache.lookup(id, fingerprint);
     if (cached) {

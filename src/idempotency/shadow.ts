@@ -19,7 +19,6 @@ import { readBody } from '../http/body';
 import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
-import { upstreamPath } from '../http/router';
 import type { UpstreamPools } from '../upstream/protected';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
 import type { ProtectedDeps, ProtectedRequest } from './protected-context';
@@ -61,12 +60,7 @@ export function passThroughInShadow(
 ): void {
   request.log.outcome = 'passthrough';
   request.log.shadow = verdict;
-  deps.passThrough.web(
-    request.req,
-    request.res,
-    request.route,
-    upstreamPath(request.route, request.target),
-  );
+  deps.passThrough.web(request.req, request.res, request.route, request.target);
 }
 
 /**
@@ -77,7 +71,7 @@ export function passThroughInShadow(
 export async function forwardUnstored(
   upstreams: UpstreamPools,
   request: ProtectedRequest,
-  key: string,
+  key: string | undefined,
   body: Buffer,
   verdict: ShadowVerdict,
 ): Promise<void> {
@@ -90,8 +84,8 @@ export async function forwardUnstored(
       route.upstream,
       {
         method: req.method ?? 'POST',
-        path: upstreamPath(route, request.target),
-        headers: outgoingHeaders(req, policy, key),
+        path: request.target.forwardPath,
+        headers: outgoingHeaders(req, request.target, policy, key),
         body,
       },
       {

@@ -30,7 +30,28 @@ export function tenantHash(headers: IncomingHttpHeaders, tenantParts: readonly s
       );
     }
     const name = part.slice(HEADER_PREFIX.length).toLowerCase();
-    framed.field('header').field(name).optionalList(headerValues(headers, name));
+    const values = headerValues(headers, name);
+    framed
+      .field('header')
+      .field(name)
+      .optionalList(name === 'authorization' ? values?.map(canonicalCredentials) : values);
   }
   return framed.digest().toString('hex');
+}
+
+const CREDENTIALS = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s;
+
+/**
+ * One spelling per caller (SPEC §8, RFC 9110 §11.1): the auth scheme is case-insensitive and any run
+ * of whitespace after it counts as one space, so `bearer   A` and `Bearer A` are one tenant while
+ * `Bearer a` is another (credentials are compared exactly). The scheme is spelt with a capital
+ * first letter — `Bearer`, `Basic`, as clients send them — so tenants hashed before this rule keep
+ * their scope.
+ */
+export function canonicalCredentials(value: string): string {
+  const match = CREDENTIALS.exec(value.trim());
+  if (match === null) return value;
+  const scheme = match[1]!;
+  const spelt = scheme[0]!.toUpperCase() + scheme.slice(1).toLowerCase();
+  return match[2] === undefined ? spelt : `${spelt} ${match[2]}`;
 }

@@ -8,7 +8,8 @@ import type { Duplex } from 'node:stream';
 import { parse as urlParse } from 'node:url';
 import httpProxy from 'http-proxy';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
-import { forwardedHeaders, hopByHopNames } from '../http/headers';
+import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
+import type { RequestTarget } from '../http/router';
 import { sendProblem } from '../http/problem';
 import { classifyTransportError } from './transport-errors';
 
@@ -37,8 +38,13 @@ export class PassThrough {
     }
   }
 
-  web(req: http.IncomingMessage, res: http.ServerResponse, route: RouteConfig, path: string): void {
-    prepareRequest(req, path, false);
+  web(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    route: RouteConfig,
+    target: RequestTarget,
+  ): void {
+    prepareRequest(req, target, false);
     this.proxyFor(route).web(req, res, (error) => this.onError(error, route, res));
   }
 
@@ -47,9 +53,9 @@ export class PassThrough {
     socket: Duplex,
     head: Buffer,
     route: RouteConfig,
-    path: string,
+    target: RequestTarget,
   ): void {
-    prepareRequest(req, path, true);
+    prepareRequest(req, target, true);
     this.proxyFor(route).ws(req, socket, head, () => socket.destroy());
   }
 
@@ -100,7 +106,11 @@ function createUpstreamProxy(upstream: UpstreamConfig, agent: http.Agent): Upstr
   const timeoutMs = upstream.timeoutMs;
   // An upstream silent for the timeout is a 504, not the 502 a plain abort would look like: the
   // request is destroyed with an ETIMEDOUT error, which reaches web()'s callback.
-  proxy.on('proxyReq', (proxyReq) => {
+  proxy.on('proxyReq', (proxyReq, req) => {
+    // http-proxy joins paths with its urlJoin, which merges "//" and rewrites "http:/" to "http://"
+    // inside a path: the upstream must get the path the edge decided on (SPEC §8), byte for byte.
+    // The request line is written later, from this field.
+    if (proxyReq.path !== req.url) proxyReq.path = req.url!;
     proxyReq.setTimeout(timeoutMs, () => proxyReq.destroy(upstreamTimeout(timeoutMs)));
   });
   proxy.on('proxyRes', (proxyRes, _req, res) => {
@@ -137,26 +147,26 @@ function writeResponseHead(proxyRes: http.IncomingMessage, res: http.ServerRespo
 }
 
 /**
- * Gives the request the headers it goes upstream with — a new object, without the hop-by-hop ones
- * and with X-Forwarded-* — and the upstream path. A websocket handshake keeps Connection/Upgrade.
+ * Gives the request the headers it goes upstream with — a new object, without the hop-by-hop ones,
+ * with the edge's X-Forwarded-* and decisions (headers.ts) — and the upstream path. A websocket
+ * handshake keeps Connection/Upgrade.
  */
-function prepareRequest(req: http.IncomingMessage, path: string, upgrade: boolean): void {
+function prepareRequest(req: http.IncomingMessage, target: RequestTarget, upgrade: boolean): void {
   const incoming = req.headers;
   const hop = hopByHopNames(incoming);
   const outgoing: http.IncomingHttpHeaders = {};
   for (const name in incoming) {
-    // transfer-encoding frames this very request's body: Node re-frames it on the way out.
-    if (
-      !hop.has(name) ||
-      name === 'transfer-encoding' ||
-      (upgrade && (name === 'connection' || name === 'upgrade'))
-    )
+    if (EDGE_HEADERS.has(name) && !keepsEdgeHeader(name, target)) continue;
+    if (!hop.has(name) || (upgrade && (name === 'connection' || name === 'upgrade')))
       outgoing[name] = incoming[name];
   }
-  const forwarded = forwardedHeaders(req);
+  // Node has decoded this request's chunked framing and re-chunks the body on the way out: say so,
+  // and only so (the edge refused any coding but chunked; a client's "identity, chunked" is not ours).
+  if (incoming['transfer-encoding'] !== undefined) outgoing['transfer-encoding'] = 'chunked';
+  const forwarded = forwardedHeaders(req, target);
   outgoing['x-forwarded-for'] = forwarded['x-forwarded-for'];
   outgoing['x-forwarded-proto'] = forwarded['x-forwarded-proto'];
   outgoing['x-forwarded-host'] = forwarded['x-forwarded-host'];
   req.headers = outgoing;
-  req.url = path;
+  req.url = target.forwardPath;
 }

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import {
+  DuplicateJsonKeyError,
   MAX_DEPTH,
   canonicalJson,
   canonicalNumber,
@@ -136,9 +137,29 @@ describe('canonicalJson', () => {
       expect(canonicalJson('1.50')).toBe('1.5');
     });
 
-    it('keeps the last of duplicate keys, as JSON.parse does', () => {
-      expect(canonicalJson('{"a":1,"a":2}')).toBe('{"a":2}');
-      expect(canonicalJson('{"a":1.5,"a":2.50}')).toBe('{"a":2.5}');
+    it('refuses duplicate keys, whichever parser reads the document (SPEC: the upstream may read the other one)', () => {
+      for (const text of [
+        '{"amount":1000,"amount":1}',
+        '{"a":1,"a":1}',
+        '{"a":1.5,"a":2.50}',
+        '{"a":12345678901234567890,"a":1}',
+        '{"a":1e3,"a":1e3}',
+        '{"x":[{"b":1,"b":2}]}',
+        '{"a":{"b":1,"b":2}}',
+        '{"__proto__":1,"__proto__":2}',
+        '{"a":1, "a" : 2}',
+      ])
+        expect(() => canonicalJson(text)).toThrow(DuplicateJsonKeyError);
+    });
+
+    it('counts only members, not colons or quotes inside strings', () => {
+      expect(canonicalJson('{"note":"\\"a\\":1,\\"a\\":2","b":"x:y"}')).toBe(
+        '{"b":"x:y","note":"\\"a\\":1,\\"a\\":2"}',
+      );
+      expect(canonicalJson('{"a\\\\":"::","b":["\\\\",":"]}')).toBe(
+        '{"a\\\\":"::","b":["\\\\",":"]}',
+      );
+      expect(canonicalJson('[{"a":1},{"a":2}]')).toBe('[{"a":1},{"a":2}]');
     });
 
     it('keeps a "__proto__" key as an ordinary member', () => {

@@ -96,6 +96,12 @@ describe('defaults', () => {
       allowSafeMethods: false,
       replaySetCookie: false,
       logKey: 'plain',
+      dropReplayHeaders: new Set([
+        'www-authenticate',
+        'authentication-info',
+        'proxy-authentication-info',
+      ]),
+      readsHeaders: new Set(['idempotency-key']),
     });
     expect([200, 303, 404, 500].map(storesStatus)).toEqual([true, true, true, true]);
     expect([408, 425, 429, 503, 101].map(storesStatus)).toEqual([
@@ -105,6 +111,52 @@ describe('defaults', () => {
       false,
       false,
     ]);
+  });
+
+  it('collects every header the key, tenant, fingerprint and derived key read', () => {
+    const route = parse(
+      routeYaml(
+        [
+          '    match: { path: /orders }',
+          '    idempotency:',
+          '      key: { header: X-Key, required: false, derive: [body, header:X-Run-Id] }',
+          '      tenant: [header:Authorization]',
+          '      fingerprint: { parts: [method, header:x-account] }',
+          '',
+        ].join('\n'),
+      ),
+    ).routes[0]!;
+    expect(route.idempotency!.readsHeaders).toEqual(
+      new Set(['x-key', 'authorization', 'x-account', 'x-run-id']),
+    );
+  });
+
+  it("takes a route's dropReplayHeaders instead of the defaults', lower-cased", () => {
+    const route = parse(
+      routeYaml(
+        '    match: { path: /orders }\n    idempotency: { dropReplayHeaders: [X-Session] }\n',
+      ),
+    ).routes[0]!;
+    expect(route.idempotency!.dropReplayHeaders).toEqual(new Set(['x-session']));
+  });
+
+  it('reads trustedProxies, strict matching and methodOverride', () => {
+    const route = parse(
+      routeYaml(
+        '    match: { path: /orders, strict: true }\n    methodOverride: true\n    idempotency: true\n',
+      ),
+    ).routes[0]!;
+    expect(route.match.strict).toBe(true);
+    expect(route.methodOverride).toBe(true);
+    const trusting = parse(
+      routeYaml('    idempotency: true\n', 'trustedProxies: [10.0.0.0/8, "::1", 127.0.0.1]\n'),
+    );
+    expect(trusting.trustedProxies).toEqual(['10.0.0.0/8', '::1', '127.0.0.1']);
+    expect(() =>
+      parse(routeYaml('    idempotency: true\n', 'trustedProxies: [10.0.0.0/33, proxy.local]\n')),
+    ).toThrow(
+      /trustedProxies\[0\]: expected an IP address or CIDR[^]*trustedProxies\[1\]: expected an IP address or CIDR/,
+    );
   });
 
   it('freezes the result', () => {
@@ -127,7 +179,7 @@ describe('defaults', () => {
   ])('passes a route through when idempotency is %s', (_, line) => {
     const route = parse(routeYaml(`    match: { path: /** }\n${line}`)).routes[0]!;
     expect(route.idempotency).toBeNull();
-    expect(route.match).toEqual({ methods: null, path: '/**', host: null });
+    expect(route.match).toEqual({ methods: null, path: '/**', host: null, strict: false });
   });
 });
 

@@ -423,7 +423,7 @@ describe('files', () => {
 
   it('rejects a document that is not a mapping', () => {
     expect(issuesOf('- a\n- b\n')[0]?.message).toBe(
-      'expected a mapping of config sections (listen, shutdownGrace, admin, store, upstreams, defaults, routes)',
+      'expected a mapping of config sections (listen, shutdownGrace, admin, store, upstreams, trustedProxies, defaults, routes)',
     );
   });
 });

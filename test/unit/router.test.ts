@@ -1,10 +1,6 @@
 import type { RouteConfig } from '../../src/config/types';
-import {
-  compilePathPattern,
-  createRouter,
-  parseRequestTarget,
-  upstreamPath,
-} from '../../src/http/router';
+import { compilePathPattern, createRouter, upstreamPath } from '../../src/http/router';
+import type { IdempotencyPolicy } from '../../src/config/types';
 
 function route(
   name: string,
@@ -15,12 +11,20 @@ function route(
 ): RouteConfig {
   return {
     name,
-    match: { methods: methods && new Set(methods), path, host },
+    match: { methods: methods && new Set(methods), path, host, strict: false },
     upstream: { name: 'u', origin: 'http://u', basePath: '', timeoutMs: 1000 },
     stripPrefix: null,
+    methodOverride: false,
     idempotency: null,
     ...extra,
   };
+}
+
+/** Only the router's question matters here: is the route protected at all. */
+const PROTECTED = {} as IdempotencyPolicy;
+
+function request(method: string, host: string | undefined, path: string, override?: string | null) {
+  return { method, host, path, overrideMethod: override };
 }
 
 describe('path patterns', () => {
@@ -50,35 +54,91 @@ describe('router', () => {
     route('catch-all', '/**'),
   ];
   const router = createRouter(routes);
+  const name = (...args: Parameters<typeof request>) => router.match(request(...args))?.route.name;
 
   test('takes the first route that matches method, host and path', () => {
-    expect(router.match('POST', 'x', '/refunds')?.name).toBe('post-refunds');
-    expect(router.match('GET', 'x', '/refunds')?.name).toBe('catch-all');
-    expect(router.match('GET', 'MAIL.internal:8080', '/mail/x')?.name).toBe('mail');
-    expect(router.match('GET', 'other', '/mail/x')?.name).toBe('catch-all');
+    expect(name('POST', 'x', '/refunds')).toBe('post-refunds');
+    expect(name('GET', 'x', '/refunds')).toBe('catch-all');
+    expect(name('GET', 'mail.internal', '/mail/x')).toBe('mail');
+    expect(name('GET', 'other', '/mail/x')).toBe('catch-all');
+    expect(name('GET', undefined, '/mail/x')).toBe('catch-all');
   });
 
   test('returns undefined when nothing matches', () => {
-    expect(createRouter([routes[0]!]).match('GET', undefined, '/refunds')).toBeUndefined();
+    expect(createRouter([routes[0]!]).match(request('GET', undefined, '/refunds'))).toBeUndefined();
+  });
+
+  test('pass-through routes match exactly: case and a trailing slash count', () => {
+    const exact = createRouter([route('plain', '/refunds', {}, ['POST'])]);
+    expect(exact.match(request('POST', 'x', '/refunds'))).toBeDefined();
+    expect(exact.match(request('POST', 'x', '/refunds/'))).toBeUndefined();
+    expect(exact.match(request('POST', 'x', '/Refunds'))).toBeUndefined();
+  });
+
+  test.each([
+    ['/refunds', '/refunds/', true],
+    ['/refunds', '/REFUNDS', true],
+    ['/refunds', '/Refunds/', true],
+    ['/refunds', '/refunds//', false],
+    ['/refunds', '/refundsx', false],
+    ['/orders/:id/refund', '/Orders/AB12/Refund/', true],
+    ['/mail/**', '/MAIL/emails', true],
+    ['/', '/', true],
+  ])('a protected route with path %s matches %s leniently: %s', (pattern, path, expected) => {
+    const lenient = createRouter([route('r', pattern, { idempotency: PROTECTED }, ['POST'])]);
+    expect(lenient.match(request('POST', 'x', path)) !== undefined).toBe(expected);
+  });
+
+  test('match.strict: true makes a protected route match exactly', () => {
+    const strict = route('r', '/refunds', { idempotency: PROTECTED }, ['POST']);
+    const router = createRouter([{ ...strict, match: { ...strict.match, strict: true } }]);
+    expect(router.match(request('POST', 'x', '/refunds'))).toBeDefined();
+    expect(router.match(request('POST', 'x', '/refunds/'))).toBeUndefined();
+    expect(router.match(request('POST', 'x', '/REFUNDS'))).toBeUndefined();
+  });
+
+  test('routes with methodOverride match by the overriding method; others by the request line', () => {
+    const overriding = createRouter([
+      route('refunds', '/refunds', { methodOverride: true, idempotency: PROTECTED }, ['POST']),
+      route('rest', '/**'),
+    ]);
+    expect(overriding.match(request('GET', 'x', '/refunds', 'POST'))).toMatchObject({
+      route: { name: 'refunds' },
+      method: 'POST',
+    });
+    expect(overriding.match(request('GET', 'x', '/refunds', undefined))?.route.name).toBe('rest');
+    expect(overriding.match(request('GET', 'x', '/refunds', null))?.route.name).toBe('rest');
+    const plain = createRouter([route('refunds', '/refunds', {}, ['POST']), route('rest', '/**')]);
+    expect(plain.match(request('GET', 'x', '/refunds', 'POST'))).toMatchObject({
+      route: { name: 'rest' },
+      method: 'GET',
+    });
   });
 });
 
-describe('request targets and upstream paths', () => {
-  test('splits origin-form and absolute-form targets', () => {
-    expect(parseRequestTarget('/a/b?x=1&y')).toEqual({ path: '/a/b', query: 'x=1&y' });
-    expect(parseRequestTarget('/a')).toEqual({ path: '/a', query: '' });
-    expect(parseRequestTarget('http://h:1/a?q')).toEqual({ path: '/a', query: 'q' });
-    expect(parseRequestTarget('http://h:1')).toEqual({ path: '/', query: '' });
+describe('upstream paths', () => {
+  const mail = route('mail', '/mail/**', {
+    stripPrefix: '/mail',
+    upstream: { name: 'm', origin: 'http://m', basePath: '/api', timeoutMs: 1 },
   });
 
   test('strips the prefix and prepends the upstream base path', () => {
-    const mail = route('mail', '/mail/**', {
-      stripPrefix: '/mail',
-      upstream: { name: 'm', origin: 'http://m', basePath: '/api', timeoutMs: 1 },
-    });
     expect(upstreamPath(mail, { path: '/mail/emails', query: 'a=1' })).toBe('/api/emails?a=1');
     expect(upstreamPath(mail, { path: '/mail', query: '' })).toBe('/api');
     expect(upstreamPath(mail, { path: '/mailbox', query: '' })).toBe('/api/mailbox');
     expect(upstreamPath(route('plain', '/**'), { path: '/x', query: '' })).toBe('/x');
+  });
+
+  test('strips the prefix in any case where the route matched leniently, exactly elsewhere', () => {
+    expect(upstreamPath({ ...mail, idempotency: PROTECTED }, { path: '/MAIL/x', query: '' })).toBe(
+      '/api/x',
+    );
+    expect(upstreamPath(mail, { path: '/MAIL/x', query: '' })).toBe('/api/MAIL/x');
+  });
+
+  test('never leaves the base path: a dot segment that reached it is refused', () => {
+    expect(upstreamPath(mail, { path: '/mail/../x', query: '' })).toBeUndefined();
+    expect(upstreamPath(mail, { path: '/mail/./x', query: '' })).toBeUndefined();
+    expect(upstreamPath(route('plain', '/**'), { path: '/a/..', query: '' })).toBeUndefined();
   });
 });
