@@ -18,6 +18,11 @@ export function describeConfig(config: ProxyConfig): string {
     ...[...config.upstreams.values()].map(
       (u) => `  ${u.name}: ${u.origin}${u.basePath} (timeout ${formatDuration(u.timeoutMs)})`,
     ),
+    ...(config.trustedProxies.length > 0
+      ? [
+          `trusted proxies (their X-Forwarded-Host/-Proto kept): ${config.trustedProxies.join(', ')}`,
+        ]
+      : []),
     'routes (first match wins):',
   ];
   config.routes.forEach((route, i) => lines.push(...describeRoute(route, i + 1)));
@@ -29,16 +34,23 @@ function describeRoute(route: RouteConfig, position: number): string[] {
   const methods = match.methods === null ? 'any method' : [...match.methods].join(',');
   const host = match.host === null ? '' : ` host ${match.host}`;
   const head = `  ${position}. ${route.name}: ${methods}${host} ${match.path} → ${route.upstream.name} ${forwardedPath(route)}`;
-  if (policy === null) return [head, '     pass-through (forwarded untouched)'];
+  const override = route.methodOverride
+    ? ['     routes by X-HTTP-Method-Override & co. (methodOverride), and forwards them']
+    : [];
+  if (policy === null) return [head, '     pass-through (forwarded untouched)', ...override];
   const unsafe =
     match.methods === null
       ? ' (POST, PUT, PATCH, DELETE; safe methods pass through)'
       : [...match.methods].some((m) => SAFE_METHODS.has(m))
         ? ' (safe methods too: allowSafeMethods)'
         : '';
+  const matching = match.strict
+    ? 'exact path match (strict)'
+    : 'also matches a trailing slash and any letter case';
   return [
     head,
-    `     protected${unsafe}`,
+    `     protected${unsafe}; ${matching}`,
+    ...override,
     ...describePolicy(policy).map((line) => `       ${line}`),
   ];
 }
@@ -56,6 +68,7 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
     `fingerprint: ${fingerprint.parts.map(describePart).join(', ')}${ignore.length > 0 ? `; ignoring ${ignore.join(', ')}` : ''}`,
     `stores: ${describeStored(policy.storesStatus)}`,
     `limits: request ${formatSize(policy.maxRequestBytes)}, stored response ${formatSize(policy.maxResponseBytes)}; replay marker ${policy.replayedHeader}${policy.replaySetCookie ? '; replays Set-Cookie' : ''}`,
+    `never replayed: date (sent fresh)${[...policy.dropReplayHeaders].map((name) => `, ${name}`).join('')}`,
     ...(key.derive
       ? [
           `no key sent: derived from ${key.derive.map(describePart).join(', ')}, valid for ${formatDuration(key.windowMs ?? policy.ttlMs)}`,

@@ -120,12 +120,20 @@ describe('config JSON Schema', () => {
       'admin',
       'store',
       'upstreams',
+      'trustedProxies',
       'defaults',
       'routes',
     ]);
     for (const field of Object.values(top)) expect(field.description).toEqual(expect.any(String));
     const route = (top.routes!.items as { properties: Record<string, Schema> }).properties;
-    expect(Object.keys(route)).toEqual(['name', 'match', 'upstream', 'stripPrefix', 'idempotency']);
+    expect(Object.keys(route)).toEqual([
+      'name',
+      'match',
+      'upstream',
+      'stripPrefix',
+      'methodOverride',
+      'idempotency',
+    ]);
     const block = (top.defaults!.properties ?? {}) as Record<string, Schema>;
     expect(block.ttl).toMatchObject({
       description: 'How long a completed response is replayed.',
