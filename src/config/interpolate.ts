@@ -12,6 +12,8 @@ export interface Interpolated {
   readonly value: string;
   /** True when at least one environment variable was substituted: such text may be a secret. */
   readonly fromEnv: boolean;
+  /** The variables referenced, set or not, in order: messages about the value name them. */
+  readonly variables: readonly string[];
   /** One plain-English message per bad or unset reference; empty when all went well. */
   readonly problems: readonly string[];
 }
@@ -21,10 +23,11 @@ const SYNTAX_HINT = 'expected ${NAME} or ${NAME:-default} (write $${ for a liter
 
 export function interpolate(text: string, env: NodeJS.ProcessEnv): Interpolated {
   // Fast path: most scalars have no "$" at all.
-  if (!text.includes('${')) return { value: text, fromEnv: false, problems: [] };
+  if (!text.includes('${')) return { value: text, fromEnv: false, variables: [], problems: [] };
   let value = '';
   let fromEnv = false;
   const problems: string[] = [];
+  const variables: string[] = [];
   let i = 0;
   while (i < text.length) {
     if (text.startsWith('$${', i)) {
@@ -52,6 +55,7 @@ export function interpolate(text: string, env: NodeJS.ProcessEnv): Interpolated 
     }
     const name = match[1]!;
     const fallback = match[2];
+    if (!variables.includes(name)) variables.push(name);
     const set = env[name];
     if (set !== undefined && !(set === '' && fallback !== undefined)) {
       value += set;
@@ -64,5 +68,5 @@ export function interpolate(text: string, env: NodeJS.ProcessEnv): Interpolated 
       );
     }
   }
-  return { value, fromEnv, problems };
+  return { value, fromEnv, variables, problems };
 }

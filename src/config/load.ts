@@ -9,6 +9,8 @@ import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type YAMLE
 import type { z } from 'zod';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { compileConfig, formatPath, type IssuePath, type PathIssue } from './compile';
+import { maskPassword } from './describe';
+import { recordEnvSources, variableList } from './env-sources';
 import { interpolate } from './interpolate';
 import { configSchema, knownKeysOf } from './schema';
 import type { ProxyConfig } from './types';
@@ -91,7 +93,9 @@ export function parseConfigText(
   ];
   if (issues.length > 0 || !result.success)
     throw new ConfigError(file, sorted(issues.map(toConfigIssue)));
-  return compileConfig(result.data, { file, env, locate });
+  const config = compileConfig(result.data, { file, env, locate });
+  recordEnvSources(config, source.variables);
+  return config;
 
   function fromZod(issue: z.core.$ZodIssue): PathIssue[] {
     const where = plainPath(issue.path);
@@ -126,11 +130,24 @@ export function parseConfigText(
       const key = where[where.length - 1];
       return [{ path: where, message: `missing required key "${String(key)}" (${issue.message})` }];
     }
-    // Values that came from the environment may be secrets: never echo them back.
-    const echo = !source.fromEnv.has(formatPath(where)) && isScalarValue(issue.input);
+    if (source.fromEnv.has(formatPath(where)))
+      return [{ path: where, message: `${issue.message}, ${fromEnvironment(where, issue.input)}` }];
+    const echo = isScalarValue(issue.input);
     return [
       { path: where, message: echo ? `${issue.message}, got ${show(issue.input)}` : issue.message },
     ];
+  }
+
+  /**
+   * `got "abc" from ${PROXY_PORT}`: the variable to fix and what it holds. A setting that holds a
+   * secret (a token) is not echoed; a URL is shown with its password masked.
+   */
+  function fromEnvironment(where: IssuePath, value: unknown): string {
+    const from = `from ${variableList(source.variables.get(formatPath(where)) ?? [])}`;
+    const name = String(where[where.length - 1] ?? '');
+    if (/token|secret|password/i.test(name)) return `${from} (value not shown: it may be a secret)`;
+    const shown = name === 'url' && typeof value === 'string' ? maskPassword(value) : value;
+    return isScalarValue(shown) ? `got ${show(shown)} ${from}` : from;
   }
 }
 
@@ -144,6 +161,8 @@ interface ReadDocument {
   /** Problems met while reading: unset or malformed ${VAR} references, an oversized document. */
   readonly issues: readonly PathIssue[];
   readonly fromEnv: ReadonlySet<string>;
+  /** Path → the environment variables its value references. */
+  readonly variables: ReadonlyMap<string, readonly string[]>;
   has(path: IssuePath): boolean;
   /** Offset of `path`'s key or value; for a path not in the file, its nearest ancestor's key. */
   offsetOf(path: IssuePath, at: 'key' | 'value'): number | undefined;
@@ -157,6 +176,7 @@ function readDocument(doc: ReturnType<typeof parseDocument>, env: NodeJS.Process
   const nodes = new Map<string, SourceNode>();
   const issues: PathIssue[] = [];
   const fromEnv = new Set<string>();
+  const variables = new Map<string, readonly string[]>();
   let budget = MAX_NODES;
 
   const read = (node: unknown, where: IssuePath, keyOffset: number | undefined): unknown => {
@@ -186,6 +206,7 @@ function readDocument(doc: ReturnType<typeof parseDocument>, env: NodeJS.Process
     const result = interpolate(node.value, env);
     for (const message of result.problems) issues.push({ path: where, message });
     if (result.fromEnv) fromEnv.add(id);
+    if (result.variables.length > 0) variables.set(id, result.variables);
     return result.value;
   };
 
@@ -201,6 +222,7 @@ function readDocument(doc: ReturnType<typeof parseDocument>, env: NodeJS.Process
     value,
     issues,
     fromEnv,
+    variables,
     has: (where) => nodes.has(formatPath(where)),
     offsetOf(where, at) {
       const exact = nodes.get(formatPath(where));

@@ -2,6 +2,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { settingName } from '../../src/config/env-sources';
 import { interpolate } from '../../src/config/interpolate';
 import { loadConfigFile, parseConfigText } from '../../src/config/load';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
@@ -30,6 +31,7 @@ describe('interpolate', () => {
     expect(interpolate('a-${X}-b', { X: '1' })).toEqual({
       value: 'a-1-b',
       fromEnv: true,
+      variables: ['X'],
       problems: [],
     });
   });
@@ -42,7 +44,12 @@ describe('interpolate', () => {
   });
 
   it('allows a set but empty variable without a default', () => {
-    expect(interpolate('[${X}]', { X: '' })).toEqual({ value: '[]', fromEnv: true, problems: [] });
+    expect(interpolate('[${X}]', { X: '' })).toEqual({
+      value: '[]',
+      fromEnv: true,
+      variables: ['X'],
+      problems: [],
+    });
   });
 
   it('reports an unset variable by name', () => {
@@ -55,6 +62,7 @@ describe('interpolate', () => {
     expect(interpolate('$${X} and $5', { X: 'no' })).toEqual({
       value: '${X} and $5',
       fromEnv: false,
+      variables: [],
       problems: [],
     });
   });
@@ -112,14 +120,38 @@ describe('interpolation in the config file', () => {
     ]);
   });
 
-  it('never echoes a value from the environment in an error (it may be a secret)', () => {
-    const [issue] = issuesOf(`store:\n  url: \${DB}\n${ROUTES}`, { DB: 'mysql://root:hunter2@db' });
-    expect(issue).toEqual({
+  it('names the variable and the value it held when a value from the environment is invalid', () => {
+    expect(
+      issuesOf(`listen:\n  port: \${PROXY_PORT:-8080}\n${ROUTES}`, { PROXY_PORT: 'abc' }),
+    ).toEqual([
+      {
+        path: 'listen.port',
+        line: 2,
+        column: 9,
+        message: 'expected a port number from 0 to 65535, got "abc" from ${PROXY_PORT}',
+      },
+    ]);
+  });
+
+  it('masks the password of a URL from the environment', () => {
+    const [url] = issuesOf(`store:\n  url: \${DB}\n${ROUTES}`, { DB: 'mysql://root:hunter2@db' });
+    expect(url).toEqual({
       path: 'store.url',
       line: 2,
       column: 8,
-      message: 'expected a postgres:// URL, or empty for the embedded PostgreSQL',
+      message:
+        'expected a postgres:// URL, or empty for the embedded PostgreSQL, got "mysql://root:***@db" from ${DB}',
     });
+  });
+
+  it('tells which variables a setting was read from, for startup errors', () => {
+    const config = parseConfigText(
+      `listen:\n  port: \${PROXY_PORT:-8080}\n${ROUTES}`,
+      'proxy.yaml',
+      {},
+    );
+    expect(settingName(config, 'listen.port')).toBe('listen.port (PROXY_PORT)');
+    expect(settingName(config, 'admin.port')).toBe('admin.port');
   });
 });
 
