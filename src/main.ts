@@ -1,21 +1,29 @@
 #!/usr/bin/env node
 // Process entry: the only file that exits. Exit codes: 0 success, 2 bad config or usage, 1 runtime failure.
+import fs from 'node:fs';
+import path from 'node:path';
 import { describeConfig } from './config/describe';
 import { leaseWarnings } from './config/lease-warnings';
 import { loadConfigFile } from './config/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
-import { createLogger } from './observability/logger';
+import { checkLogSettings, createLogger } from './observability/logger';
+import { StartupError } from './startup-error';
 import { runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseCliArgs(argv);
+  if (args.version) {
+    process.stdout.write(`idempotency-proxy ${version()}\n`);
+    return 0;
+  }
   if (args.help) {
     process.stdout.write(USAGE);
     return 0;
   }
+  checkLogSettings();
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
     process.stdout.write(`${describeConfig(config)}\n`);
@@ -28,6 +36,12 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'prune') return runPrune(config, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
   return serve(config, logger);
+}
+
+/** From package.json, one folder above dist/ (and src/). */
+function version(): string {
+  const file = path.join(__dirname, '..', 'package.json');
+  return (JSON.parse(fs.readFileSync(file, 'utf8')) as { version: string }).version;
 }
 
 main(process.argv.slice(2)).then(
@@ -43,8 +57,14 @@ main(process.argv.slice(2)).then(
       );
       process.exit(2);
     }
+    if (error instanceof StartupError) {
+      // Already says what happened and what to do: one line, no stack.
+      process.stderr.write(`idempotency-proxy: ${error.message}\n`);
+      process.exit(error.exitCode);
+    }
+    // Anything else is a bug or something we did not foresee: the stack helps whoever reports it.
     process.stderr.write(
-      `idempotency-proxy: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `idempotency-proxy: ${error instanceof Error ? (error.stack ?? error.message) : `failed: ${String(error)}`}\n`,
     );
     process.exit(1);
   },

@@ -8,6 +8,7 @@ export interface CliArgs {
   readonly command: Command;
   readonly configFile: string;
   readonly help: boolean;
+  readonly version: boolean;
   /** inspect: the key, and optionally the route (or group) and raw tenant values. */
   readonly key: string | undefined;
   readonly route: string | undefined;
@@ -33,6 +34,10 @@ Options:
   -t, --tenant T      inspect: the raw tenant value, once per tenant part of the route, in order
   -b, --body          inspect: include the stored body
   -h, --help          show this help
+  -v, --version       print the version
+
+Environment: DATABASE_URL (else the embedded PostgreSQL), LOG_LEVEL (info), LOG_FORMAT (json|pretty),
+  IDEMPOTENCY_PROXY_CONFIG, IDEMPOTENCY_PROXY_DB_WAIT (seconds to wait for the database, 30)
 `;
 
 export class UsageError extends Error {}
@@ -52,6 +57,7 @@ export function parseCliArgs(
         tenant: { type: 'string', short: 't', multiple: true },
         body: { type: 'boolean', short: 'b' },
         help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean', short: 'v' },
       },
     });
   } catch (error) {
@@ -61,7 +67,7 @@ export function parseCliArgs(
   if (!(COMMANDS as readonly string[]).includes(command)) {
     throw new UsageError(`unknown command "${command}"; expected one of: ${COMMANDS.join(', ')}`);
   }
-  const help = parsed.values.help === true;
+  const help = parsed.values.help === true || parsed.values.version === true;
   const takesKey = command === 'inspect';
   if (takesKey && rest.length === 0 && !help) throw new UsageError('inspect needs a KEY');
   const extra = takesKey ? rest.slice(1) : rest;
@@ -72,7 +78,8 @@ export function parseCliArgs(
   return {
     command: command as Command,
     configFile: parsed.values.config ?? env.IDEMPOTENCY_PROXY_CONFIG ?? DEFAULT_CONFIG_FILE,
-    help,
+    help: parsed.values.help === true,
+    version: parsed.values.version === true,
     key: takesKey ? rest[0] : undefined,
     route: parsed.values.route,
     tenant: parsed.values.tenant ?? [],

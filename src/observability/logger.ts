@@ -2,6 +2,7 @@
 // terminal or when LOG_FORMAT=pretty. LOG_FORMAT=json forces JSON. LOG_LEVEL sets the level (info).
 import pino, { type Logger } from 'pino';
 import pretty from 'pino-pretty';
+import { StartupError } from '../startup-error';
 
 export interface LoggerOptions {
   /** 1 = stdout (serve), 2 = stderr (one-shot commands whose stdout is their result). */
@@ -25,13 +26,38 @@ export function isoTimeCachedPerMillisecond(): string {
   return cachedTime;
 }
 
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const LOG_FORMATS = ['json', 'pretty'] as const;
+
+/**
+ * Fails (exit 2, like a bad config) on a LOG_LEVEL or LOG_FORMAT we do not know, naming the allowed
+ * values: pino would throw a stack for a bad level, and a bad format would silently mean JSON.
+ * Empty counts as unset.
+ */
+export function checkLogSettings(env: NodeJS.ProcessEnv = process.env): void {
+  const settings = [
+    ['LOG_LEVEL', LOG_LEVELS],
+    ['LOG_FORMAT', LOG_FORMATS],
+  ] as const;
+  for (const [name, allowed] of settings) {
+    const value = env[name];
+    if (value && !(allowed as readonly string[]).includes(value)) {
+      throw new StartupError(
+        `${name}=${JSON.stringify(value)} is not valid; expected one of: ${allowed.join(', ')}`,
+        { exitCode: 2 },
+      );
+    }
+  }
+}
+
 export function createLogger(options: LoggerOptions = {}): Logger {
   const env = options.env ?? process.env;
+  checkLogSettings(env);
   const fd = options.fd ?? 1;
   const stream = fd === 1 ? process.stdout : process.stderr;
-  const format = env.LOG_FORMAT ?? (stream.isTTY ? 'pretty' : 'json');
+  const format = env.LOG_FORMAT || (stream.isTTY ? 'pretty' : 'json');
   const settings = {
-    level: env.LOG_LEVEL ?? 'info',
+    level: env.LOG_LEVEL || 'info',
     base: { service: 'idempotency-proxy' },
     timestamp: isoTimeCachedPerMillisecond,
   };
