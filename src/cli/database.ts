@@ -1,52 +1,92 @@
 // Opens the store's database for a command: the configured server, or the embedded PostgreSQL when
-// no URL is set (SPEC §2). Also waits for a server that is still starting (docker-compose order).
+// no URL is set (SPEC §2) — for an operator command, the one a running proxy already started on the
+// same data directory if there is one. Also waits for a server that is still starting
+// (docker-compose order), saying so in one line rather than a stack trace per attempt.
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
+import { settingName } from '../config/env-sources';
 import type { ProxyConfig } from '../config/types';
 import { createPool } from '../db/pool';
-import { SQLSTATE } from '../db/sqlstate';
+import type { Command } from './args';
+import { databaseStartupError, isConnectionError, reasonOf, serverOf } from './database-errors';
 
 export interface OpenDatabase {
   readonly pool: Pool;
   /** The connection string in use (the embedded server's when it was started). */
   readonly url: string;
   readonly embedded: boolean;
+  /** Runs `task`, retrying while the database refuses connections (see startupWaitMs). */
+  whenReady<T>(task: () => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
-export async function openDatabase(config: ProxyConfig, logger: Logger): Promise<OpenDatabase> {
+export async function openDatabase(
+  config: ProxyConfig,
+  logger: Logger,
+  command: Command,
+): Promise<OpenDatabase> {
   let url = config.store.url;
   let stopEmbedded: (() => Promise<void>) | undefined;
-  if (url === undefined) {
-    const { startEmbeddedPostgres } = await import('../db/embedded');
-    logger.info(
-      { dataDir: config.store.dataDir },
-      'no store.url or DATABASE_URL set: starting the embedded PostgreSQL',
-    );
-    const embedded = await startEmbeddedPostgres({
-      dataDir: config.store.dataDir,
-      onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
-    });
-    logger.info({ dataDir: embedded.dataDir, port: embedded.port }, 'embedded PostgreSQL started');
-    url = embedded.url;
-    stopEmbedded = async () => {
-      await embedded.stop();
-      logger.info('embedded PostgreSQL stopped');
-    };
-  }
+  if (url === undefined)
+    ({ url, stop: stopEmbedded } = await openEmbedded(config, logger, command));
   const pool = createPool({
     url,
     size: config.store.poolSize,
     synchronousCommit: config.store.synchronousCommit,
     onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
   });
+  const connectionUrl = url;
   return {
     pool,
     url,
-    embedded: stopEmbedded !== undefined,
+    embedded: config.store.url === undefined,
+    whenReady: (task) => whenDatabaseReady(task, logger, connectionUrl),
     async close() {
       await pool.end();
       if (stopEmbedded) await stopEmbedded();
+    },
+  };
+}
+
+/** The embedded server's URL, and how to stop it when this command started it. */
+async function openEmbedded(
+  config: ProxyConfig,
+  logger: Logger,
+  command: Command,
+): Promise<{ url: string; stop: (() => Promise<void>) | undefined }> {
+  const dataDir = config.store.dataDir;
+  const { findRunningEmbedded, startEmbeddedPostgres } = await import('../db/embedded');
+  if (command !== 'serve') {
+    // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
+    const running = findRunningEmbedded(dataDir);
+    if (running) {
+      const { port } = running.postmaster;
+      logger.info(
+        { dataDir, port, ownerPid: running.owner?.pid },
+        running.owner
+          ? `using the embedded PostgreSQL of the running proxy (PID ${running.owner.pid}) on port ${port}`
+          : `using the embedded PostgreSQL left running on port ${port} (its proxy is gone; the next serve stops it)`,
+      );
+      return { url: running.url, stop: undefined };
+    }
+  }
+  logger.info({ dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
+  const embedded = await startEmbeddedPostgres({
+    dataDir,
+    owner: `idempotency-proxy ${command}`,
+    dataDirSetting: settingName(config, 'store.dataDir'),
+    onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
+    onNotice: (message) => logger.info({ dataDir }, message),
+  });
+  logger.info(
+    { dataDir: embedded.dataDir, port: embedded.port, postmasterPid: embedded.pid },
+    'embedded PostgreSQL started',
+  );
+  return {
+    url: embedded.url,
+    stop: async () => {
+      await embedded.stop();
+      logger.info('embedded PostgreSQL stopped');
     },
   };
 }
@@ -57,41 +97,34 @@ export function startupWaitMs(env: NodeJS.ProcessEnv = process.env): number {
   return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 30_000;
 }
 
-/** Retries `task` while the database refuses connections, up to `timeoutMs`. */
+/**
+ * Retries `task` while the database refuses connections, up to `timeoutMs`: one warning when the
+ * wait begins, the attempts at debug level, and at the end an error that says what to check.
+ */
 export async function whenDatabaseReady<T>(
   task: () => Promise<T>,
   logger: Logger,
+  url: string,
   timeoutMs = startupWaitMs(),
 ): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
+  const started = Date.now();
   for (let attempt = 1; ; attempt++) {
     try {
       return await task();
     } catch (error) {
-      if (Date.now() > deadline || !isConnectionError(error)) throw error;
-      logger.warn({ err: error, attempt }, 'database not reachable yet; retrying');
+      const waited = Date.now() - started;
+      if (waited > timeoutMs || !isConnectionError(error))
+        throw databaseStartupError(error, url, waited) ?? error;
+      const reason = reasonOf(error);
+      if (attempt === 1) {
+        logger.warn(
+          { server: serverOf(url), reason },
+          `PostgreSQL is not reachable yet (${reason}); retrying for up to ${Math.round(timeoutMs / 1000)} s (IDEMPOTENCY_PROXY_DB_WAIT)`,
+        );
+      } else {
+        logger.debug({ reason, attempt }, 'database not reachable yet; retrying');
+      }
       await new Promise((resolve) => setTimeout(resolve, Math.min(2_000, 200 * attempt)));
     }
   }
-}
-
-function isConnectionError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  if (
-    code === 'ECONNREFUSED' ||
-    code === 'ENOTFOUND' ||
-    code === 'EAI_AGAIN' ||
-    code === 'ECONNRESET'
-  )
-    return true;
-  if (
-    code === SQLSTATE.CANNOT_CONNECT_NOW ||
-    code === SQLSTATE.ADMIN_SHUTDOWN ||
-    code === SQLSTATE.CRASH_SHUTDOWN
-  ) {
-    return true; // starting up, or restarting
-  }
-  return /timeout exceeded when trying to connect|Connection terminated/i.test(
-    String((error as Error)?.message),
-  );
 }

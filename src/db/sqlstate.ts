@@ -7,4 +7,8 @@ export const SQLSTATE = {
   CANNOT_CONNECT_NOW: '57P03',
   /** Two batched statements locked rows in opposite orders; one was cancelled: retry its rows alone. */
   DEADLOCK_DETECTED: '40P01',
+  /** Startup stops with a hint rather than retrying: a wrong password, user or database name. */
+  INVALID_PASSWORD: '28P01',
+  INVALID_AUTHORIZATION: '28000',
+  INVALID_CATALOG_NAME: '3D000',
 } as const;

@@ -9,7 +9,7 @@ import { findFreePort } from '../../src/db/embedded';
 import { postJson } from '../support/http';
 import { PROXY_BIN } from '../support/proxy-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';
-import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { sleep, startWaitingUpstream, type TestUpstream } from '../support/upstream';
 
 // The real artifact (`npm run build` output, built by the jest global setup), as `npm start` runs it.
 const bin = PROXY_BIN;
@@ -17,11 +17,7 @@ let upstream: TestUpstream;
 let workDir: string;
 
 beforeAll(async () => {
-  upstream = await startUpstream(async (req, res) => {
-    await sleep(Number(req.headers['x-wait'] ?? 0));
-    res.writeHead(201, { 'content-type': 'text/plain' });
-    res.end(`done ${req.url}`);
-  });
+  upstream = await startWaitingUpstream();
   workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-cli-'));
 }, 120_000);
 
@@ -194,7 +190,9 @@ test('serve drains an in-flight request on SIGTERM, stores its result, and exits
 
 test('serve starts an embedded PostgreSQL when no database URL is set, and stops it on exit', async () => {
   const port = await findFreePort();
-  const dataDir = path.join(workDir, 'embedded-data');
+  // Its own temp dir as the data dir: as root the server runs as `postgres`, which cannot enter the
+  // 0700 workDir (and the proxy no longer opens up parent directories for it).
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-cli-pg-'));
   const file = writeConfig('embedded.yaml', validConfig());
   const env = {
     DATABASE_URL: '',
@@ -214,4 +212,5 @@ test('serve starts an embedded PostgreSQL when no database URL is set, and stops
   expect(output()).toContain('embedded PostgreSQL stopped');
   expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
   expect(fs.existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);
+  fs.rmSync(dataDir, { recursive: true, force: true });
 }, 120_000);

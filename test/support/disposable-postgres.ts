@@ -14,7 +14,8 @@ export interface DisposablePostgres {
 }
 
 export async function createDisposablePostgres(): Promise<DisposablePostgres> {
-  const dataDir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'ip-disposable-')), 'data');
+  // The temp dir is the data dir itself: as root the server's user must reach it, and /tmp is open.
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-disposable-'));
   const port = await findFreePort();
   const child: ChildProcess = fork(path.join(__dirname, 'pg-server-child.js'), [], {
     env: { ...process.env, PG_DATA_DIR: dataDir, PG_PORT: String(port) },
@@ -40,7 +41,7 @@ export async function createDisposablePostgres(): Promise<DisposablePostgres> {
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.disconnect();
       await exited;
-      fs.rmSync(path.dirname(dataDir), { recursive: true, force: true });
+      fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }

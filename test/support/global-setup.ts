@@ -18,7 +18,8 @@ export default async function globalSetup(): Promise<void> {
   );
   if (process.env.DATABASE_URL) return;
   const dataDir = defaultTestDataDir();
-  const server = await startEmbeddedPostgres({ dataDir });
+  // Not detached: a Ctrl-C of `npm test` reaches this throwaway server too and stops it.
+  const server = await startEmbeddedPostgres({ dataDir, detached: false });
   process.env.DATABASE_URL = server.url;
   (globalThis as Record<string, unknown>).__EMBEDDED_PG__ = async () => {
     await server.stop();

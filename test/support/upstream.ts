@@ -80,3 +80,12 @@ function defaultHandler(req: ReceivedRequest, res: http.ServerResponse): void {
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/** An upstream that answers 201 `done <url>` after the milliseconds in the request's x-wait header. */
+export function startWaitingUpstream(): Promise<TestUpstream> {
+  return startUpstream(async (req, res) => {
+    await sleep(Number(req.headers['x-wait'] ?? 0));
+    res.writeHead(201, { 'content-type': 'text/plain' });
+    res.end(`done ${req.url}`);
+  });
+}

