@@ -160,6 +160,33 @@ describe.each(UPSTREAM_KINDS)('behind a %s upstream', (kind) => {
     });
   });
 
+  test.each([
+    ['/orders/7/refund', 'replays'],
+    ['//orders//7/refund', 'replays'],
+    ['/orders/7/./refund', 'replays'],
+    ['/orders/x/../7/refund', 'replays'],
+    ['/orders/7/%72efund', 'replays'],
+    ['/orders/7/refund/', 'replays or is reused'],
+    ['/ORDERS/7/Refund', 'replays or is reused'],
+    ['/Orders/7/REFUND/.', 'replays or is reused'],
+    ['/orders/7/refund%2F', 'is refused'],
+    ['/orders/7%2F..%2F7/refund', 'is refused'],
+    ['/orders/7/refund\\', 'is refused'],
+  ])(
+    '%s after /orders/7/refund with the same key %s: one refund (a route with a parameter)',
+    async (target, expected) => {
+      const key = freshKey('order');
+      const first = await postRefund(running.proxy.port, '/orders/7/refund', key);
+      expect(first.status).toBe(201);
+      const res = await postRefund(running.proxy.port, target, key);
+      if (expected === 'is refused') expectProblem(res, 400, 'REQUEST_TARGET_INVALID');
+      else if (expected === 'replays') expectReplayOf(res, first);
+      else expectReplayOrReused(res, first);
+      expect(running.upstream.refundsFor(key)).toBe(1);
+      expect(receivedWith(key)).toHaveLength(1);
+    },
+  );
+
   test('one key sent with every variant in turn runs the refund once', async () => {
     const key = freshKey('all-variants');
     const targets = [...sameAsRefunds, ...lenient.map(([target]) => target)];

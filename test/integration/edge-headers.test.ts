@@ -33,9 +33,11 @@ let upstream: TestUpstream;
 let proxy: TestProxy;
 /** trustedProxies covers 127.0.0.1 (by a CIDR). */
 let trusting: TestProxy;
+/** No replay cache: every replay is read from PostgreSQL. */
+let uncached: TestProxy;
 
-const routesYaml = (trustedProxies: string): string => `
-store: { table: "\${TEST_TABLE}" }
+const routesYaml = (trustedProxies: string, replayCache = '32mb'): string => `
+store: { table: "\${TEST_TABLE}", replayCache: ${replayCache} }
 trustedProxies: ${trustedProxies}
 upstreams: { api: { url: ${upstream.url} } }
 routes:
@@ -106,11 +108,13 @@ beforeAll(async () => {
   });
   proxy = await startProxy({ yaml: routesYaml('["10.0.0.0/8", "::1"]') });
   trusting = await startProxy({ yaml: routesYaml('["10.0.0.0/8", "127.0.0.0/8", "::1"]') });
+  uncached = await startProxy({ yaml: routesYaml('[]', '0b') });
 });
 
 afterAll(async () => {
   await proxy?.close();
   await trusting?.close();
+  await uncached?.close();
   await upstream?.close();
 });
 
@@ -453,10 +457,13 @@ describe('X-Forwarded-* and Forwarded', () => {
   });
 });
 
-describe('a replay', () => {
+describe.each([
+  ['from the replay cache', () => proxy],
+  ['from PostgreSQL', () => uncached],
+])('a replay %s', (_name, via) => {
   test('carries a current Date, not the stored one, and leaves out the default dropReplayHeaders', async () => {
     const key = freshKey('dated');
-    const first = await post('/dated', [['Idempotency-Key', key]]);
+    const first = await post('/dated', [['Idempotency-Key', key]], undefined, via());
     expect(first.status).toBe(201);
     expect(first.headers).toMatchObject({
       'www-authenticate': 'Bearer realm="edge"',
@@ -465,7 +472,7 @@ describe('a replay', () => {
       'x-kept': 'yes',
     });
     for (let i = 0; i < 2; i++) {
-      const replay = await post('/dated', [['Idempotency-Key', key]]);
+      const replay = await post('/dated', [['Idempotency-Key', key]], undefined, via());
       expect(replay.headers['idempotent-replayed']).toBe('true');
       expect(replay.text()).toBe(first.text());
       const date = replay.headers.date as string | undefined;
@@ -482,9 +489,9 @@ describe('a replay', () => {
 
   test("leaves out a route's own dropReplayHeaders, which replace the default list", async () => {
     const key = freshKey('session');
-    const first = await post('/session', [['Idempotency-Key', key]]);
+    const first = await post('/session', [['Idempotency-Key', key]], undefined, via());
     expect(first.headers).toMatchObject({ 'x-session-token': 'sess-1', 'x-kept': 'yes' });
-    const replay = await post('/session', [['Idempotency-Key', key]]);
+    const replay = await post('/session', [['Idempotency-Key', key]], undefined, via());
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.headers['x-session-token']).toBeUndefined();
     expect(replay.headers['www-authenticate']).toBe('Bearer realm="edge"');

@@ -20,6 +20,11 @@ routes:
     upstream: payments
     idempotency:
       tenant: [header:authorization]
+  - name: order-refund
+    match: { method: POST, path: /orders/:id/refund }
+    upstream: payments
+    idempotency:
+      tenant: [header:authorization]
   - name: strict-refunds
     match: { method: POST, path: /strict/refunds, strict: true }
     upstream: payments

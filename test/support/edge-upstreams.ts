@@ -9,6 +9,9 @@ import express from 'express';
 import { startUpstream, type ReceivedRequest } from './upstream';
 
 export const REFUND_PATH = '/refunds';
+/** A second refund endpoint, with a path parameter: `/orders/<id>/refund`. */
+export const ORDER_REFUND_ROUTE = '/orders/:id/refund';
+const ORDER_REFUND_PATH = /^\/orders\/[^/]+\/refund$/;
 
 export interface RefundUpstream {
   readonly kind: 'whatwg' | 'express';
@@ -54,12 +57,15 @@ function otherAnswer(res: http.ServerResponse, req: ReceivedRequest): void {
   res.end(JSON.stringify({ other: true, method: req.method, url: req.url }));
 }
 
-/** Runs the refund when `new URL(req.url, 'http://x').pathname` is `/refunds` and the method POST. */
+/**
+ * Runs the refund when the method is POST and `new URL(req.url, 'http://x').pathname` is `/refunds`
+ * or `/orders/<id>/refund`.
+ */
 export async function startWhatwgUpstream(): Promise<RefundUpstream> {
   const refunds: ReceivedRequest[] = [];
   const upstream = await startUpstream((req, res) => {
     const pathname = new URL(req.url, 'http://x').pathname;
-    if (req.method === 'POST' && pathname === REFUND_PATH) {
+    if (req.method === 'POST' && (pathname === REFUND_PATH || ORDER_REFUND_PATH.test(pathname))) {
       refunds.push(req);
       refundAnswer(res, req, refunds.length);
     } else otherAnswer(res, req);
@@ -67,7 +73,10 @@ export async function startWhatwgUpstream(): Promise<RefundUpstream> {
   return counting('whatwg', upstream.url, upstream.received, refunds, () => upstream.close());
 }
 
-/** A real Express 5 app: `app.post('/refunds')` under Express's default (lenient) routing. */
+/**
+ * A real Express 5 app: `app.post('/refunds')` and `app.post('/orders/:id/refund')` under Express's
+ * default (lenient) routing.
+ */
 export async function startExpressUpstream(): Promise<RefundUpstream> {
   const received: ReceivedRequest[] = [];
   const refunds: ReceivedRequest[] = [];
@@ -87,7 +96,7 @@ export async function startExpressUpstream(): Promise<RefundUpstream> {
     next();
   });
   const seenBy = (res: express.Response): ReceivedRequest => res.locals.seen as ReceivedRequest;
-  app.post(REFUND_PATH, (_req, res) => {
+  app.post([REFUND_PATH, ORDER_REFUND_ROUTE], (_req, res) => {
     refunds.push(seenBy(res));
     refundAnswer(res, seenBy(res), refunds.length);
   });
