@@ -164,6 +164,46 @@ describe('an absolute-form request target', () => {
     },
   );
 
+  test.each([
+    'http://mail.internal//emails',
+    'http://mail.internal/x/../emails',
+    'http://mail.internal/%65mails/.',
+  ])(
+    '%s has its path made canonical like an origin-form one: the protected route, no key, 400',
+    async (target) => {
+      const { res, line } = await withLogLine(hosted, () => post(hosted, { target }));
+      expectProblem(res, 400, 'IDEMPOTENCY_KEY_MISSING');
+      expect(line).toMatchObject({ route: 'emails' });
+      expect(upstream.received).toHaveLength(0);
+    },
+  );
+
+  test.each([
+    'http://mail.internal/emails%2F',
+    'http://mail.internal/emails\\',
+    'http://mail.internal/%zz',
+  ])('%s is refused like an origin-form target', async (target) => {
+    expectProblem(
+      await post(hosted, { target, key: freshKey('absolute-bad') }),
+      400,
+      'REQUEST_TARGET_INVALID',
+    );
+    expect(upstream.received).toHaveLength(0);
+  });
+
+  test.each([
+    'http://user@mail.internal/emails',
+    'http://mail.internal:x/emails',
+    'http:///emails',
+  ])('%s has no valid authority: 400 HOST_INVALID', async (target) => {
+    expectProblem(
+      await post(hosted, { target, key: freshKey('absolute-host') }),
+      400,
+      'HOST_INVALID',
+    );
+    expect(upstream.received).toHaveLength(0);
+  });
+
   test('wins over a Host header that names the protected host', async () => {
     const { res, line } = await withLogLine(hosted, () =>
       post(hosted, { target: `http://127.0.0.1:${hosted.port}/emails`, host: 'mail.internal' }),
