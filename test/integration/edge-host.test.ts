@@ -179,30 +179,19 @@ describe('an absolute-form request target', () => {
   );
 
   test.each([
-    'http://mail.internal/emails%2F',
-    'http://mail.internal/emails\\',
-    'http://mail.internal/%zz',
-  ])('%s is refused like an origin-form target', async (target) => {
-    expectProblem(
-      await post(hosted, { target, key: freshKey('absolute-bad') }),
-      400,
-      'REQUEST_TARGET_INVALID',
-    );
-    expect(upstream.received).toHaveLength(0);
-  });
-
-  test.each([
-    'http://user@mail.internal/emails',
-    'http://mail.internal:x/emails',
-    'http:///emails',
-  ])('%s has no valid authority: 400 HOST_INVALID', async (target) => {
-    expectProblem(
-      await post(hosted, { target, key: freshKey('absolute-host') }),
-      400,
-      'HOST_INVALID',
-    );
-    expect(upstream.received).toHaveLength(0);
-  });
+    ['http://mail.internal/emails%2F', 'REQUEST_TARGET_INVALID'],
+    ['http://mail.internal/emails\\', 'REQUEST_TARGET_INVALID'],
+    ['http://mail.internal/%zz', 'REQUEST_TARGET_INVALID'],
+    ['http://user@mail.internal/emails', 'HOST_INVALID'],
+    ['http://mail.internal:x/emails', 'HOST_INVALID'],
+    ['http:///emails', 'HOST_INVALID'],
+  ])(
+    '%s is refused as an origin-form target or a Host header would be: 400 %s',
+    async (target, code) => {
+      expectProblem(await post(hosted, { target, key: freshKey('absolute-bad') }), 400, code);
+      expect(upstream.received).toHaveLength(0);
+    },
+  );
 
   test('wins over a Host header that names the protected host', async () => {
     const { res, line } = await withLogLine(hosted, () =>
