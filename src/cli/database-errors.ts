@@ -64,8 +64,8 @@ export function databaseStartupError(
   const reason = reasonOf(error);
   let message: string;
   if (isConnectionError(error)) {
-    const waited = waitedMs > 0 ? ` after waiting ${Math.round(waitedMs / 1000)} s` : '';
-    message = `cannot reach ${where}${waited} (${reason}): is the server running, and are host and port right? ${HINT}; IDEMPOTENCY_PROXY_DB_WAIT sets how many seconds to wait`;
+    const waited = waitedMs >= 1_000;
+    message = `cannot reach ${where}${waited ? ` after waiting ${Math.round(waitedMs / 1000)} s` : ''} (${reason}): is the server running, and are host and port right? ${HINT}${waited ? '; IDEMPOTENCY_PROXY_DB_WAIT sets how many seconds to wait' : ''}`;
   } else if (code === SQLSTATE.INVALID_PASSWORD || code === SQLSTATE.INVALID_AUTHORIZATION) {
     message = `${where} refused the login (${reason}): fix the user or password in DATABASE_URL (or store.url)`;
   } else if (code === SQLSTATE.INVALID_CATALOG_NAME) {

@@ -15,8 +15,8 @@ export interface OpenDatabase {
   /** The connection string in use (the embedded server's when it was started). */
   readonly url: string;
   readonly embedded: boolean;
-  /** Runs `task`, retrying while the database refuses connections (see startupWaitMs). */
-  whenReady<T>(task: () => Promise<T>): Promise<T>;
+  /** Runs `task`, retrying while the database refuses connections for up to `waitMs` (startupWaitMs). */
+  whenReady<T>(task: () => Promise<T>, waitMs?: number): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -40,7 +40,7 @@ export async function openDatabase(
     pool,
     url,
     embedded: config.store.url === undefined,
-    whenReady: (task) => whenDatabaseReady(task, logger, connectionUrl),
+    whenReady: (task, waitMs) => whenDatabaseReady(task, logger, connectionUrl, waitMs),
     async close() {
       await pool.end();
       if (stopEmbedded) await stopEmbedded();

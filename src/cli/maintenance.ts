@@ -21,6 +21,9 @@ export async function runPrune(config: ProxyConfig, logger: Logger): Promise<num
   }
 }
 
+/** A person is waiting for inspect's answer: a database that is down is said at once, not after 30 s. */
+const INSPECT_WAIT_MS = 0;
+
 export async function runInspect(
   config: ProxyConfig,
   args: CliArgs,
@@ -43,13 +46,15 @@ export async function runInspect(
         );
       }
       const tenant = tenantOf(route.idempotency.tenant, args.tenant);
-      const found = await database.whenReady(() =>
-        findRecord(database.pool, config.store.table, { scope, tenant, key }, args.body),
+      const found = await database.whenReady(
+        () => findRecord(database.pool, config.store.table, { scope, tenant, key }, args.body),
+        INSPECT_WAIT_MS,
       );
       records = found ? [found] : [];
     } else {
-      records = await database.whenReady(() =>
-        findRecordsByKey(database.pool, config.store.table, key, args.body),
+      records = await database.whenReady(
+        () => findRecordsByKey(database.pool, config.store.table, key, args.body),
+        INSPECT_WAIT_MS,
       );
     }
     if (records.length === 0) {

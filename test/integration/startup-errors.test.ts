@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { findFreePort } from '../../src/db/embedded';
-import { logLines, occupiedPort, runCli, startServe } from '../support/cli-process';
+import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 
 let workDir: string;
@@ -120,4 +120,26 @@ test('serve prints the PID that takes SIGHUP and SIGTERM, and how to turn /keys 
   );
   proxy.child.kill('SIGTERM');
   expect(await proxy.exited()).toBe(0);
+}, 30_000);
+
+test('Ctrl-C while startup waits for the database stops at once; inspect does not wait at all', async () => {
+  const down = 'postgres://app:pw@127.0.0.1:1/app';
+  const proxy = spawnServe(['--config', configFile], {
+    env: { DATABASE_URL: down, PROXY_PORT: String(await findFreePort()) },
+    groupLeader: true,
+  });
+  await proxy.waitFor('PostgreSQL is not reachable yet');
+  const signalled = Date.now();
+  process.kill(-proxy.pid, 'SIGINT');
+  expect(await proxy.exited()).toBe(1);
+  expect(Date.now() - signalled).toBeLessThan(5_000); // not the 30 s wait
+  expect(proxy.output()).toContain('interrupted during startup; stopping');
+
+  const started = Date.now();
+  const inspect = await runCli(['inspect', 'k', '--config', configFile], {
+    env: { DATABASE_URL: down },
+  });
+  expect(inspect.code).toBe(1);
+  expect(inspect.stderr).toContain('idempotency-proxy: cannot reach PostgreSQL at');
+  expect(Date.now() - started).toBeLessThan(10_000);
 }, 30_000);
