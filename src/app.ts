@@ -13,10 +13,12 @@ import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
 import { sendProblem } from './http/problem';
 import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
 import { routeRequest } from './http/route-request';
+import { LocalKeys } from './idempotency/local-keys';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
 import type { ReplayCache } from './idempotency/replay-cache';
 import { infoLineWriter } from './observability/logger';
+import { storeErrorLog } from './observability/store-error-log';
 import type { ProxyMetrics } from './observability/metrics';
 import { restartOnlyChanges, Runtime } from './runtime';
 
@@ -55,8 +57,8 @@ export function createApp(options: AppOptions): App {
   let closing = false;
   const idle: (() => void)[] = [];
   const logRequest = infoLineWriter(logger, 'request');
-  const onStoreError = (error: unknown, operation: string): void =>
-    logger.error({ err: error, operation }, 'idempotency store operation failed');
+  const localKeys = new LocalKeys();
+  const onStoreError = storeErrorLog(logger);
 
   // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
   const server = http.createServer(
@@ -109,6 +111,7 @@ export function createApp(options: AppOptions): App {
         waiter: options.waiter,
         observer: metrics,
         cache: options.cache,
+        localKeys,
         onStoreError,
       };
       handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })

@@ -22,6 +22,7 @@ export const ERROR_TABLE = {
   UPSTREAM_TIMEOUT: { status: 504, title: 'Upstream timed out' },
   IDEMPOTENCY_OUTCOME_UNKNOWN: { status: 502, title: 'Outcome of the original request is unknown' },
   STORE_UNAVAILABLE: { status: 503, title: 'Idempotency store unavailable' },
+  STORE_BUSY: { status: 503, title: 'Idempotency store connections busy' },
   INTERNAL_ERROR: { status: 500, title: 'Internal proxy error' },
   BAD_REQUEST: { status: 400, title: 'Malformed request' },
 } as const satisfies Record<string, { status: number; title: string }>;

@@ -271,6 +271,7 @@ function resolvePolicy(
     unknownOutcome: pick('unknownOutcome') ?? BUILT_IN.unknownOutcome,
     onConcurrent: pick('onConcurrent') ?? BUILT_IN.onConcurrent,
     waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
+    maxWaitersPerKey: pick('maxWaitersPerKey') ?? BUILT_IN.maxWaitersPerKey,
     fingerprint: {
       parts,
       ignore: fingerprint.ignore.map((field) => field.split('.').slice(1)),

@@ -162,6 +162,7 @@ export const IDEMPOTENCY_DEFAULTS = {
   allowSafeMethods: false,
   replaySetCookie: false,
   logKey: 'plain',
+  maxWaitersPerKey: 1000,
   // Headers that answer one caller's credentials: a later caller replaying the record must not get
   // another's challenge or nonce. Set-Cookie has its own switch (replaySetCookie).
   dropReplayHeaders: ['www-authenticate', 'authentication-info', 'proxy-authentication-info'],
@@ -237,6 +238,11 @@ export const idempotencySchema = strict(
       D.onConcurrent,
     ),
     waitTimeout: opt(timer, 'Longest wait with onConcurrent: wait.', D.waitTimeout),
+    maxWaitersPerKey: opt(
+      integer(1, 1_000_000),
+      'Repeats of one key this instance holds waiting for its first request; more get 409.',
+      D.maxWaitersPerKey,
+    ),
     fingerprint: opt(fingerprintBlock, 'Which request parts a repeat must match (else 422).'),
     store: opt(storeList, 'Upstream statuses stored and replayed.', D.store),
     release: opt(z.array(status), 'Statuses that drop the claim, so a retry runs.', D.release),

@@ -77,6 +77,8 @@ export interface IdempotencyPolicy {
   readonly unknownOutcome: 'fail' | 'retry';
   readonly onConcurrent: 'reject' | 'wait';
   readonly waitTimeoutMs: number;
+  /** Repeats of one key an instance holds waiting on its first request (local-keys.ts); more get 409. */
+  readonly maxWaitersPerKey: number;
   readonly fingerprint: FingerprintPolicy;
   /** Tenant parts: `header:<name>` entries (lower-case names); empty = not tenanted. */
   readonly tenant: readonly string[];

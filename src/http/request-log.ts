@@ -39,6 +39,8 @@ export interface RequestLogEntry {
     | 'would_reject_store_unavailable';
   /** True when the answer came from the in-process replay cache (no store round trip). */
   cached?: boolean;
+  /** True when a repeat was answered from what this process's first request of the key learnt. */
+  coalesced?: boolean;
   /** True when the key was derived from the request (no key header was sent). */
   keyDerived?: boolean;
   /** True when the client hung up before its answer was complete (the result was still stored). */
@@ -70,6 +72,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     shadow: undefined,
     keyDerived: undefined,
     cached: undefined,
+    coalesced: undefined,
     outcomeUnknown: undefined,
     clientClosedEarly: undefined,
     rawTarget: undefined,

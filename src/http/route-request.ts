@@ -3,8 +3,10 @@
 // request handler and the upgrade handler both route through here, so they cannot disagree.
 import { type RouteConfig, SAFE_METHODS } from '../config/types';
 import { ProxyError } from '../errors';
-import type { EdgeRequest } from './edge';
+import { type EdgeRequest, METHOD_OVERRIDE_HEADERS } from './edge';
 import { type RequestTarget, type Router, upstreamPath } from './router';
+
+const OVERRIDE_HEADERS: ReadonlySet<string> = new Set(METHOD_OVERRIDE_HEADERS);
 
 export interface RoutedRequest {
   readonly route: RouteConfig;
@@ -35,16 +37,16 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
       { route: route.name },
     );
   const isProtected = route.idempotency !== null && isProtectedMethod(route, method);
-  if (isProtected) {
-    const reads = route.idempotency!.readsHeaders;
-    const conflict = edge.connectionNames.find((name) => reads.has(name));
-    if (conflict !== undefined)
-      return new ProxyError(
-        'CONNECTION_HEADER_CONFLICT',
-        `The Connection header names "${conflict}", which this route reads for the key, tenant or fingerprint; the proxy would have to drop it on the way. Remove it from Connection.`,
-        { route: route.name },
-      );
-  }
+  const reads = (name: string): boolean =>
+    (isProtected && route.idempotency!.readsHeaders.has(name)) ||
+    (route.methodOverride && OVERRIDE_HEADERS.has(name));
+  const conflict = edge.connectionNames.find(reads);
+  if (conflict !== undefined)
+    return new ProxyError(
+      'CONNECTION_HEADER_CONFLICT',
+      `The Connection header names "${conflict}", which this route reads (for the key, tenant, fingerprint or method) and the proxy would have to drop on the way. Remove it from Connection.`,
+      { route: route.name },
+    );
   return {
     route,
     protected: isProtected,

@@ -83,9 +83,17 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
       const { host, path } = request;
       const override = request.overrideMethod;
       for (const entry of compiled) {
-        const method =
-          entry.route.methodOverride && typeof override === 'string' ? override : request.method;
-        if (entry.methods !== null && !entry.methods.has(method)) continue;
+        const overrides = entry.route.methodOverride && typeof override === 'string';
+        const method = overrides ? override : request.method;
+        // A route whose upstream honours overrides takes the request by either method: were it
+        // to pass the request on to a later route by the overriding method alone, that route would
+        // strip the header and its upstream would run the request line's method unprotected.
+        if (
+          entry.methods !== null &&
+          !entry.methods.has(method) &&
+          !(overrides && entry.methods.has(request.method))
+        )
+          continue;
         if (entry.host !== null && entry.host !== host) continue;
         if (entry.matchPath(path)) return { route: entry.route, method };
       }

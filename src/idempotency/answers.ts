@@ -1,6 +1,7 @@
 // The answers the proxy itself gives on a protected route (replay, 409, 422, problems), and the
 // store-call wrapper that turns a store failure into 503 (fail closed).
 import { performance } from 'node:perf_hooks';
+import { isPoolExhausted } from '../db/store-failure';
 import { ProxyError } from '../errors';
 import { problemBody, problemHeaders, sendProblem } from '../http/problem';
 import type { Outcome } from '../http/request-log';
@@ -95,20 +96,7 @@ export async function storeCall<T>(
     deps.onStoreError(error, operation);
     // Shadow mode never answers for the upstream: its caller forwards the request anyway.
     if (answerOnFailure && request.policy.enforce) {
-      fail(
-        request,
-        'store_unavailable',
-        new ProxyError(
-          'STORE_UNAVAILABLE',
-          'The idempotency store (PostgreSQL) cannot be reached, so the request was not forwarded. Retry later with the same key.',
-          {
-            route: request.route.name,
-            key: request.log.key,
-            retryAfterSeconds: STORE_RETRY_AFTER_SECONDS,
-            cause: error,
-          },
-        ),
-      );
+      fail(request, 'store_unavailable', storeUnavailableError(request, error));
     }
     return undefined;
   } finally {
@@ -116,6 +104,31 @@ export async function storeCall<T>(
     request.log.storeMs += ms;
     deps.observer?.storeCall(operation, ms, failure);
   }
+}
+
+/**
+ * 503 for a protected request the store could not serve: STORE_BUSY when this instance ran out of
+ * pool connections (PostgreSQL itself is fine: other instances and a retry soon may get through),
+ * STORE_UNAVAILABLE when PostgreSQL could not be reached. Nothing was forwarded either way.
+ */
+export function storeUnavailableError(request: ProtectedRequest, cause: unknown): ProxyError {
+  const options = {
+    route: request.route.name,
+    key: request.log.key,
+    retryAfterSeconds: STORE_RETRY_AFTER_SECONDS,
+    cause,
+  };
+  if (isPoolExhausted(cause))
+    return new ProxyError(
+      'STORE_BUSY',
+      'All of this proxy instance’s connections to the idempotency store are busy, so the request was not forwarded. Retry shortly with the same key.',
+      options,
+    );
+  return new ProxyError(
+    'STORE_UNAVAILABLE',
+    'The idempotency store (PostgreSQL) cannot be reached, so the request was not forwarded. Retry later with the same key.',
+    options,
+  );
 }
 
 /** The problem answer for a request that may have run: stored under `fail`, marked either way. */

@@ -10,6 +10,7 @@ import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from '.
 import { type HeaderPairs, type RecordId, type StoredResponse } from './record';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
 import { storeCall, unknownOutcomeResponse } from './answers';
+import type { Leader } from './local-keys';
 
 export async function forward(
   deps: ProtectedDeps,
@@ -17,10 +18,11 @@ export async function forward(
   id: RecordId,
   fence: string,
   body: Buffer,
+  leader?: Leader,
 ): Promise<void> {
   deps.observer?.claimsHeld(1);
   try {
-    await forwardAndSettle(deps, request, id, fence, body);
+    await forwardAndSettle(deps, request, id, fence, body, leader);
   } finally {
     deps.observer?.claimsHeld(-1);
   }
@@ -32,6 +34,7 @@ async function forwardAndSettle(
   id: RecordId,
   fence: string,
   body: Buffer,
+  leader: Leader | undefined,
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
   const started = performance.now();
@@ -51,11 +54,11 @@ async function forwardAndSettle(
   } catch (error) {
     log.upstreamMs += performance.now() - started;
     const failure = transportFailure(request.route, error, id.key);
-    if (answer.status === 0) return settleFailure(deps, request, id, fence, failure);
+    if (answer.status === 0) return settleFailure(deps, request, id, fence, failure, leader);
     // The answer broke off after its head: the upstream has acted, or may have.
     if (answer.streaming) res.destroy(); // the client already has a head and part of a body
     const broken = { sent: true, error: failure.error };
-    return settleFailure(deps, request, id, fence, broken, answer.streaming);
+    return settleFailure(deps, request, id, fence, broken, leader, answer.streaming);
   }
   log.upstreamMs += performance.now() - started;
   log.outcome = 'executed';
@@ -79,13 +82,14 @@ async function forwardAndSettle(
     // progress until its lease ends (then unknownOutcome decides).
     // Not cached here: most keys are never repeated, and caching every completion would fill the cache
     // with records nobody asks for again. The first repeat (claim → completed) admits it.
-    await storeCall(
+    const completed = await storeCall(
       deps,
       request,
       'complete',
       () => deps.store.complete(id, fence, stored, policy.ttlMs),
       false,
     );
+    if (completed === true) leader?.settle({ kind: 'stored', response: stored });
   }
   if (streaming) res.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);
@@ -141,6 +145,7 @@ async function settleFailure(
   id: RecordId,
   fence: string,
   failure: TransportFailure,
+  leader: Leader | undefined,
   clientAlreadyAnswered = false,
 ): Promise<void> {
   const { policy } = request;
@@ -154,13 +159,14 @@ async function settleFailure(
   request.log.outcomeUnknown = true;
   if (policy.unknownOutcome === 'fail') {
     // At most once: this answer is what every repeat gets until an operator clears the key.
-    await storeCall(
+    const completed = await storeCall(
       deps,
       request,
       'complete',
       () => deps.store.complete(id, fence, unknown, policy.ttlMs),
       false,
     );
+    if (completed === true) leader?.settle({ kind: 'stored', response: unknown });
   }
   // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
   if (clientAlreadyAnswered) return;

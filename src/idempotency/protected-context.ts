@@ -7,6 +7,7 @@ import { type RequestTarget } from '../http/router';
 import type { PassThrough } from '../upstream/passthrough';
 import type { UpstreamPools } from '../upstream/protected';
 import { type CompletionWaiter, type KeyStore } from './record';
+import type { LocalKeys } from './local-keys';
 import type { ReplayCache } from './replay-cache';
 
 export interface ProtectedDeps {
@@ -20,6 +21,8 @@ export interface ProtectedDeps {
   readonly observer?: ProtectedObserver;
   /** Completed records kept in memory, so replays need no round trip (replay-cache.ts). */
   readonly cache?: ReplayCache;
+  /** Repeats of keys this process is working on, answered without the store (local-keys.ts). */
+  readonly localKeys?: LocalKeys;
 }
 
 export interface ProtectedObserver {

@@ -27,18 +27,29 @@ import { deriveKey, derivedKeyPolicy } from './derived-key';
 import { DuplicateJsonKeyError } from './canonical-json';
 import { computeFingerprint, type FingerprintInput } from './fingerprint';
 import { type KeyParseResult, parseIdempotencyKey } from './key';
-import type { RecordId } from './record';
+import { type RecordId, recordText } from './record';
 import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
 import { tenantHash } from './tenant';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
-import { fail, inFlight, replay, reused, storeCall, unknownOutcomeResponse } from './answers';
-import { waitForChange } from './wait-for-change';
+import {
+  fail,
+  inFlight,
+  replay,
+  reused,
+  storeCall,
+  storeUnavailableError,
+  unknownOutcomeResponse,
+} from './answers';
+import { clientGone, waitForChange } from './wait-for-change';
+import type { Leader } from './local-keys';
 import { forward } from './forward-and-store';
 
 export type { ProtectedDeps, ProtectedObserver, ProtectedRequest } from './protected-context';
 
 /** Rounds of claim → (take over | settle) before giving up with a 409; only races need more than one. */
 const MAX_CLAIM_ROUNDS = 3;
+/** Rounds of "the leader learnt nothing for us, lead or follow again" before asking the store alone. */
+const MAX_LOCAL_ROUNDS = 3;
 
 export async function handleProtectedRequest(
   deps: ProtectedDeps,
@@ -198,7 +209,7 @@ async function claimAndAnswer(
   fingerprint: Buffer,
   body: Buffer,
 ): Promise<void> {
-  const { req, route, policy, log } = request;
+  const { req, policy, log } = request;
   const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
   if (policy.enforce && deps.cache) {
     const cached = deps.cache.lookup(id, fingerprint);
@@ -207,7 +218,69 @@ async function claimAndAnswer(
       return cached.kind === 'replay' ? replay(request, cached.response) : reused(request, key);
     }
   }
+  // Shadow mode forwards every repeat anyway: nothing to coalesce.
+  const local = policy.enforce ? deps.localKeys : undefined;
+  if (local === undefined) return claimLoop(deps, request, id, fingerprint, body, undefined);
 
+  const text = recordText(id);
+  const deadline = performance.now() + policy.waitTimeoutMs;
+  for (let round = 0; round < MAX_LOCAL_ROUNDS; round++) {
+    const leader = local.lead(text, fingerprint);
+    if (leader !== undefined) {
+      try {
+        return await claimLoop(deps, request, id, fingerprint, body, leader);
+      } finally {
+        leader.settle({ kind: 'ask-store' });
+      }
+    }
+    const waitStarted = performance.now();
+    const verdict = await local.follow(text, {
+      fingerprint,
+      mode: policy.onConcurrent,
+      deadline,
+      maxWaiters: policy.maxWaitersPerKey,
+      gone: clientGone(request.res),
+      leaseMs: policy.lockTimeoutMs,
+    });
+    log.waitMs += performance.now() - waitStarted;
+    if (verdict.kind !== 'ask-store' && verdict.kind !== 'client-gone') {
+      log.coalesced = true;
+      deps.cache?.count(id, verdict.kind === 'replay', text);
+    }
+    switch (verdict.kind) {
+      case 'replay':
+        return replay(request, verdict.response);
+      case 'mismatch':
+        return reused(request, key);
+      case 'in-flight':
+      case 'too-many-waiters':
+        return inFlight(request, key, verdict.leaseRemainingMs);
+      case 'store-down':
+        return fail(request, 'store_unavailable', storeUnavailableError(request, undefined));
+      case 'client-gone':
+        log.outcome = 'client_gone';
+        return;
+      case 'ask-store':
+        if (!verdict.lead) return claimLoop(deps, request, id, fingerprint, body, undefined);
+    }
+  }
+  return claimLoop(deps, request, id, fingerprint, body, undefined);
+}
+
+/**
+ * Claims (scope, key) in the store and answers from what it says; a leader (local-keys.ts) tells the
+ * repeats of its key in this process what it learnt.
+ */
+async function claimLoop(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fingerprint: Buffer,
+  body: Buffer,
+  leader: Leader | undefined,
+): Promise<void> {
+  const { route, policy, log } = request;
+  const key = id.key;
   // Only wait once per request: `waitDeadline` is fixed when the first wait starts.
   let waitDeadline: number | undefined;
   for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
@@ -220,7 +293,10 @@ async function claimAndAnswer(
         claimExpiryMs: policy.lockTimeoutMs + policy.ttlMs,
       }),
     );
-    if (claim === undefined) return storeUnavailable(deps, request, key, body);
+    if (claim === undefined) {
+      leader?.settle({ kind: 'store-down' });
+      return storeUnavailable(deps, request, key, body);
+    }
     log.attempts = claim.attempts;
 
     const wouldHave = policy.enforce ? undefined : shadowVerdict(claim, policy);
@@ -229,15 +305,22 @@ async function claimAndAnswer(
 
     switch (claim.kind) {
       case 'claimed':
-        return forward(deps, request, id, claim.fence, body);
+        leader?.forwarding(policy.lockTimeoutMs);
+        return forward(deps, request, id, claim.fence, body, leader);
       case 'completed':
         deps.cache?.remember(id, fingerprint, claim.response, claim.expiresInMs);
+        leader?.settle({ kind: 'stored', response: claim.response });
         return replay(request, claim.response);
       case 'mismatch':
+        leader?.settle({ kind: 'mismatch' });
         return reused(request, key);
       case 'in-flight': {
         if (claim.leaseRemainingMs > 0) {
-          if (policy.onConcurrent !== 'wait') return inFlight(request, key, claim.leaseRemainingMs);
+          if (policy.onConcurrent !== 'wait') {
+            leader?.settle({ kind: 'in-flight', leaseRemainingMs: claim.leaseRemainingMs });
+            return inFlight(request, key, claim.leaseRemainingMs);
+          }
+          leader?.waiting(claim.leaseRemainingMs);
           waitDeadline ??= performance.now() + policy.waitTimeoutMs;
           const waitStarted = performance.now();
           const waited = await storeCall(deps, request, 'wait', () =>
@@ -264,8 +347,14 @@ async function claimAndAnswer(
               policy.lockTimeoutMs + policy.ttlMs,
             ),
           );
-          if (fence === undefined) return storeUnavailable(deps, request, key, body);
-          if (fence !== null) return forward(deps, request, id, fence, body);
+          if (fence === undefined) {
+            leader?.settle({ kind: 'store-down' });
+            return storeUnavailable(deps, request, key, body);
+          }
+          if (fence !== null) {
+            leader?.forwarding(policy.lockTimeoutMs);
+            return forward(deps, request, id, fence, body, leader);
+          }
         } else {
           const unknown = unknownOutcomeResponse(
             new ProxyError(
@@ -280,6 +369,7 @@ async function claimAndAnswer(
           if (settled === undefined) return;
           if (settled !== null) {
             log.outcomeUnknown = true;
+            leader?.settle({ kind: 'stored', response: settled });
             return replay(request, settled);
           }
         }

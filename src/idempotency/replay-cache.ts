@@ -70,7 +70,7 @@ export class ReplayCache {
       return undefined;
     }
     const replay = entry.fingerprint.equals(fingerprint);
-    this.count(text, id, replay);
+    this.count(id, replay, text);
     return replay ? { kind: 'replay', response: entry.response } : { kind: 'mismatch' };
   }
 
@@ -126,7 +126,11 @@ export class ReplayCache {
     return this.entries.size;
   }
 
-  private count(text: string, id: RecordId, replay: boolean): void {
+  /**
+   * Counts a request answered without the store (here, or by local-keys.ts) into the record's
+   * attempts (and replays) at the next flush.
+   */
+  count(id: RecordId, replay: boolean, text = recordText(id)): void {
     let delta = this.pending.get(text);
     if (!delta) this.pending.set(text, (delta = { id, attempts: 0, replays: 0 }));
     delta.attempts++;

@@ -50,7 +50,8 @@ export async function waitForChange(
   }
 }
 
-function clientGone(res: ServerResponse): Promise<'gone'> {
+/** Resolves once the client's connection has closed. */
+export function clientGone(res: ServerResponse): Promise<'gone'> {
   if (res.destroyed) return Promise.resolve('gone');
   return new Promise((resolve) => res.once('close', () => resolve('gone')));
 }

@@ -96,6 +96,7 @@ describe('defaults', () => {
       allowSafeMethods: false,
       replaySetCookie: false,
       logKey: 'plain',
+      maxWaitersPerKey: 1000,
       dropReplayHeaders: new Set([
         'www-authenticate',
         'authentication-info',

@@ -108,6 +108,11 @@ describe('router', () => {
     });
     expect(overriding.match(request('GET', 'x', '/refunds', undefined))?.route.name).toBe('rest');
     expect(overriding.match(request('GET', 'x', '/refunds', null))?.route.name).toBe('rest');
+    // Never handed on by the overriding method alone: the next route would strip the header.
+    expect(overriding.match(request('POST', 'x', '/refunds', 'GET'))).toMatchObject({
+      route: { name: 'refunds' },
+      method: 'GET',
+    });
     const plain = createRouter([route('refunds', '/refunds', {}, ['POST']), route('rest', '/**')]);
     expect(plain.match(request('GET', 'x', '/refunds', 'POST'))).toMatchObject({
       route: { name: 'rest' },

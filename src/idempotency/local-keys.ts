@@ -1,0 +1,194 @@
+// Repeats of a key this process is already working on are answered here, in memory, instead of
+// each asking PostgreSQL: a storm of 3000 retries of one key must not queue 3000 claims on one row,
+// hold every pool connection and starve requests for other keys (issue 12). Correctness across
+// instances still comes from the row alone: the first request of a key in this process (the
+// leader) claims as always, and only what the leader learnt from the store is shared.
+//
+//   leader:   claiming ──► forwarding (holds the claim; lease known) ──► settled
+//                     └──► waiting (another instance holds it)     ──► settled
+//   repeat, same fingerprint:
+//     reject: claiming → wait for the claim's answer; forwarding → 409 with the lease it knows
+//     wait:   joins the leader (at most maxWaitersPerKey; over it → 409) and gets its result
+//   repeat, other fingerprint: 422 when the leader holds the claim (its row has the leader's
+//     fingerprint); otherwise asks the store itself.
+//
+// What a leader settles with is only what any repeat would have read from the store then: the
+// stored answer (complete succeeded, or the claim found it), a mismatch, the lease of a claim held
+// elsewhere, the store being down, or "ask the store" (released, or anything else).
+import { performance } from 'node:perf_hooks';
+import type { StoredResponse } from './record';
+
+export type LeaderResult =
+  | { readonly kind: 'stored'; readonly response: StoredResponse }
+  | { readonly kind: 'mismatch' }
+  | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number }
+  | { readonly kind: 'store-down' }
+  | { readonly kind: 'ask-store' };
+
+export type FollowVerdict =
+  | { readonly kind: 'replay'; readonly response: StoredResponse }
+  | { readonly kind: 'mismatch' }
+  | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number }
+  | { readonly kind: 'store-down' }
+  | { readonly kind: 'too-many-waiters'; readonly leaseRemainingMs: number }
+  | { readonly kind: 'client-gone' }
+  /** Nothing this process knows answers it: claim (lead: try to become the leader first). */
+  | { readonly kind: 'ask-store'; readonly lead: boolean };
+
+export interface FollowOptions {
+  readonly fingerprint: Buffer;
+  readonly mode: 'reject' | 'wait';
+  /** performance.now() after which a waiter stops and answers 409. */
+  readonly deadline: number;
+  readonly maxWaiters: number;
+  /** Resolves when the follower's client has gone. */
+  readonly gone: Promise<'gone'>;
+  /** Used when no lease is known yet (the leader is still claiming). */
+  readonly leaseMs: number;
+}
+
+interface Entry {
+  readonly fingerprint: Buffer;
+  phase: 'claiming' | 'forwarding' | 'waiting';
+  /** performance.now() when the known lease ends; 0 while claiming. */
+  leaseEndsAt: number;
+  followers: number;
+  /** Replaced at every phase change; resolved to wake followers that wait for one. */
+  changed: Deferred<void>;
+  readonly settled: Deferred<LeaderResult>;
+}
+
+export class LocalKeys {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** Becomes the leader of `text` when nobody in this process works on it; undefined otherwise. */
+  lead(text: string, fingerprint: Buffer): Leader | undefined {
+    if (this.entries.has(text)) return undefined;
+    const entry: Entry = {
+      fingerprint,
+      phase: 'claiming',
+      leaseEndsAt: 0,
+      followers: 0,
+      changed: deferred(),
+      settled: deferred(),
+    };
+    this.entries.set(text, entry);
+    return new Leader(entry, this.now, () => {
+      if (this.entries.get(text) === entry) this.entries.delete(text);
+    });
+  }
+
+  /** Keys being worked on right now (for tests and metrics). */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** How a repeat of `text` is answered from what the leader knows. */
+  async follow(text: string, options: FollowOptions): Promise<FollowVerdict> {
+    const entry = this.entries.get(text);
+    if (entry === undefined) return { kind: 'ask-store', lead: true };
+    const same = entry.fingerprint.equals(options.fingerprint);
+    const lease = (): number =>
+      entry.leaseEndsAt === 0 ? options.leaseMs : Math.max(0, entry.leaseEndsAt - this.now());
+    if (!same) {
+      // Only a claim held here tells what the row's fingerprint is.
+      return entry.phase === 'forwarding'
+        ? { kind: 'mismatch' }
+        : { kind: 'ask-store', lead: false };
+    }
+    if (options.mode === 'reject' && entry.phase !== 'claiming')
+      return { kind: 'in-flight', leaseRemainingMs: lease() };
+    if (entry.followers >= options.maxWaiters)
+      return { kind: 'too-many-waiters', leaseRemainingMs: lease() };
+    entry.followers++;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const timeout = new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), Math.max(0, options.deadline - this.now()));
+      });
+      for (;;) {
+        // reject: only the claim's answer is worth waiting for; wait: the leader's whole result.
+        const wake =
+          options.mode === 'reject'
+            ? Promise.race([entry.changed.promise, entry.settled.promise])
+            : entry.settled.promise;
+        const woke = await Promise.race([wake, timeout, options.gone]);
+        if (woke === 'gone') return { kind: 'client-gone' };
+        if (woke === 'timeout') return { kind: 'in-flight', leaseRemainingMs: lease() };
+        if (woke !== undefined) return verdictOf(woke, options.mode);
+        if (entry.phase !== 'claiming') return { kind: 'in-flight', leaseRemainingMs: lease() };
+      }
+    } finally {
+      clearTimeout(timer);
+      entry.followers--;
+    }
+  }
+}
+
+/** The leader's handle: tells followers what it learnt, and must be settled exactly once. */
+export class Leader {
+  private done = false;
+
+  constructor(
+    private readonly entry: Entry,
+    private readonly now: () => number,
+    private readonly remove: () => void,
+  ) {}
+
+  /** This process holds the claim now, for `leaseMs`. */
+  forwarding(leaseMs: number): void {
+    this.move('forwarding', leaseMs);
+  }
+
+  /** Another instance holds the claim; this leader waits for it (onConcurrent: wait). */
+  waiting(leaseRemainingMs: number): void {
+    this.move('waiting', leaseRemainingMs);
+  }
+
+  /** Ends the leadership; later calls do nothing, so a `finally` can settle with ask-store. */
+  settle(result: LeaderResult): void {
+    if (this.done) return;
+    this.done = true;
+    this.remove();
+    this.entry.settled.resolve(result);
+  }
+
+  private move(phase: Entry['phase'], leaseMs: number): void {
+    if (this.done) return;
+    const entry = this.entry;
+    entry.phase = phase;
+    entry.leaseEndsAt = this.now() + leaseMs;
+    const changed = entry.changed;
+    entry.changed = deferred();
+    changed.resolve();
+  }
+}
+
+function verdictOf(result: LeaderResult, mode: 'reject' | 'wait'): FollowVerdict {
+  switch (result.kind) {
+    case 'stored':
+      return { kind: 'replay', response: result.response };
+    case 'mismatch':
+      return { kind: 'mismatch' };
+    case 'store-down':
+      return { kind: 'store-down' };
+    case 'in-flight':
+      // A waiter keeps waiting for a claim held elsewhere, through the store like any waiter.
+      return mode === 'reject' ? result : { kind: 'ask-store', lead: true };
+    case 'ask-store':
+      return { kind: 'ask-store', lead: true };
+  }
+}
+
+interface Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve(value: T): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((done) => (resolve = done));
+  return { promise, resolve };
+}
