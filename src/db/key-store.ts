@@ -1,7 +1,7 @@
 // The Postgres KeyStore: one named, parameterised statement per operation. Time comes from Postgres
 // (now(), intervals), never from this process's clock, so instances with skewed clocks agree.
-import { randomUUID } from 'node:crypto';
-import type { Pool } from 'pg';
+import { createHash, randomUUID } from 'node:crypto';
+import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
   ClaimRequest,
   ClaimResult,
@@ -282,6 +282,14 @@ export interface KeyStoreOptions {
   readonly lanes?: number;
   /** Calls per statement at most. */
   readonly maxBatch?: number;
+  /**
+   * false: every statement is sent unnamed (parsed on each call). Behind a transaction pooler such as
+   * PgBouncer 1.18 in transaction mode a named statement does not survive between transactions; the
+   * store also finds that out by itself (see `sendStatement`), this only skips the first failures.
+   */
+  readonly namedStatements?: boolean;
+  /** Called once when the store stops naming statements because one did not survive. */
+  readonly onNamedStatementsLost?: (error: Error) => void;
 }
 
 const DEFAULT_LANES = 2;
@@ -299,10 +307,39 @@ interface Completion {
   readonly ttlMs: number;
 }
 
+/**
+ * A statement's name is a digest of its text: sessions that end up on one server connection (a
+ * transaction pooler hands server connections around) can then only ever meet a statement of that
+ * name with the same text, even across proxy versions, and the name stays within PostgreSQL's 63
+ * bytes whatever the table is called.
+ */
+export function statementName(kind: string, text: string): string {
+  return `ip_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 20)}`;
+}
+
+/**
+ * A named statement this connection prepared is not in the server session that got the call
+ * (26000), or another session's is (42P05): a transaction pooler moved us. Both fail at Parse or
+ * Bind, before anything runs, so the call can be sent again.
+ */
+function namedStatementLost(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  return (
+    code === SQLSTATE.INVALID_SQL_STATEMENT_NAME || code === SQLSTATE.DUPLICATE_PREPARED_STATEMENT
+  );
+}
+
+type Statements = ReturnType<typeof buildStatements>;
+
+/** One call of a named statement (rowMode: 'array' returns rows as arrays). */
+type Statement = QueryConfig & { name: string; rowMode?: 'array' };
+
 export class PostgresKeyStore implements KeyStore {
-  private readonly sql: ReturnType<typeof buildStatements>;
-  private readonly names: Record<keyof ReturnType<typeof buildStatements>, string>;
+  private readonly sql: Statements;
+  private readonly names: Record<keyof Statements, string>;
   private readonly channel: string;
+  private named: boolean;
+  private readonly onNamedStatementsLost: ((error: Error) => void) | undefined;
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
   private readonly completions: NaturalBatcher<Completion, boolean>;
@@ -332,14 +369,46 @@ export class PostgresKeyStore implements KeyStore {
       retryAlone,
     });
     // Named statements are parsed and planned once per connection.
+    const sql = this.sql;
     this.names = {
-      release: `ip_release_${tableName}`,
-      takeOver: `ip_take_over_${tableName}`,
-      settleUnknown: `ip_settle_unknown_${tableName}`,
-      peek: `ip_peek_${tableName}`,
-      flushCounters: `ip_flush_counters_${tableName}`,
+      release: statementName('release', sql.release),
+      takeOver: statementName('take_over', sql.takeOver),
+      settleUnknown: statementName('settle_unknown', sql.settleUnknown),
+      peek: statementName('peek', sql.peek),
+      flushCounters: statementName('flush_counters', sql.flushCounters),
     };
     this.channel = completionChannel(tableName);
+    this.named = options.namedStatements ?? true;
+    this.onNamedStatementsLost = options.onNamedStatementsLost;
+  }
+
+  /** False once statements are sent unnamed (configured so, or a named one did not survive). */
+  get namedStatements(): boolean {
+    return this.named;
+  }
+
+  /**
+   * Sends one statement, named while named statements work. The first time one did not survive
+   * between transactions (a transaction pooler), every later call goes unnamed, and this one is sent
+   * again unnamed: it failed before it ran. Unnamed statements are parsed within the call's own
+   * implicit transaction, so they work on any server connection.
+   */
+  private async sendStatement<R extends QueryResultRow | unknown[]>(
+    query: Statement,
+  ): Promise<QueryResult<R & QueryResultRow>> {
+    const send = (config: QueryConfig): Promise<QueryResult<R & QueryResultRow>> =>
+      this.pool.query<R & QueryResultRow>(config);
+    if (!this.named) return send({ ...query, name: undefined });
+    try {
+      return await send(query);
+    } catch (error) {
+      if (!namedStatementLost(error)) throw error;
+      if (this.named) {
+        this.named = false;
+        this.onNamedStatementsLost?.(error as Error);
+      }
+      return send({ ...query, name: undefined });
+    }
   }
 
   /** Claims go through the natural batcher: alone when the store keeps up, together when not. */
@@ -373,7 +442,7 @@ export class PostgresKeyStore implements KeyStore {
       );
     }
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
-    const { rows } = await this.pool.query<ClaimRowValues>({
+    const { rows } = await this.sendStatement<ClaimRowValues>({
       ...this.statement('claim', batch.length, claimStatement),
       values,
       rowMode: 'array',
@@ -414,7 +483,7 @@ export class PostgresKeyStore implements KeyStore {
         Math.round(ttlMs),
       );
     });
-    const { rows } = await this.pool.query<{ n: number }>({ ...statement, values });
+    const { rows } = await this.sendStatement<{ n: number }>({ ...statement, values });
     const changed = batch.map(() => false);
     for (const row of rows) changed[row.n] = true;
     return changed;
@@ -426,17 +495,18 @@ export class PostgresKeyStore implements KeyStore {
     rows: number,
     build: (tableName: string, rows: number) => string,
   ): { name: string; text: string } {
-    const name = `ip_${kind}_${rows}_${this.tableName}`;
-    let statement = this.statements.get(name);
+    const cacheKey = `${kind}_${rows}`;
+    let statement = this.statements.get(cacheKey);
     if (!statement) {
-      statement = { name, text: build(this.tableName, rows) };
-      this.statements.set(name, statement);
+      const text = build(this.tableName, rows);
+      statement = { name: statementName(cacheKey, text), text };
+      this.statements.set(cacheKey, statement);
     }
     return statement;
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {
-    const result = await this.pool.query({
+    const result = await this.sendStatement({
       name: this.names.release,
       text: this.sql.release,
       values: [id.scope, id.tenant, id.key, fence, this.channel, recordDigest(id)],
@@ -446,7 +516,7 @@ export class PostgresKeyStore implements KeyStore {
 
   async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
     if (deltas.length === 0) return;
-    await this.pool.query({
+    await this.sendStatement({
       name: this.names.flushCounters,
       text: this.sql.flushCounters,
       values: [
@@ -460,7 +530,7 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
-    const { rows } = await this.pool.query<PeekRow>({
+    const { rows } = await this.sendStatement<PeekRow>({
       name: this.names.peek,
       text: this.sql.peek,
       values: [id.scope, id.tenant, id.key, fingerprint],
@@ -478,7 +548,7 @@ export class PostgresKeyStore implements KeyStore {
     leaseMs: number,
     claimExpiryMs: number,
   ): Promise<string | null> {
-    const { rows } = await this.pool.query<{ fence: string }>({
+    const { rows } = await this.sendStatement<{ fence: string }>({
       name: this.names.takeOver,
       text: this.sql.takeOver,
       values: [
@@ -500,7 +570,7 @@ export class PostgresKeyStore implements KeyStore {
     response: StoredResponse,
     ttlMs: number,
   ): Promise<StoredResponse | null> {
-    const { rows } = await this.pool.query<ResponseRow>({
+    const { rows } = await this.sendStatement<ResponseRow>({
       name: this.names.settleUnknown,
       text: this.sql.settleUnknown,
       values: [

@@ -1,6 +1,6 @@
-// Deletes expired records in batches. One instance prunes at a time (a try-lock: the others skip this
-// round rather than queue), and each batch is a short statement that skips rows other transactions
-// hold, so pruning a large backlog never blocks claims for long.
+// Deletes expired records in batches. One instance prunes at a time (a try-lock: the others skip
+// rather than queue), and each batch is a short transaction that skips rows other transactions hold,
+// so pruning a large backlog never blocks claims for long.
 import type { Pool } from 'pg';
 import { quoteTableName } from './identifier';
 
@@ -28,34 +28,59 @@ export async function pruneExpired(
   const batchSize = options.batchSize ?? 1_000;
   const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
   const lockKey = `idempotency-proxy:prune:${tableName}`;
+  let deleted = 0;
+  let batches = 0;
+  while (batches < maxBatches) {
+    const result = await pruneBatch(pool, table, lockKey, batchSize);
+    // Another instance holds the lock: it prunes this round (or the rest of it).
+    if (result === undefined) return { deleted, batches, skipped: batches === 0 };
+    batches++;
+    deleted += result;
+    if (result < batchSize) break;
+    if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
+  }
+  return { deleted, batches, skipped: false };
+}
+
+/**
+ * One batch in one transaction, under a transaction-level try-lock: the lock ends with the
+ * transaction, so it never outlives it, even behind a transaction pooler (PgBouncer in transaction
+ * mode), where a session lock would stay on whichever server connection took it. Returns the rows
+ * deleted, or undefined when another instance holds the lock.
+ */
+async function pruneBatch(
+  pool: Pool,
+  table: string,
+  lockKey: string,
+  batchSize: number,
+): Promise<number | undefined> {
   const client = await pool.connect();
+  let failed: unknown;
   try {
+    await client.query('BEGIN');
     const { rows } = await client.query<{ locked: boolean }>(
-      'SELECT pg_try_advisory_lock(hashtext($1::text)) AS locked',
+      'SELECT pg_try_advisory_xact_lock(hashtext($1::text)) AS locked',
       [lockKey],
     );
-    if (!rows[0]?.locked) return { deleted: 0, batches: 0, skipped: true };
-    try {
-      let deleted = 0;
-      let batches = 0;
-      while (batches < maxBatches) {
-        const result = await client.query(
-          `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
-             SELECT scope, tenant, key FROM ${table} WHERE prune_after <= now() AND expires_at <= now()
-             LIMIT $1::int FOR UPDATE SKIP LOCKED)`,
-          [batchSize],
-        );
-        batches++;
-        deleted += result.rowCount ?? 0;
-        if ((result.rowCount ?? 0) < batchSize) break;
-        if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
-      }
-      return { deleted, batches, skipped: false };
-    } finally {
-      await client.query('SELECT pg_advisory_unlock(hashtext($1::text))', [lockKey]);
+    if (!rows[0]?.locked) {
+      await client.query('ROLLBACK');
+      return undefined;
     }
+    const result = await client.query(
+      `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
+         SELECT scope, tenant, key FROM ${table} WHERE prune_after <= now() AND expires_at <= now()
+         LIMIT $1::int FOR UPDATE SKIP LOCKED)`,
+      [batchSize],
+    );
+    await client.query('COMMIT');
+    return result.rowCount ?? 0;
+  } catch (error) {
+    failed = error;
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
   } finally {
-    client.release();
+    // A connection that failed mid-transaction is not handed out again.
+    client.release(failed instanceof Error ? failed : undefined);
   }
 }
 

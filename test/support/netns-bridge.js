@@ -1,0 +1,77 @@
+// Relays TCP connections between a TCP address and a Unix socket, so a test in the root network
+// namespace can reach a process inside a namespace of its own (and back) without giving the root
+// namespace an address: Unix sockets live in the file system, which namespaces share.
+// As a script (run inside a namespace with `ip netns exec`): node netns-bridge.js LISTEN=TARGET ...
+// where each side is tcp:HOST:PORT or unix:PATH; prints "ready" once every listener is up.
+/* global require, module, process */
+/* eslint-disable @typescript-eslint/no-require-imports -- a plain CommonJS script */
+'use strict';
+const fs = require('node:fs');
+const net = require('node:net');
+
+/** @param {string} spec */
+function address(spec) {
+  if (spec.startsWith('unix:')) return { path: spec.slice(5) };
+  const [, host, port] = spec.split(':');
+  return { host, port: Number(port) };
+}
+
+/**
+ * @param {string} listen tcp:HOST:PORT (port 0 picks one) or unix:PATH
+ * @param {string | (() => string)} target tcp:HOST:PORT or unix:PATH; a function is asked at each
+ *   connection, so the target can be switched (connections made before stay where they are)
+ * @returns {Promise<{ port: number | undefined, close(): Promise<void> }>}
+ */
+function startBridge(listen, target) {
+  const sockets = new Set();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(address(typeof target === 'function' ? target() : target));
+    sockets.add(client).add(upstream);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  const at = address(listen);
+  if (at.path) fs.rmSync(at.path, { force: true });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    const ready = () => {
+      const bound = server.address();
+      resolve({
+        port: typeof bound === 'object' && bound ? bound.port : undefined,
+        close: () =>
+          new Promise((done) => {
+            for (const socket of sockets) socket.destroy();
+            server.close(() => done());
+          }),
+      });
+    };
+    if (at.path) server.listen(at.path, ready);
+    else server.listen(at.port, at.host, ready);
+  });
+}
+
+module.exports = { startBridge };
+
+if (require.main === module) {
+  Promise.all(
+    process.argv.slice(2).map((pair) => {
+      const [listen, target] = pair.split('=');
+      return startBridge(listen, target);
+    }),
+  ).then(
+    () => process.stdout.write('ready\n'),
+    (error) => {
+      process.stderr.write(`${error.stack}\n`);
+      process.exit(1);
+    },
+  );
+  process.on('SIGTERM', () => process.exit(0));
+}

@@ -1,0 +1,286 @@
+// PostgreSQL servers of a test's own from Debian's binaries (/usr/lib/postgresql/15/bin): a primary,
+// streaming standbys (synchronous or not), promotion, and a crash of the primary, optionally inside a
+// network namespace (netns.ts). The embedded server cannot do this: it ships no pg_basebackup.
+// As root, every server runs as the `postgres` user (setpriv), which owns its data directory.
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { Client } from 'pg';
+
+const run = promisify(execFile);
+
+export const DEBIAN_POSTGRES_BIN = '/usr/lib/postgresql/15/bin';
+
+/** Why these servers cannot run here, or undefined when they can. */
+export function pgClusterUnavailable(): string | undefined {
+  if (!fs.existsSync(path.join(DEBIAN_POSTGRES_BIN, 'pg_basebackup')))
+    return `PostgreSQL 15 server binaries are not installed (${DEBIAN_POSTGRES_BIN}; apt-get install postgresql-15)`;
+  if (process.getuid?.() === 0 && !serverUserIds())
+    return 'running as root, but there is no `postgres` user to run the servers as';
+  return undefined;
+}
+
+function serverUserIds(): { uid: number; gid: number } | undefined {
+  const line = fs
+    .readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((entry) => entry.startsWith('postgres:'));
+  if (!line) return undefined;
+  const [, , uid, gid] = line.split(':');
+  return { uid: Number(uid), gid: Number(gid) };
+}
+
+/** argv that runs `command` as the server user (when root) inside `netns` (when given). */
+export function serverCommand(command: string[], netns?: string): string[] {
+  const asUser =
+    process.getuid?.() === 0
+      ? ['setpriv', '--reuid=postgres', '--regid=postgres', '--clear-groups', '--', ...command]
+      : command;
+  return netns ? ['ip', 'netns', 'exec', netns, ...asUser] : asUser;
+}
+
+/** A port free on loopback now (the server may take a few ms to bind it). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface PgNodeOptions {
+  /** Address the server listens on (and is reached at); 127.0.0.1 unless inside a namespace. */
+  readonly host?: string;
+  readonly port?: number;
+  /** Network namespace the server runs in. */
+  readonly netns?: string;
+}
+
+export class PgNode {
+  private child: ChildProcess | undefined;
+  private exit: Promise<void> | undefined;
+
+  private constructor(
+    readonly name: string,
+    readonly dataDir: string,
+    readonly host: string,
+    readonly port: number,
+    private readonly netns: string | undefined,
+    private readonly logFile: string,
+  ) {}
+
+  get url(): string {
+    return `postgres://postgres@${this.host}:${this.port}/postgres`;
+  }
+
+  /** initdb, configured for streaming replication; not started. */
+  static async init(name: string, options: PgNodeOptions = {}): Promise<PgNode> {
+    const node = await PgNode.empty(name, options);
+    await runAs([
+      path.join(DEBIAN_POSTGRES_BIN, 'initdb'),
+      '-D',
+      node.dataDir,
+      '-U',
+      'postgres',
+      '--auth=trust',
+      '--no-sync',
+      '-E',
+      'UTF8',
+    ]);
+    fs.appendFileSync(
+      path.join(node.dataDir, 'pg_hba.conf'),
+      'host all all 0.0.0.0/0 trust\nhost replication all 0.0.0.0/0 trust\n',
+    );
+    node.configure({
+      wal_level: 'replica',
+      max_wal_senders: '8',
+      wal_keep_size: "'128MB'",
+      hot_standby: 'on',
+      max_connections: '60',
+      shared_buffers: "'32MB'",
+      // No power failure here: a crash is the postmaster killed (SIGQUIT), the page cache survives.
+      fsync: 'off',
+      log_min_messages: 'warning',
+    });
+    return node;
+  }
+
+  /** A streaming standby of `primary` from pg_basebackup; not started. */
+  static async standbyOf(
+    primary: PgNode,
+    name: string,
+    options: PgNodeOptions = {},
+  ): Promise<PgNode> {
+    const node = await PgNode.empty(name, options);
+    await runAs(
+      [
+        path.join(DEBIAN_POSTGRES_BIN, 'pg_basebackup'),
+        '-h',
+        primary.host,
+        '-p',
+        String(primary.port),
+        '-U',
+        'postgres',
+        '-D',
+        node.dataDir,
+        '-X',
+        'stream',
+        '-R',
+        '--no-sync',
+      ],
+      options.netns,
+    );
+    // application_name is what synchronous_standby_names names. In postgresql.auto.conf, after the
+    // primary_conninfo that -R wrote there (the later line wins).
+    fs.appendFileSync(
+      path.join(node.dataDir, 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=${primary.host} port=${primary.port} user=postgres application_name=${name}'\n`,
+    );
+    return node;
+  }
+
+  private static async empty(name: string, options: PgNodeOptions): Promise<PgNode> {
+    // Under the system temp dir, which the server user can reach (as root the mkdtemp is 0700).
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `ip-pg-${name}-`));
+    const ids = process.getuid?.() === 0 ? serverUserIds() : undefined;
+    if (ids) fs.chownSync(dataDir, ids.uid, ids.gid);
+    fs.chmodSync(dataDir, 0o700);
+    const port = options.port ?? (await freePort());
+    const logFile = `${dataDir}.log`;
+    return new PgNode(name, dataDir, options.host ?? '127.0.0.1', port, options.netns, logFile);
+  }
+
+  /** Appends settings to postgresql.conf (later lines win); the server reads them when it starts. */
+  configure(settings: Record<string, string>): void {
+    const lines = Object.entries(settings).map(([name, value]) => `${name} = ${value}`);
+    fs.appendFileSync(path.join(this.dataDir, 'postgresql.conf'), `${lines.join('\n')}\n`);
+  }
+
+  async start(): Promise<void> {
+    this.configure({
+      listen_addresses: `'${this.host}'`,
+      port: String(this.port),
+      unix_socket_directories: `'${this.dataDir}'`,
+    });
+    const log = fs.openSync(this.logFile, 'a');
+    const [command, ...args] = serverCommand(
+      [path.join(DEBIAN_POSTGRES_BIN, 'postgres'), '-D', this.dataDir],
+      this.netns,
+    );
+    const child = spawn(command!, args, { stdio: ['ignore', log, log] });
+    fs.closeSync(log);
+    this.child = child;
+    this.exit = new Promise((resolve) => child.once('exit', () => resolve()));
+    await this.untilReady();
+  }
+
+  /** Connects until the server answers (or gives up after 30 s with its log). */
+  private async untilReady(): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (this.child?.exitCode !== null) throw new Error(`${this.name} exited:\n${this.log()}`);
+      const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 1_000 });
+      client.on('error', () => undefined);
+      try {
+        await client.connect();
+        await client.query('SELECT 1');
+        return;
+      } catch (error) {
+        if (Date.now() > deadline)
+          throw new Error(`${this.name} never answered: ${String(error)}\n${this.log()}`, {
+            cause: error,
+          });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    }
+  }
+
+  /** One statement on a connection of its own. */
+  async query<R extends Record<string, unknown>>(
+    text: string,
+    values: unknown[] = [],
+  ): Promise<R[]> {
+    const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 5_000 });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      return (await client.query<R>(text, values)).rows;
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+
+  /** Until `check` holds (polled every 50 ms, at most `timeoutMs`). */
+  async until(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await check().catch(() => false))) {
+      if (Date.now() > deadline)
+        throw new Error(`${this.name}: ${what} never happened\n${this.log()}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /** Until the standby `name` streams from this primary (and is synchronous when `sync`). */
+  async untilStreaming(name: string, sync = false): Promise<void> {
+    await this.until(`standby ${name} streaming${sync ? ' synchronously' : ''}`, async () => {
+      const rows = await this.query<{ state: string; sync_state: string }>(
+        'SELECT state, sync_state FROM pg_stat_replication WHERE application_name = $1',
+        [name],
+      );
+      return rows.some((r) => r.state === 'streaming' && (!sync || r.sync_state === 'sync'));
+    });
+  }
+
+  /** Makes commits wait for the standby `name` (synchronous replication), once it is caught up. */
+  async requireSynchronousStandby(name: string): Promise<void> {
+    await this.query(`ALTER SYSTEM SET synchronous_standby_names = '${name}'`);
+    await this.query('SELECT pg_reload_conf()');
+    await this.untilStreaming(name, true);
+  }
+
+  /** Ends recovery: the standby becomes a primary that takes writes. */
+  async promote(): Promise<void> {
+    await this.query('SELECT pg_promote(true, 30)');
+    await this.until('promotion', async () => {
+      const [row] = await this.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby');
+      return row?.standby === false;
+    });
+  }
+
+  /** Stops the server: `immediate` is a crash (SIGQUIT, no shutdown checkpoint), `fast` a clean stop. */
+  async stop(mode: 'immediate' | 'fast' = 'fast'): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    child.kill(mode === 'immediate' ? 'SIGQUIT' : 'SIGINT');
+    await this.exit;
+    this.child = undefined;
+  }
+
+  log(): string {
+    try {
+      return fs.readFileSync(this.logFile, 'utf8').split('\n').slice(-30).join('\n');
+    } catch {
+      return '';
+    }
+  }
+
+  async dispose(): Promise<void> {
+    await this.stop('immediate');
+    fs.rmSync(this.dataDir, { recursive: true, force: true });
+    fs.rmSync(this.logFile, { force: true });
+  }
+}
+
+async function runAs(command: string[], netns?: string): Promise<void> {
+  const [file, ...args] = serverCommand(command, netns);
+  // A data dir under a 0700 parent is unreachable for the server user: run from the temp dir.
+  await run(file!, args, { cwd: os.tmpdir(), timeout: 60_000 });
+}

@@ -1,0 +1,41 @@
+// A TCP forwarder on loopback whose target can be switched: the "database URL's host" of a failover
+// test. Connections made after a switch reach the new target; existing ones stay on the old one
+// until it drops them (as a DNS or virtual-IP switch behaves).
+
+export interface Bridge {
+  readonly port: number | undefined;
+  close(): Promise<void>;
+}
+
+/** netns-bridge.js (plain JS, as it also runs as a script inside a namespace), typed. */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+export const { startBridge } = require('./netns-bridge.js') as {
+  startBridge(listen: string, target: string | (() => string)): Promise<Bridge>;
+};
+
+export interface Target {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface TcpForwarder {
+  readonly port: number;
+  /** postgres:// URL through the forwarder. */
+  readonly url: string;
+  switchTo(target: Target): void;
+  close(): Promise<void>;
+}
+
+export async function startTcpForwarder(initial: Target): Promise<TcpForwarder> {
+  let target = initial;
+  const bridge = await startBridge('tcp:127.0.0.1:0', () => `tcp:${target.host}:${target.port}`);
+  const port = bridge.port!;
+  return {
+    port,
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    switchTo: (next) => {
+      target = next;
+    },
+    close: () => bridge.close(),
+  };
+}
