@@ -55,29 +55,43 @@ async function openEmbedded(
   command: Command,
 ): Promise<{ url: string; stop: (() => Promise<void>) | undefined }> {
   const dataDir = config.store.dataDir;
-  const { findRunningEmbedded, startEmbeddedPostgres } = await import('../db/embedded');
+  const embeddedModule = await import('../db/embedded');
+  const { awaitRunningEmbedded, EmbeddedInUseError, startEmbeddedPostgres } = embeddedModule;
+  // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
+  const useRunning = (running: NonNullable<Awaited<ReturnType<typeof awaitRunningEmbedded>>>) => {
+    const { port } = running.postmaster;
+    logger.info(
+      { dataDir, port, ownerPid: running.owner?.pid },
+      running.owner
+        ? `using the embedded PostgreSQL of the running proxy (PID ${running.owner.pid}) on port ${port}`
+        : `using the embedded PostgreSQL left running on port ${port} (its proxy is gone; the next serve stops it)`,
+    );
+    return { url: running.url, stop: undefined };
+  };
   if (command !== 'serve') {
-    // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
-    const running = findRunningEmbedded(dataDir);
-    if (running) {
-      const { port } = running.postmaster;
-      logger.info(
-        { dataDir, port, ownerPid: running.owner?.pid },
-        running.owner
-          ? `using the embedded PostgreSQL of the running proxy (PID ${running.owner.pid}) on port ${port}`
-          : `using the embedded PostgreSQL left running on port ${port} (its proxy is gone; the next serve stops it)`,
-      );
-      return { url: running.url, stop: undefined };
-    }
+    const running = await awaitRunningEmbedded(dataDir);
+    if (running) return useRunning(running);
   }
   logger.info({ dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
-  const embedded = await startEmbeddedPostgres({
-    dataDir,
-    owner: `idempotency-proxy ${command}`,
-    dataDirSetting: settingName(config, 'store.dataDir'),
-    onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
-    onNotice: (message) => logger.info({ dataDir }, message),
-  });
+  let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+  try {
+    embedded = await startEmbeddedPostgres({
+      dataDir,
+      owner: `idempotency-proxy ${command}`,
+      shortLived: command !== 'serve',
+      dataDirSetting: settingName(config, 'store.dataDir'),
+      onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
+      onNotice: (message) => logger.info({ dataDir }, message),
+    });
+  } catch (error) {
+    // A proxy took the data dir while we looked (it was still initialising): use its server.
+    const running =
+      command !== 'serve' && error instanceof EmbeddedInUseError
+        ? await awaitRunningEmbedded(dataDir)
+        : undefined;
+    if (running) return useRunning(running);
+    throw error;
+  }
   logger.info(
     { dataDir: embedded.dataDir, port: embedded.port, postmasterPid: embedded.pid },
     'embedded PostgreSQL started',

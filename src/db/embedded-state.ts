@@ -18,6 +18,8 @@ export interface Owner {
   readonly pid: number;
   readonly command: string;
   readonly since: string;
+  /** An operator command (inspect, prune, migrate) that stops its server within seconds. */
+  readonly shortLived: boolean;
 }
 
 const OWNER_FILE = 'idempotency-proxy.owner';
@@ -45,14 +47,34 @@ export function liveOwner(dataDir: string): Owner | undefined {
   } catch {
     return undefined;
   }
-  const { pid, command, since } = owner;
+  const { pid, command, since, shortLived } = owner;
   if (typeof pid !== 'number' || !isRunning(pid, 'node')) return undefined;
-  return { pid, command: String(command), since: String(since) };
+  return { pid, command: String(command), since: String(since), shortLived: shortLived === true };
 }
 
-export function recordOwner(dataDir: string, command: string): void {
-  const owner: Owner = { pid: process.pid, command, since: new Date().toISOString() };
-  fs.writeFileSync(path.join(dataDir, OWNER_FILE), `${JSON.stringify(owner)}\n`);
+/**
+ * Makes this process the owner of `dataDir`'s server, unless another live process is: then returns
+ * that owner. The file is created exclusively, so of two proxies starting at once one wins; a file
+ * whose process is gone (kill -9) is replaced.
+ */
+export function claimOwner(
+  dataDir: string,
+  claim: Pick<Owner, 'command' | 'shortLived'>,
+): Owner | undefined {
+  const file = path.join(dataDir, OWNER_FILE);
+  const mine: Owner = { pid: process.pid, since: new Date().toISOString(), ...claim };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      fs.writeFileSync(file, `${JSON.stringify(mine)}\n`, { flag: 'wx' });
+      return undefined;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const owner = liveOwner(dataDir);
+    if (owner && owner.pid !== process.pid) return owner;
+    fs.rmSync(file, { force: true }); // its process is gone, or it is us from an earlier start
+  }
+  return liveOwner(dataDir);
 }
 
 /** Removes the owner file if it still names this process (a later owner's file is left alone). */

@@ -10,11 +10,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { StartupError } from '../startup-error';
 import {
+  claimOwner,
   isRunning,
   liveOwner,
   type Owner,
   type Postmaster,
-  recordOwner,
   releaseOwner,
   runningPostmaster,
 } from './embedded-state';
@@ -42,6 +42,11 @@ export interface EmbeddedOptions {
   onNotice?: (message: string) => void;
   /** Recorded as the owner's command, shown to a second proxy that finds the server running. */
   owner?: string;
+  /**
+   * An operator command that stops its server within seconds: a proxy starting meanwhile waits for
+   * it (up to 15 s) instead of failing.
+   */
+  shortLived?: boolean;
   /** The setting that names the data directory, for messages (`store.dataDir (IDEMPOTENCY_PROXY_DATA_DIR)`). */
   dataDirSetting?: string;
   /**
@@ -75,24 +80,27 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   prepareDataDir(dataDir, user, setting);
   const binaries = postgresBinaries(user);
 
-  await stopOrphan(dataDir, onNotice, setting);
   if (!fs.existsSync(path.join(dataDir, 'PG_VERSION'))) {
     onNotice(`initialising the embedded PostgreSQL data directory ${dataDir}`);
-    await initdb(binaries.initdb, dataDir, user, onLog);
+    await initialise(binaries.initdb, dataDir, user, onLog);
   }
   const port = options.port && options.port > 0 ? options.port : await findFreePort();
-  const owner = options.owner ?? `node ${process.argv.slice(1).join(' ')}`;
+  const detached = options.detached ?? true;
+  const claim = {
+    command: options.owner ?? `node ${process.argv.slice(1).join(' ')}`,
+    shortLived: options.shortLived === true,
+  };
 
   let server: ChildProcess | undefined;
   const start = async (): Promise<void> => {
-    recordOwner(dataDir, owner);
-    server = await startPostmaster(
-      binaries.postgres,
-      dataDir,
-      port,
-      user,
-      options.detached ?? true,
-    );
+    await claimDataDir(dataDir, claim, setting, onNotice);
+    try {
+      await stopOrphan(dataDir, onNotice);
+      server = await startPostmaster(binaries.postgres, dataDir, port, user, detached);
+    } catch (error) {
+      releaseOwner(dataDir);
+      throw error;
+    }
   };
   const stop = async (): Promise<void> => {
     const running = server;
@@ -113,12 +121,37 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   };
 }
 
-/** The owner of the server running on `dataDir`, when it is another live process. */
+/** The data directory's server belongs to another live process. */
 export class EmbeddedInUseError extends StartupError {
-  constructor(dataDir: string, postmaster: Postmaster, owner: Owner, dataDirSetting: string) {
+  constructor(
+    dataDir: string,
+    owner: Owner,
+    postmaster: Postmaster | undefined,
+    dataDirSetting: string,
+  ) {
+    const server = postmaster ? ` (port ${postmaster.port})` : '';
+    const share = postmaster
+      ? `, point this one at it with DATABASE_URL=${embeddedUrl(postmaster.port)}`
+      : '';
     super(
-      `the embedded PostgreSQL in ${dataDir} (port ${postmaster.port}) belongs to another running idempotency-proxy, PID ${owner.pid} (${owner.command}, since ${owner.since}); stop that one (kill ${owner.pid}), point this one at it with DATABASE_URL=${embeddedUrl(postmaster.port)}, or give this one its own ${dataDirSetting}`,
+      `the embedded PostgreSQL in ${dataDir}${server} belongs to another running idempotency-proxy, PID ${owner.pid} (${owner.command}, since ${owner.since}); stop that one (kill ${owner.pid})${share}, or give this one its own ${dataDirSetting}`,
     );
+  }
+}
+
+/**
+ * The ready server on `dataDir`, as findRunningEmbedded; while a live proxy is still starting its
+ * server, waits for it to be ready (up to 15 s) rather than reporting none.
+ */
+export async function awaitRunningEmbedded(
+  dataDir: string,
+): Promise<ReturnType<typeof findRunningEmbedded>> {
+  const deadline = Date.now() + SHORT_LIVED_WAIT_MS;
+  for (;;) {
+    const running = findRunningEmbedded(dataDir);
+    const owner = running ? undefined : liveOwner(dataDir);
+    if (running || !owner || owner.shortLived || Date.now() > deadline) return running;
+    await sleep(100);
   }
 }
 
@@ -131,11 +164,29 @@ export function findRunningEmbedded(
   return { postmaster, owner: liveOwner(dataDir), url: embeddedUrl(postmaster.port) };
 }
 
-async function stopOrphan(
+const SHORT_LIVED_WAIT_MS = 15_000;
+
+/** Takes ownership of `dataDir`, waiting out an operator command that holds it for a moment. */
+async function claimDataDir(
   dataDir: string,
-  onNotice: (message: string) => void,
+  claim: Pick<Owner, 'command' | 'shortLived'>,
   dataDirSetting: string,
+  onNotice: (message: string) => void,
 ): Promise<void> {
+  const deadline = Date.now() + SHORT_LIVED_WAIT_MS;
+  for (let waiting = false; ; waiting = true) {
+    const other = claimOwner(dataDir, claim);
+    if (!other) return;
+    if (!other.shortLived || Date.now() > deadline)
+      throw new EmbeddedInUseError(dataDir, other, runningPostmaster(dataDir), dataDirSetting);
+    if (!waiting)
+      onNotice(`waiting for "${other.command}" (PID ${other.pid}) to finish with ${dataDir}`);
+    await sleep(100);
+  }
+}
+
+/** A server still running while we hold the claim was left by an owner that is gone: stop it. */
+async function stopOrphan(dataDir: string, onNotice: (message: string) => void): Promise<void> {
   const postmaster = runningPostmaster(dataDir);
   if (!postmaster) {
     // A server killed with -9 (or a reboot) leaves its lock file. PostgreSQL refuses to start while
@@ -143,9 +194,6 @@ async function stopOrphan(
     fs.rmSync(path.join(dataDir, 'postmaster.pid'), { force: true });
     return;
   }
-  const owner = liveOwner(dataDir);
-  if (owner && owner.pid !== process.pid)
-    throw new EmbeddedInUseError(dataDir, postmaster, owner, dataDirSetting);
   onNotice(
     `stopping the embedded PostgreSQL (PID ${postmaster.pid}, port ${postmaster.port}) left running by a proxy that is gone`,
   );
@@ -193,6 +241,35 @@ function spawnOptions(user: ServerUser | undefined) {
   // LC_MESSAGES=C: the log we quote in errors reads the same everywhere.
   const env = { ...process.env, LC_MESSAGES: 'C' };
   return user ? { env, uid: user.uid, gid: user.gid } : { env };
+}
+
+/**
+ * Runs initdb in a sibling directory and renames it over the (empty) data dir: the cluster appears
+ * whole or not at all, so a command started meanwhile never sees a half-made one, and of two first
+ * starts at once one cluster wins and the other is dropped.
+ */
+async function initialise(
+  binary: string,
+  dataDir: string,
+  user: ServerUser | undefined,
+  onLog: (line: string) => void,
+): Promise<void> {
+  const staging = `${dataDir}.initdb-${process.pid}`;
+  fs.rmSync(staging, { recursive: true, force: true });
+  fs.mkdirSync(staging, { mode: 0o700 });
+  if (user) fs.chownSync(staging, user.uid, user.gid);
+  try {
+    await initdb(binary, staging, user, onLog);
+    try {
+      fs.renameSync(staging, dataDir); // replaces an empty directory
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
+      onLog(`${dataDir} was initialised by another process meanwhile; using that one`);
+    }
+  } finally {
+    fs.rmSync(staging, { recursive: true, force: true });
+  }
 }
 
 async function initdb(

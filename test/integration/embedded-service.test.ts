@@ -2,6 +2,7 @@
 // signals: Ctrl-C reaches only the proxy, which drains and then stops the server; a server left by a
 // proxy killed with -9 is found and stopped by the next start; a live proxy's server is refused to a
 // second proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -140,6 +141,39 @@ test('a second proxy on the same data directory exits 1 with one line: owner PID
   // The owner and its server are untouched.
   expect(runningPostmaster(dataDir)?.pid).toBe(owner.postmaster.pid);
   expect((await postJson(`${owner.url}/jobs`, 'still-serving', {})).status).toBe(201);
+}, 60_000);
+
+test('a proxy waits for an operator command that holds the data dir, and is refused by a proxy that holds it', async () => {
+  // Stand-ins for the owner: live node processes recorded in the owner file.
+  const holder = (ms: number) => spawn(process.execPath, ['-e', `setTimeout(() => {}, ${ms})`]);
+  const own = (pid: number, command: string, shortLived: boolean): void =>
+    fs.writeFileSync(
+      path.join(dataDir, 'idempotency-proxy.owner'),
+      JSON.stringify({ pid, command, since: new Date().toISOString(), shortLived }),
+    );
+
+  const starting = holder(30_000);
+  own(starting.pid!, 'idempotency-proxy serve', false);
+  const refused = await runCli(['serve', '--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: String(await findFreePort()) },
+  });
+  starting.kill();
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toContain(
+    `belongs to another running idempotency-proxy, PID ${starting.pid} (idempotency-proxy serve`,
+  );
+
+  const command = holder(2_000);
+  const commandExited = new Promise<number>((resolve) =>
+    command.once('exit', () => resolve(Date.now())),
+  );
+  own(command.pid!, 'idempotency-proxy inspect', true);
+  const { proxy } = await serve();
+  const listening = Date.now();
+  expect(logLines(proxy.output(), 'waiting for')[0]?.msg).toBe(
+    `waiting for "idempotency-proxy inspect" (PID ${command.pid}) to finish with ${dataDir}`,
+  );
+  expect(listening).toBeGreaterThanOrEqual(await commandExited);
 }, 60_000);
 
 test('inspect, prune and migrate use the server of a proxy running on the embedded store', async () => {
