@@ -229,6 +229,34 @@ describe('method override headers', () => {
     expectProblem(res, 400, 'METHOD_OVERRIDE_INVALID');
     expect(upstream.received).toHaveLength(0);
   });
+  // A POST that the proxy routes by its override (GET, not protected here) falls through to the
+  // pass-through route, which removes the override: the upstream then runs a plain POST /override,
+  // the protected endpoint, with no key. Either keep the override it was routed by, or refuse it.
+  test.each(['GET', 'PATCH'])(
+    'on a methodOverride route, a POST overridden to %s never reaches the upstream as a plain POST',
+    async (override) => {
+      const res = await post('/override', [['X-HTTP-Method-Override', override]]);
+      const plainPosts = upstream.received.filter(
+        (req) => req.method === 'POST' && req.headers['x-http-method-override'] === undefined,
+      );
+      expect({ status: res.status, plainPosts: plainPosts.map((req) => req.url) }).toEqual({
+        status: res.status,
+        plainPosts: [],
+      });
+    },
+  );
+
+  // The route is routed and protected by the override header; dropped as hop-by-hop, the upstream
+  // runs a GET that the proxy stores as the POST's answer.
+  test('on a methodOverride route, Connection naming the override header is a 400 CONNECTION_HEADER_CONFLICT', async () => {
+    const res = await get('/override', [
+      ['X-HTTP-Method-Override', 'POST'],
+      ['Idempotency-Key', freshKey('override-conn')],
+      ['Connection', 'x-http-method-override'],
+    ]);
+    expectProblem(res, 400, 'CONNECTION_HEADER_CONFLICT');
+    expect(upstream.received).toHaveLength(0);
+  });
 });
 
 describe('a Connection header', () => {
