@@ -17,7 +17,7 @@ import {
   releaseOwner,
   runningPostmaster,
 } from './embedded-state';
-import { postgresBinaries } from './postgres-binaries';
+import { installedPostgres, postgresBinaries } from './postgres-binaries';
 import {
   initialise,
   PASSWORD,
@@ -76,9 +76,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   const onLog = options.onLog ?? (() => undefined);
   const onNotice = options.onNotice ?? onLog;
   const setting = options.dataDirSetting ?? 'store.dataDir';
+  const installed = installedPostgres();
   const user = serverUser(onNotice);
   prepareDataDir(dataDir, user, setting);
-  const binaries = postgresBinaries(user);
+  const binaries = postgresBinaries(installed, user);
 
   if (!fs.existsSync(path.join(dataDir, 'PG_VERSION'))) {
     onNotice(`initialising the embedded PostgreSQL data directory ${dataDir}`);
@@ -202,9 +203,16 @@ async function stopOrphan(dataDir: string, onNotice: (message: string) => void):
 
 /** As root the data directory belongs to the server's user; only it is chowned, nothing above it. */
 function prepareDataDir(dataDir: string, user: ServerUser | undefined, setting: string): void {
-  // Parents with the default mode (a recursive mkdir would make each 0700), the data dir itself 0700.
-  fs.mkdirSync(path.dirname(dataDir), { recursive: true });
-  if (!fs.existsSync(dataDir)) fs.mkdirSync(dataDir, { mode: 0o700 });
+  try {
+    // Parents with the default mode (a recursive mkdir would make each 0700), the data dir 0700.
+    fs.mkdirSync(path.dirname(dataDir), { recursive: true });
+    if (!fs.existsSync(dataDir)) fs.mkdirSync(dataDir, { mode: 0o700 });
+  } catch (error) {
+    throw new StartupError(
+      `cannot create the embedded PostgreSQL's data directory ${dataDir} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}): set ${setting} to a directory this user can write, or set DATABASE_URL`,
+      { cause: error },
+    );
+  }
   if (!user) return;
   const blocked = firstInaccessible(user, 'x', ancestorsOf(dataDir));
   if (blocked !== undefined) {

