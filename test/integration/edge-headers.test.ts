@@ -3,7 +3,7 @@
 // tenant spellings, Transfer-Encoding, client-sent X-Forwarded-*/Forwarded, replayed auth headers
 // and Date, duplicate JSON keys. Each test asserts what the client got and what the upstream
 // received. Raw sockets, so every header line goes out exactly as written.
-import { expectProblem, withLogLine } from '../support/edge-expect';
+import { awaitCondition, expectProblem, withLogLine } from '../support/edge-expect';
 import {
   type HeaderLines,
   rawGet,
@@ -58,6 +58,10 @@ routes:
     match: { method: POST, path: /signed }
     upstream: api
     idempotency: { fingerprint: { parts: [method, path, body, header:x-signature] } }
+  - name: gated
+    match: { method: POST, path: /gated }
+    upstream: api
+    idempotency: { tenant: [header:authorization] }
   - name: body-free
     match: { method: POST, path: /body-free }
     upstream: api
@@ -85,9 +89,18 @@ routes:
     upstream: api
 `;
 
+/** Answers to /gated wait until the test opens the gate. */
+function closedGate(): { promise: Promise<void>; resolve: () => void } {
+  let resolve = (): void => undefined;
+  const promise = new Promise<void>((done) => (resolve = done));
+  return { promise, resolve };
+}
+let gate = closedGate();
+
 beforeAll(async () => {
-  upstream = await startUpstream((req, res) => {
+  upstream = await startUpstream(async (req, res) => {
     const path = req.url.split('?')[0];
+    if (path === '/gated') await gate.promise;
     const headers: Record<string, string> = { 'content-type': 'application/json', 'x-kept': 'yes' };
     if (path === '/dated') {
       Object.assign(headers, {
@@ -112,6 +125,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  gate.resolve();
   await proxy?.close();
   await trusting?.close();
   await uncached?.close();
@@ -370,6 +384,38 @@ describe('the tenant from Authorization', () => {
     expect(other.status).toBe(201);
     expect(other.headers['idempotent-replayed']).toBeUndefined();
     expect((await as('bearer   a')).headers['idempotent-replayed']).toBe('true');
+    expect(upstream.received.map((req) => req.headers.authorization)).toEqual([
+      'Bearer A',
+      'Bearer a',
+    ]);
+  });
+  test('while a request is in flight, its repeats in other spellings are refused and another tenant runs', async () => {
+    gate = closedGate();
+    const key = freshKey('in-flight');
+    const as = (target: string, authorization: string) =>
+      post(target, [
+        ['Authorization', authorization],
+        ['Idempotency-Key', key],
+      ]);
+    const first = as('/gated', 'Bearer A');
+    await awaitCondition(() => upstream.received.length === 1, 'the first request upstream');
+    for (const [target, authorization] of [
+      ['/gated', 'bearer   A'],
+      ['//gated', 'BEARER A'],
+      ['/x/../gated', 'Bearer A'],
+    ]) {
+      expectProblem(await as(target!, authorization!), 409, 'IDEMPOTENCY_KEY_IN_FLIGHT');
+    }
+    const repeatLenient = await as('/GATED/', 'Bearer A');
+    expect([409, 422]).toContain(repeatLenient.status);
+    const otherTenant = as('/gated', 'Bearer a');
+    await awaitCondition(
+      () => upstream.received.length === 2,
+      "the other tenant's request upstream",
+    );
+    gate.resolve();
+    expect((await first).status).toBe(201);
+    expect((await otherTenant).status).toBe(201);
     expect(upstream.received.map((req) => req.headers.authorization)).toEqual([
       'Bearer A',
       'Bearer a',

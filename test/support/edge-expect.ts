@@ -38,14 +38,22 @@ export function requestLines(proxy: TestProxy): LogLine[] {
   return proxy.logs.filter((line) => line.msg === 'request');
 }
 
-/** Waits (bounded) until the proxy has written at least `count` request lines, and returns them. */
-export async function awaitRequestLines(proxy: TestProxy, count: number): Promise<LogLine[]> {
+/** Waits (bounded, polling) until `condition` holds; throws naming `what` if it never does. */
+export async function awaitCondition(condition: () => boolean, what: string): Promise<void> {
   for (let waited = 0; waited < 5_000; waited += 10) {
-    const lines = requestLines(proxy);
-    if (lines.length >= count) return lines;
+    if (condition()) return;
     await sleep(10);
   }
-  throw new Error(`expected ${count} request log lines, have ${requestLines(proxy).length}`);
+  throw new Error(`gave up waiting for ${what}`);
+}
+
+/** Waits (bounded) until the proxy has written at least `count` request lines, and returns them. */
+export async function awaitRequestLines(proxy: TestProxy, count: number): Promise<LogLine[]> {
+  await awaitCondition(
+    () => requestLines(proxy).length >= count,
+    `${count} request log lines (have ${requestLines(proxy).length})`,
+  );
+  return requestLines(proxy);
 }
 
 /**
