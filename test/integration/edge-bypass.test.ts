@@ -4,7 +4,7 @@
 // the WHATWG URL parser's pathname, one a real Express 5 app (case-insensitive, non-strict). The
 // invariant is counted on the upstream side: one key, at most one refund.
 import { expectProblem, withLogLine } from '../support/edge-expect';
-import { rawGet, type RawResponse } from '../support/edge-raw';
+import { type HeaderLines, rawGet, type RawResponse } from '../support/edge-raw';
 import { freshKey, postRefund, refundsProxyPer, UPSTREAM_KINDS } from '../support/edge-refunds';
 
 /** The canonical path is `/refunds` itself: a repeat of `/refunds` under the same key replays. */
@@ -186,6 +186,31 @@ describe.each(UPSTREAM_KINDS)('behind a %s upstream', (kind) => {
       expect(receivedWith(key)).toHaveLength(1);
     },
   );
+
+  // Node hands a request with Upgrade to the proxy's upgrade handler, whatever its method: the same
+  // routing must hold there.
+  test.each(['/refunds', '//refunds', '/x/../refunds', '/REFUNDS/', '/%72efunds'])(
+    'a POST with Upgrade to %s is never passed through to the refund endpoint',
+    async (target) => {
+      const key = freshKey('upgrade');
+      const upgrade: HeaderLines = [
+        ['Connection', 'Upgrade'],
+        ['Upgrade', 'websocket'],
+      ];
+      const res = await postRefund(running.proxy.port, target, key, upgrade);
+      expect(res.status).toBeGreaterThanOrEqual(400);
+      expect(running.upstream.refundsFor(key)).toBe(0);
+      expect(receivedWith(key)).toHaveLength(0);
+    },
+  );
+
+  test('an upgrade to a refused target is a 400 problem', async () => {
+    const res = await rawGet(running.proxy.port, '/%2e%2e/x%2F', [
+      ['Connection', 'Upgrade'],
+      ['Upgrade', 'websocket'],
+    ]);
+    expectProblem(res, 400, 'REQUEST_TARGET_INVALID');
+  });
 
   test('one key sent with every variant in turn runs the refund once', async () => {
     const key = freshKey('all-variants');
