@@ -1,18 +1,19 @@
 // The built CLI as a user runs it: check, migrate, serve with SIGTERM drain, exit codes 0/1/2, and
 // the embedded PostgreSQL default when no database URL is set.
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { findFreePort } from '../../src/db/embedded';
 import { postJson } from '../support/http';
-import { PROXY_BIN } from '../support/proxy-process';
+import {
+  type CliResult,
+  runCli as runCliProcess,
+  startServe as startServeProcess,
+} from '../support/cli-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { sleep, startWaitingUpstream, type TestUpstream } from '../support/upstream';
 
-// The real artifact (`npm run build` output, built by the jest global setup), as `npm start` runs it.
-const bin = PROXY_BIN;
 let upstream: TestUpstream;
 let workDir: string;
 
@@ -47,50 +48,11 @@ routes:
   - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
 `;
 
-interface CliResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], {
-      env: { ...process.env, ...env },
-      cwd: workDir,
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
-function startServe(
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ child: ChildProcess; output: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, 'serve', ...args], {
-      env: { ...process.env, ...env },
-      cwd: workDir,
-    });
-    let output = '';
-    const onData = (d: Buffer): void => {
-      output += d.toString();
-      if (output.includes('idempotency-proxy listening')) resolve({ child, output: () => output });
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-    child.on('exit', (code) => reject(new Error(`serve exited early with ${code}: ${output}`)));
-  });
-}
-
-const exitCode = (child: ChildProcess): Promise<number | null> =>
-  new Promise((resolve) =>
-    child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve),
-  );
+// In workDir, as a person runs it from a project folder.
+const runCli = (args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> =>
+  runCliProcess(args, { env, cwd: workDir });
+const startServe = (args: string[], env: NodeJS.ProcessEnv) =>
+  startServeProcess(args, { env, cwd: workDir });
 
 test('check prints the resolved routes and exits 0', async () => {
   const file = writeConfig('ok.yaml', validConfig());
@@ -169,7 +131,7 @@ test('serve drains an in-flight request on SIGTERM, stores its result, and exits
   const table = uniqueTable('serve');
   const port = await findFreePort();
   const file = writeConfig('serve.yaml', validConfig());
-  const { child } = await startServe(['--config', file], {
+  const serve = await startServe(['--config', file], {
     DATABASE_URL: databaseUrl(),
     PROXY_PORT: String(port),
     TABLE: table,
@@ -177,10 +139,10 @@ test('serve drains an in-flight request on SIGTERM, stores its result, and exits
   const url = `http://127.0.0.1:${port}`;
   const inFlight = postJson(`${url}/jobs`, 'drain-1', { a: 1 }, { 'x-wait': '800' });
   await sleep(200);
-  child.kill('SIGTERM');
+  serve.child.kill('SIGTERM');
   const response = await inFlight;
   expect(response.status).toBe(201);
-  expect(await exitCode(child)).toBe(0);
+  expect(await serve.exited()).toBe(0);
   const client = new Client({ connectionString: databaseUrl() });
   await client.connect();
   const { rows } = await client.query(`SELECT state, status FROM "${table}" WHERE key = 'drain-1'`);
@@ -200,7 +162,7 @@ test('serve starts an embedded PostgreSQL when no database URL is set, and stops
     TABLE: 'idempotency_keys',
     DATA_DIR: dataDir,
   };
-  const { child, output } = await startServe(['--config', file], env);
+  const { child, output, exited } = await startServe(['--config', file], env);
   expect(output()).toContain('starting the embedded PostgreSQL');
   const url = `http://127.0.0.1:${port}`;
   const first = await postJson(`${url}/jobs`, 'embedded-1', {});
@@ -208,7 +170,7 @@ test('serve starts an embedded PostgreSQL when no database URL is set, and stops
   expect(first.status).toBe(201);
   expect(again.headers['idempotent-replayed']).toBe('true');
   child.kill('SIGINT');
-  expect(await exitCode(child)).toBe(0);
+  expect(await exited()).toBe(0);
   expect(output()).toContain('embedded PostgreSQL stopped');
   expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
   expect(fs.existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);

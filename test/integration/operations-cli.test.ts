@@ -1,10 +1,10 @@
 // Operator commands against a running proxy process: inspect and prune, and SIGHUP reload with a valid
 // and an invalid config under traffic (no request lost, the invalid one rejected with its errors).
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { postJson, send, type TestResponse } from '../support/http';
 import { databaseUrl, uniqueTable } from '../support/proxy';
-import { PROXY_BIN, type ProxyProcess, startProxyProcess } from '../support/proxy-process';
+import { type CliResult, runCli } from '../support/cli-process';
+import { type ProxyProcess, startProxyProcess } from '../support/proxy-process';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
@@ -38,22 +38,9 @@ afterAll(async () => {
   await upstream?.close();
 });
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [PROXY_BIN, ...args, '--config', proxy.configFile], {
-      env: {
-        ...process.env,
-        DATABASE_URL: databaseUrl(),
-        PROXY_PORT: '1',
-        ADMIN_PORT: '2',
-        LOG_FORMAT: 'json',
-      },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+function cli(args: string[]): Promise<CliResult> {
+  return runCli([...args, '--config', proxy.configFile], {
+    env: { DATABASE_URL: databaseUrl(), PROXY_PORT: '1', ADMIN_PORT: '2', LOG_FORMAT: 'json' },
   });
 }
 
