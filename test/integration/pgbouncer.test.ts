@@ -3,7 +3,7 @@
 // lock must not outlive its transaction and LISTEN is never delivered: claims, completions, waits,
 // migrations and pruning still work, wait mode polls and says so. Session mode keeps LISTEN.
 import { Pool } from 'pg';
-import { PostgresKeyStore } from '../../src/db/key-store';
+import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import { pruneExpired } from '../../src/db/pruner';
@@ -40,7 +40,7 @@ routes:
     bouncer = await startPgBouncer({ serverUrl: databaseUrl(), poolSize: 2 });
     // The first request of each key is slow, so repeats arrive while it is in flight.
     upstream = await startUpstream(async (req, res) => {
-      if (req.url.includes('slow')) await sleep(600);
+      if (req.url.includes('slow')) await sleep(req.url.includes('slower') ? 1_500 : 600);
       res.writeHead(201, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({ key: req.headers['idempotency-key'], n: upstream.executions().length }),
@@ -153,17 +153,29 @@ routes:
     expect(rows).toEqual([{ migrate: true, prune: true }]);
   });
 
-  test('session mode keeps LISTEN: waiters are woken by NOTIFY', async () => {
+  test('session mode keeps LISTEN: NOTIFY reaches the listener, and waiters replay', async () => {
     const proxy = await startProxy({ yaml: yaml('wait'), databaseUrl: bouncer.sessionUrl });
     proxies.push(proxy);
     expect(proxy.listener.stats.connected).toBe(true);
     expect(proxy.listener.stats.polling).toBe(false);
     const notifications = proxy.listener.stats.notifications;
-    const answers = await Promise.all(
-      [0, 1, 2].map(() => postJson(`${proxy.url}/orders?slow`, 'sess-slow', { k: 1 })),
+    const executions = upstream.executions().length;
+    const first = postJson(`${proxy.url}/orders?slower`, 'sess-slow', { k: 1 });
+    // The repeats arrive while the first is at the upstream, so its completion NOTIFYs them.
+    while (upstream.executions().length === executions) await sleep(10);
+    const repeats = await Promise.all(
+      [0, 1].map(() => postJson(`${proxy.url}/orders?slower`, 'sess-slow', { k: 1 })),
     );
+    const answers = [await first, ...repeats];
     expect(answers.map((a) => a.status)).toEqual([201, 201, 201]);
     expect(new Set(answers.map((a) => a.text())).size).toBe(1);
+    // A NOTIFY from another session (as another instance's completion sends) reaches the listener.
+    await direct.query('SELECT pg_notify($1::text, $2::text)', [
+      completionChannel(proxy.table),
+      'from-another-instance',
+    ]);
+    for (let i = 0; i < 100 && proxy.listener.stats.notifications === notifications; i++)
+      await sleep(20);
     expect(proxy.listener.stats.notifications).toBeGreaterThan(notifications);
   });
 });

@@ -24,9 +24,11 @@ function address(spec) {
  */
 function startBridge(listen, target) {
   const sockets = new Set();
+  const pairs = new Set();
   const server = net.createServer((client) => {
     const upstream = net.connect(address(typeof target === 'function' ? target() : target));
     sockets.add(client).add(upstream);
+    pairs.add([client, upstream]);
     const drop = () => {
       client.destroy();
       upstream.destroy();
@@ -46,6 +48,19 @@ function startBridge(listen, target) {
       const bound = server.address();
       resolve({
         port: typeof bound === 'object' && bound ? bound.port : undefined,
+        // Stops relaying on the connections open now: what is sent meanwhile stays in their buffers
+        // (a replication link that lags), until `drop` discards it.
+        hold: () => {
+          for (const [client, upstream] of pairs) {
+            client.unpipe(upstream);
+            upstream.unpipe(client);
+            client.pause();
+            upstream.pause();
+          }
+        },
+        drop: () => {
+          for (const socket of sockets) socket.destroy();
+        },
         close: () =>
           new Promise((done) => {
             for (const socket of sockets) socket.destroy();

@@ -8,7 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Client } from 'pg';
+import { Client, type ClientConfig } from 'pg';
 
 const run = promisify(execFile);
 
@@ -79,6 +79,22 @@ export class PgNode {
     return `postgres://postgres@${this.host}:${this.port}/postgres`;
   }
 
+  /**
+   * How the test itself connects: over TCP, or through the Unix socket in the data directory when
+   * the server is in a namespace the test's own process cannot reach over the network.
+   */
+  private connection(timeoutMs: number): ClientConfig {
+    return this.netns
+      ? {
+          host: this.dataDir,
+          port: this.port,
+          user: 'postgres',
+          database: 'postgres',
+          connectionTimeoutMillis: timeoutMs,
+        }
+      : { connectionString: this.url, connectionTimeoutMillis: timeoutMs };
+  }
+
   /** initdb, configured for streaming replication; not started. */
   static async init(name: string, options: PgNodeOptions = {}): Promise<PgNode> {
     const node = await PgNode.empty(name, options);
@@ -107,6 +123,8 @@ export class PgNode {
       // No power failure here: a crash is the postmaster killed (SIGQUIT), the page cache survives.
       fsync: 'off',
       log_min_messages: 'warning',
+      // A standby whose primary is gone retries every 5 s by default, which a promotion waits out.
+      wal_retrieve_retry_interval: "'200ms'",
     });
     return node;
   }
@@ -115,16 +133,18 @@ export class PgNode {
   static async standbyOf(
     primary: PgNode,
     name: string,
-    options: PgNodeOptions = {},
+    options: PgNodeOptions & { via?: { host: string; port: number } } = {},
   ): Promise<PgNode> {
     const node = await PgNode.empty(name, options);
+    // The replication link: straight to the primary, or through a forwarder the test controls.
+    const link = options.via ?? primary;
     await runAs(
       [
         path.join(DEBIAN_POSTGRES_BIN, 'pg_basebackup'),
         '-h',
-        primary.host,
+        link.host,
         '-p',
-        String(primary.port),
+        String(link.port),
         '-U',
         'postgres',
         '-D',
@@ -140,7 +160,7 @@ export class PgNode {
     // primary_conninfo that -R wrote there (the later line wins).
     fs.appendFileSync(
       path.join(node.dataDir, 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=${primary.host} port=${primary.port} user=postgres application_name=${name}'\n`,
+      `primary_conninfo = 'host=${link.host} port=${link.port} user=postgres application_name=${name}'\n`,
     );
     return node;
   }
@@ -185,7 +205,7 @@ export class PgNode {
     const deadline = Date.now() + 30_000;
     for (;;) {
       if (this.child?.exitCode !== null) throw new Error(`${this.name} exited:\n${this.log()}`);
-      const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 1_000 });
+      const client = new Client(this.connection(1_000));
       client.on('error', () => undefined);
       try {
         await client.connect();
@@ -208,7 +228,7 @@ export class PgNode {
     text: string,
     values: unknown[] = [],
   ): Promise<R[]> {
-    const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 5_000 });
+    const client = new Client(this.connection(5_000));
     client.on('error', () => undefined);
     await client.connect();
     try {

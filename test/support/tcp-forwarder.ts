@@ -4,6 +4,10 @@
 
 export interface Bridge {
   readonly port: number | undefined;
+  /** Stops relaying on the open connections; what is sent stays buffered until `drop`. */
+  hold(): void;
+  /** Closes the open connections (the listener stays). */
+  drop(): void;
   close(): Promise<void>;
 }
 
@@ -23,6 +27,8 @@ export interface TcpForwarder {
   /** postgres:// URL through the forwarder. */
   readonly url: string;
   switchTo(target: Target): void;
+  hold(): void;
+  drop(): void;
   close(): Promise<void>;
 }
 
@@ -36,6 +42,8 @@ export async function startTcpForwarder(initial: Target): Promise<TcpForwarder> 
     switchTo: (next) => {
       target = next;
     },
+    hold: () => bridge.hold(),
+    drop: () => bridge.drop(),
     close: () => bridge.close(),
   };
 }
