@@ -13,6 +13,7 @@ import {
   occupiedPort,
   runCli,
   type ServeProcess,
+  spawnServe,
   startServe,
 } from '../support/cli-process';
 import { postJson } from '../support/http';
@@ -82,8 +83,9 @@ function processGroupOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
 }
 
+/** Whether the server `pid` exits within 20 s (a shutdown checkpoint on a busy disk takes a while). */
 async function gone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 200 && isRunning(pid, 'postgres'); i++) await sleep(25);
+  for (let i = 0; i < 800 && isRunning(pid, 'postgres'); i++) await sleep(25);
   return !isRunning(pid, 'postgres');
 }
 
@@ -109,6 +111,22 @@ test('Ctrl-C (SIGINT to the whole process group) drains the in-flight request, s
   expect(inspect.stdout).toMatch(/status\s+201/);
   expect(inspect.code).toBe(0);
   expect(runningPostmaster(dataDir)).toBeUndefined();
+}, 60_000);
+
+test('Ctrl-C while the embedded server is still starting stops it too (the exit hook)', async () => {
+  const proxy = spawnServe(['--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: String(await findFreePort()) },
+    groupLeader: true,
+  });
+  running.push(proxy);
+  // postmaster.pid appears as soon as the postmaster runs, before it accepts connections.
+  const lockFile = path.join(dataDir, 'postmaster.pid');
+  while (!fs.existsSync(lockFile) && proxy.child.exitCode === null) await sleep(5);
+  const pid = Number(fs.readFileSync(lockFile, 'utf8').split('\n')[0]);
+  process.kill(-proxy.pid, 'SIGINT');
+  expect(await proxy.exited()).toBe(1);
+  expect(proxy.output()).toContain('interrupted during startup; stopping');
+  expect(await gone(pid)).toBe(true);
 }, 60_000);
 
 test('a proxy killed with -9 leaves its server running; the next start stops that orphan and serves', async () => {
