@@ -261,6 +261,10 @@ function refuseDuplicate(): never {
   throw new DuplicateJsonKeyError();
 }
 
+function isPrimitive(value: JsonValue): boolean {
+  return typeof value !== 'object' || value === null;
+}
+
 function isPlainObject(value: JsonValue): value is JsonObject {
   return (
     typeof value === 'object' &&
@@ -278,7 +282,11 @@ function withinDepth(value: JsonValue, depth: number, members: { count: number }
   if (typeof value !== 'object' || value === null || value instanceof ExactNumber) return true;
   if (depth >= MAX_DEPTH) return false;
   if (Array.isArray(value)) {
-    for (const item of value) if (!withinDepth(item, depth + 1, members)) return false;
+    for (const item of value) {
+      // Most elements of big arrays are numbers or strings: no call for them.
+      if (typeof item === 'object' && item !== null && !withinDepth(item, depth + 1, members))
+        return false;
+    }
     return true;
   }
   const keys = Object.keys(value);
@@ -309,6 +317,9 @@ function serialize(value: JsonValue, ignore: IgnoreNode | null): string {
 }
 
 function serializeArray(items: readonly JsonValue[]): string {
+  // An array of strings, JSON.parse numbers, booleans and nulls: JSON.stringify writes exactly the
+  // canonical form (RFC 8785 strings; String() of a number of at most 15 digits), natively.
+  if (items.every(isPrimitive)) return JSON.stringify(items);
   let out = '[';
   for (let i = 0; i < items.length; i++) {
     if (i > 0) out += ',';

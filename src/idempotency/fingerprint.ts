@@ -41,6 +41,32 @@ export function computeFingerprint(input: FingerprintInput, policy: FingerprintP
   return hashRequestParts('fingerprint/v1', policy.parts, input, policy.ignore);
 }
 
+/** Bodies from this size on get a raw fingerprint too (computeRawFingerprint). */
+export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
+
+/**
+ * A cheap stand-in for the fingerprint of a large body: the same parts, but the body's exact bytes
+ * (and whether it counts as JSON) instead of its canonical form. Equal raw fingerprints mean equal
+ * fingerprints — the same bytes have the same canonical form, the same duplicate keys — so a repeat
+ * that matches a known raw fingerprint needs no canonicalisation; a different one says nothing.
+ */
+export function computeRawFingerprint(input: FingerprintInput, policy: FingerprintPolicy): Buffer {
+  const framed = new FramedHash('fingerprint-raw/v1');
+  let bodyWritten = false;
+  for (const part of policy.parts) {
+    if (part.kind !== 'body' && part.kind !== 'body-field') {
+      writePart(framed, part, input, NO_BODY, policy.ignore);
+    } else if (!bodyWritten) {
+      bodyWritten = true;
+      framed
+        .field('body-bytes')
+        .field(isJsonContentType(input.contentType) ? 'json' : 'bytes')
+        .field(input.body);
+    }
+  }
+  return framed.digest();
+}
+
 /**
  * SHA-256 over the given parts, framed as described at the top of this file, under a domain
  * name that keeps different uses (fingerprints, derived keys) from ever sharing a hash.
@@ -205,6 +231,9 @@ class LazyJsonBody {
     return this.parsed;
   }
 }
+
+/** For the parts of a raw fingerprint, none of which reads the body. */
+const NO_BODY = new LazyJsonBody(Buffer.alloc(0));
 
 function writePart(
   framed: FramedHash,

@@ -36,7 +36,10 @@ export type FollowVerdict =
   | { readonly kind: 'ask-store'; readonly lead: boolean };
 
 export interface FollowOptions {
-  readonly fingerprint: Buffer;
+  /** The request's fingerprint; undefined while only its raw fingerprint is known. */
+  readonly fingerprint: Buffer | undefined;
+  /** The raw fingerprint of a large body (fingerprint.ts), when there is one. */
+  readonly raw: Buffer | undefined;
   readonly mode: 'reject' | 'wait';
   /** performance.now() after which a waiter stops and answers 409. */
   readonly deadline: number;
@@ -49,6 +52,7 @@ export interface FollowOptions {
 
 interface Entry {
   readonly fingerprint: Buffer;
+  readonly raw: Buffer | undefined;
   phase: 'claiming' | 'forwarding' | 'waiting';
   /** performance.now() when the known lease ends; 0 while claiming. */
   leaseEndsAt: number;
@@ -64,10 +68,11 @@ export class LocalKeys {
   constructor(private readonly now: () => number = () => performance.now()) {}
 
   /** Becomes the leader of `text` when nobody in this process works on it; undefined otherwise. */
-  lead(text: string, fingerprint: Buffer): Leader | undefined {
+  lead(text: string, fingerprint: Buffer, raw?: Buffer): Leader | undefined {
     if (this.entries.has(text)) return undefined;
     const entry: Entry = {
       fingerprint,
+      raw,
       phase: 'claiming',
       leaseEndsAt: 0,
       followers: 0,
@@ -89,7 +94,10 @@ export class LocalKeys {
   async follow(text: string, options: FollowOptions): Promise<FollowVerdict> {
     const entry = this.entries.get(text);
     if (entry === undefined) return { kind: 'ask-store', lead: true };
-    const same = entry.fingerprint.equals(options.fingerprint);
+    const sameRaw = options.raw !== undefined && entry.raw?.equals(options.raw) === true;
+    // Without its fingerprint, a request that is not byte for byte the leader's cannot tell.
+    if (!sameRaw && options.fingerprint === undefined) return { kind: 'ask-store', lead: true };
+    const same = sameRaw || entry.fingerprint.equals(options.fingerprint!);
     const lease = (): number =>
       entry.leaseEndsAt === 0 ? options.leaseMs : Math.max(0, entry.leaseEndsAt - this.now());
     if (!same) {

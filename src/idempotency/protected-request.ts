@@ -25,7 +25,12 @@ import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
 import { deriveKey, derivedKeyPolicy } from './derived-key';
 import { DuplicateJsonKeyError } from './canonical-json';
-import { computeFingerprint, type FingerprintInput } from './fingerprint';
+import {
+  computeFingerprint,
+  computeRawFingerprint,
+  type FingerprintInput,
+  RAW_FINGERPRINT_MIN_BYTES,
+} from './fingerprint';
 import { type KeyParseResult, parseIdempotencyKey } from './key';
 import { type RecordId, recordText } from './record';
 import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
@@ -98,6 +103,13 @@ export async function handleProtectedRequest(
     body,
     contentType: req.headers['content-type'],
   };
+  // A repeat of a large body is first looked up by its raw fingerprint (the body's bytes): a body
+  // seen before needs no canonical JSON, which costs tens of milliseconds a megabyte.
+  let raw: Buffer | undefined;
+  if (parsed.ok && policy.enforce && body.length >= RAW_FINGERPRINT_MIN_BYTES) {
+    raw = computeRawFingerprint(input, policy.fingerprint);
+    if (await answeredByRaw(deps, request, recordIdOf(request, parsed.key), raw)) return;
+  }
   // Only a route with key.derive gets here without a key (refuseKey took every other keyless
   // request). A derived key's record lives for key.window instead of ttl; the rest is as for a sent key.
   let key: string;
@@ -120,7 +132,7 @@ export async function handleProtectedRequest(
       ),
     );
   }
-  if (parsed.ok) return claimAndAnswer(deps, request, key, fingerprint, body);
+  if (parsed.ok) return claimAndAnswer(deps, request, key, fingerprint, body, raw);
   log.key = key;
   log.keyDerived = true;
   return claimAndAnswer(
@@ -208,11 +220,12 @@ async function claimAndAnswer(
   key: string,
   fingerprint: Buffer,
   body: Buffer,
+  raw?: Buffer,
 ): Promise<void> {
-  const { req, policy, log } = request;
-  const id: RecordId = { scope: policy.scope, tenant: tenantHash(req.headers, policy.tenant), key };
+  const { policy, log } = request;
+  const id = recordIdOf(request, key);
   if (policy.enforce && deps.cache) {
-    const cached = deps.cache.lookup(id, fingerprint);
+    const cached = deps.cache.lookup(id, fingerprint, raw);
     if (cached) {
       log.cached = true;
       return cached.kind === 'replay' ? replay(request, cached.response) : reused(request, key);
@@ -223,48 +236,96 @@ async function claimAndAnswer(
   if (local === undefined) return claimLoop(deps, request, id, fingerprint, body, undefined);
 
   const text = recordText(id);
-  const deadline = performance.now() + policy.waitTimeoutMs;
   for (let round = 0; round < MAX_LOCAL_ROUNDS; round++) {
-    const leader = local.lead(text, fingerprint);
+    const leader = local.lead(text, fingerprint, raw);
     if (leader !== undefined) {
       try {
-        return await claimLoop(deps, request, id, fingerprint, body, leader);
+        return await claimLoop(deps, request, id, fingerprint, body, leader, raw);
       } finally {
         leader.settle({ kind: 'ask-store' });
       }
     }
-    const waitStarted = performance.now();
-    const verdict = await local.follow(text, {
-      fingerprint,
-      mode: policy.onConcurrent,
-      deadline,
-      maxWaiters: policy.maxWaitersPerKey,
-      gone: clientGone(request.res),
-      leaseMs: policy.lockTimeoutMs,
-    });
-    log.waitMs += performance.now() - waitStarted;
-    if (verdict.kind !== 'ask-store' && verdict.kind !== 'client-gone') {
-      log.coalesced = true;
-      deps.cache?.count(id, verdict.kind === 'replay', text);
-    }
-    switch (verdict.kind) {
-      case 'replay':
-        return replay(request, verdict.response);
-      case 'mismatch':
-        return reused(request, key);
-      case 'in-flight':
-      case 'too-many-waiters':
-        return inFlight(request, key, verdict.leaseRemainingMs);
-      case 'store-down':
-        return fail(request, 'store_unavailable', storeUnavailableError(request, undefined));
-      case 'client-gone':
-        log.outcome = 'client_gone';
-        return;
-      case 'ask-store':
-        if (!verdict.lead) return claimLoop(deps, request, id, fingerprint, body, undefined);
-    }
+    const unanswered = await followLeader(deps, request, id, fingerprint, raw);
+    if (unanswered === undefined) return;
+    if (!unanswered.lead) return claimLoop(deps, request, id, fingerprint, body, undefined, raw);
   }
-  return claimLoop(deps, request, id, fingerprint, body, undefined);
+  return claimLoop(deps, request, id, fingerprint, body, undefined, raw);
+}
+
+function recordIdOf(request: ProtectedRequest, key: string): RecordId {
+  const { policy } = request;
+  return { scope: policy.scope, tenant: tenantHash(request.req.headers, policy.tenant), key };
+}
+
+/**
+ * A large body's repeat answered without its canonical fingerprint: from the replay cache, or from
+ * this process's first request of the key, when either has seen exactly these bytes.
+ */
+async function answeredByRaw(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  raw: Buffer,
+): Promise<boolean> {
+  const cached = deps.cache?.lookupRaw(id, raw);
+  if (cached) {
+    request.log.cached = true;
+    replay(request, cached);
+    return true;
+  }
+  if (deps.localKeys === undefined) return false;
+  return (await followLeader(deps, request, id, undefined, raw)) === undefined;
+}
+
+/**
+ * Answers a repeat from what this process's first request of its key learnt (local-keys.ts), or
+ * returns what to do when that does not answer it: claim, after trying to lead (`lead`) or not.
+ */
+async function followLeader(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  id: RecordId,
+  fingerprint: Buffer | undefined,
+  raw: Buffer | undefined,
+): Promise<{ readonly lead: boolean } | undefined> {
+  const { policy, log } = request;
+  const text = recordText(id);
+  const waitStarted = performance.now();
+  const verdict = await deps.localKeys!.follow(text, {
+    fingerprint,
+    raw,
+    mode: policy.onConcurrent,
+    deadline: waitStarted + policy.waitTimeoutMs,
+    maxWaiters: policy.maxWaitersPerKey,
+    gone: clientGone(request.res),
+    leaseMs: policy.lockTimeoutMs,
+  });
+  log.waitMs += performance.now() - waitStarted;
+  if (verdict.kind !== 'ask-store' && verdict.kind !== 'client-gone') {
+    log.coalesced = true;
+    deps.cache?.count(id, verdict.kind === 'replay', text);
+  }
+  switch (verdict.kind) {
+    case 'replay':
+      replay(request, verdict.response);
+      break;
+    case 'mismatch':
+      reused(request, id.key);
+      break;
+    case 'in-flight':
+    case 'too-many-waiters':
+      inFlight(request, id.key, verdict.leaseRemainingMs);
+      break;
+    case 'store-down':
+      fail(request, 'store_unavailable', storeUnavailableError(request, undefined));
+      break;
+    case 'client-gone':
+      log.outcome = 'client_gone';
+      break;
+    case 'ask-store':
+      return verdict;
+  }
+  return undefined;
 }
 
 /**
@@ -278,6 +339,7 @@ async function claimLoop(
   fingerprint: Buffer,
   body: Buffer,
   leader: Leader | undefined,
+  raw?: Buffer,
 ): Promise<void> {
   const { route, policy, log } = request;
   const key = id.key;
@@ -308,7 +370,7 @@ async function claimLoop(
         leader?.forwarding(policy.lockTimeoutMs);
         return forward(deps, request, id, claim.fence, body, leader);
       case 'completed':
-        deps.cache?.remember(id, fingerprint, claim.response, claim.expiresInMs);
+        deps.cache?.remember(id, fingerprint, claim.response, claim.expiresInMs, raw);
         leader?.settle({ kind: 'stored', response: claim.response });
         return replay(request, claim.response);
       case 'mismatch':

@@ -15,11 +15,15 @@ const EXPIRY_MARGIN_MS = 1_000;
 const ENTRY_OVERHEAD_BYTES = 1_024;
 /** Records whose body is larger than this share of the cache are not cached. */
 const MAX_ENTRY_SHARE = 0.1;
+/** Raw fingerprints (fingerprint.ts) remembered per entry: the spellings of one body seen so far. */
+const MAX_RAW_FINGERPRINTS = 4;
 
 interface Entry {
   /** The record's NOTIFY identity, for evictions (computed once, when the entry is admitted). */
   readonly digest: string;
   readonly fingerprint: Buffer;
+  /** Raw fingerprints of large bodies known to have `fingerprint`: a repeat matching one needs no canonical JSON. */
+  readonly raws: Buffer[];
   readonly response: StoredResponse;
   readonly expiresAt: number;
   readonly bytes: number;
@@ -59,23 +63,51 @@ export class ReplayCache {
     this.live = live;
   }
 
-  /** Answers a repeat from memory, counting it for the next flush; undefined = ask the database. */
-  lookup(id: RecordId, fingerprint: Buffer): CacheLookup {
-    if (!this.live) return undefined;
+  /**
+   * Answers a repeat from memory, counting it for the next flush; undefined = ask the database.
+   * `raw`, the request's raw fingerprint when its body is large, is remembered on a replay.
+   */
+  lookup(id: RecordId, fingerprint: Buffer, raw?: Buffer): CacheLookup {
     const text = recordText(id);
-    const entry = this.entries.get(text);
+    const entry = this.live ? this.entry(text) : undefined;
     if (!entry) return undefined;
-    if (entry.expiresAt <= this.now()) {
+    const replay = entry.fingerprint.equals(fingerprint);
+    this.count(id, replay, text);
+    if (!replay) return { kind: 'mismatch' };
+    if (raw && entry.raws.length < MAX_RAW_FINGERPRINTS && !entry.raws.some((r) => r.equals(raw)))
+      entry.raws.push(raw);
+    return { kind: 'replay', response: entry.response };
+  }
+
+  /**
+   * A replay for a large body whose raw fingerprint is known to match the record, found without
+   * computing the canonical fingerprint; undefined (nothing counted) otherwise.
+   */
+  lookupRaw(id: RecordId, raw: Buffer): StoredResponse | undefined {
+    const text = recordText(id);
+    const entry = this.live ? this.entry(text) : undefined;
+    if (!entry || !entry.raws.some((known) => known.equals(raw))) return undefined;
+    this.count(id, true, text);
+    return entry.response;
+  }
+
+  private entry(text: string): Entry | undefined {
+    const entry = this.entries.get(text);
+    if (entry && entry.expiresAt <= this.now()) {
       this.remove(text, entry);
       return undefined;
     }
-    const replay = entry.fingerprint.equals(fingerprint);
-    this.count(id, replay, text);
-    return replay ? { kind: 'replay', response: entry.response } : { kind: 'mismatch' };
+    return entry;
   }
 
   /** Remembers a completed record that the database says lives `expiresInMs` longer. */
-  remember(id: RecordId, fingerprint: Buffer, response: StoredResponse, expiresInMs: number): void {
+  remember(
+    id: RecordId,
+    fingerprint: Buffer,
+    response: StoredResponse,
+    expiresInMs: number,
+    raw?: Buffer,
+  ): void {
     if (!this.live || expiresInMs <= EXPIRY_MARGIN_MS) return;
     const bytes =
       response.body.length +
@@ -89,6 +121,7 @@ export class ReplayCache {
     this.entries.set(text, {
       digest,
       fingerprint,
+      raws: raw ? [raw] : [],
       response,
       expiresAt: this.now() + expiresInMs - EXPIRY_MARGIN_MS,
       bytes,

@@ -113,6 +113,8 @@ async function main(): Promise<number> {
   }
 
   stack.tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-instructions-'));
+  // As root the embedded PostgreSQL runs as the postgres user, which must reach its data dir in here.
+  fs.chmodSync(stack.tmpDir, 0o711);
   const upstream = spawnPinned(
     'upstream',
     process.execPath,

@@ -34,6 +34,7 @@ import {
   type RunResult,
   type ScenarioResult,
 } from './report';
+import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
 import { CONFIG_VARIANTS, type ConfigVariant, SCENARIOS } from './scenarios';
 import {
   BENCH_DIR,
@@ -85,6 +86,8 @@ async function main(): Promise<number> {
   }
 
   stack.tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-bench-'));
+  // As root the embedded PostgreSQL runs as the postgres user, which must reach its data dir in here.
+  fs.chmodSync(stack.tmpDir, 0o711);
   stack.sampler = new RssSampler(100);
   const node = process.execPath;
   const bench = (file: string): string => path.join(BENCH_DIR, file);
@@ -215,6 +218,16 @@ async function main(): Promise<number> {
     }
   }
 
+  say('big bodies: 20 concurrent repeats of a 1 MB body beside a pass-through probe…');
+  let bigBody: BigBodyResult | { failed: string };
+  try {
+    bigBody = await measureBigBody(stack.endpoints!);
+    process.stdout.write(`\n${formatBigBody(bigBody)}\n`);
+  } catch (error) {
+    bigBody = { failed: error instanceof Error ? error.message : String(error) };
+    process.stdout.write(`\nBig bodies: failed: ${bigBody.failed}\n`);
+  }
+
   const last = runs[runs.length - 1] as RunResult;
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(
@@ -227,6 +240,7 @@ async function main(): Promise<number> {
         options,
         environment: environment.data,
         runs,
+        bigBody,
         targets: checkTargets(last, runs),
       },
       null,

@@ -1,5 +1,7 @@
 // onConcurrent: wait — a repeat of an in-flight key blocks until the first completes, then replays it;
-// woken by LISTEN/NOTIFY, with polling as the backstop when the listener is down.
+// woken by LISTEN/NOTIFY, with polling as the backstop when the listener is down. Where the first
+// request runs on another instance (`other`, same table), the repeat waits through the store; a
+// repeat of a key its own instance is forwarding joins that request in memory (key-storm.test.ts).
 import http from 'node:http';
 import { postJson } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
@@ -7,6 +9,7 @@ import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
 let proxy: TestProxy;
+let other: TestProxy;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
@@ -20,20 +23,12 @@ beforeAll(async () => {
       }),
     );
   });
-  proxy = await startProxy({
-    yaml: `
-store:
-  table: \${TEST_TABLE}
-upstreams: { api: { url: ${upstream.url} } }
-defaults: { onConcurrent: wait, waitTimeout: 3s, lockTimeout: 30s }
-routes:
-  - { name: jobs, match: { path: /jobs }, upstream: api, idempotency: {} }
-  - { name: impatient, match: { path: /impatient }, upstream: api, idempotency: { waitTimeout: 300ms } }
-`,
-  });
+  proxy = await startProxy({ yaml: yaml() });
+  other = await startProxy({ yaml: yaml(), table: proxy.table });
 });
 
 afterAll(async () => {
+  await other?.close();
   await proxy?.close();
   await upstream?.close();
 });
@@ -44,9 +39,21 @@ beforeEach(() => {
 
 const statementsBefore = () => proxy.listener.stats.notifications;
 
+function yaml(): string {
+  return `
+store:
+  table: \${TEST_TABLE}
+upstreams: { api: { url: ${upstream.url} } }
+defaults: { onConcurrent: wait, waitTimeout: 3s, lockTimeout: 30s }
+routes:
+  - { name: jobs, match: { path: /jobs }, upstream: api, idempotency: {} }
+  - { name: impatient, match: { path: /impatient }, upstream: api, idempotency: { waitTimeout: 300ms } }
+`;
+}
+
 test('a repeat waits for the in-flight request and gets its stored response, woken by NOTIFY', async () => {
   const notifications = statementsBefore();
-  const first = postJson(`${proxy.url}/jobs`, 'wait-1', { a: 1 }, { 'x-wait': '600' });
+  const first = postJson(`${other.url}/jobs`, 'wait-1', { a: 1 }, { 'x-wait': '600' });
   await sleep(100);
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-1', { a: 1 });
   const original = await first;
@@ -85,7 +92,7 @@ test('answers 409 with Retry-After once waitTimeout passes', async () => {
 });
 
 test('a waiter whose client hangs up stops waiting and holds nothing', async () => {
-  const first = postJson(`${proxy.url}/jobs`, 'wait-gone', {}, { 'x-wait': '800' });
+  const first = postJson(`${other.url}/jobs`, 'wait-gone', {}, { 'x-wait': '800' });
   await sleep(100);
   const req = http.request(`${proxy.url}/jobs`, {
     method: 'POST',
@@ -129,7 +136,7 @@ test('falls back to polling while the listener connection is gone, and reconnect
   expect(pid).toBeDefined();
   await proxy.pool.query('SELECT pg_terminate_backend($1)', [pid]);
   await sleep(50);
-  const first = postJson(`${proxy.url}/jobs`, 'wait-poll', {}, { 'x-wait': '300' });
+  const first = postJson(`${other.url}/jobs`, 'wait-poll', {}, { 'x-wait': '300' });
   await sleep(50);
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-poll', {});
   expect(repeat.headers['idempotent-replayed']).toBe('true');
@@ -139,7 +146,7 @@ test('falls back to polling while the listener connection is gone, and reconnect
   expect(proxy.listener.stats.reconnects).toBeGreaterThanOrEqual(1);
   expect(proxy.listener.stats.backendPid).not.toBe(pid);
   const notifications = proxy.listener.stats.notifications;
-  const again = postJson(`${proxy.url}/jobs`, 'wait-after-reconnect', {}, { 'x-wait': '300' });
+  const again = postJson(`${other.url}/jobs`, 'wait-after-reconnect', {}, { 'x-wait': '300' });
   await sleep(50);
   await postJson(`${proxy.url}/jobs`, 'wait-after-reconnect', {});
   await again;
