@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describeConfig } from './config/describe';
-import { leaseWarnings } from './config/lease-warnings';
+import { configWarnings } from './config/warnings';
 import { loadConfigFile } from './config/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
@@ -27,7 +27,7 @@ async function main(argv: readonly string[]): Promise<number> {
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
     process.stdout.write(`${describeConfig(config)}\n`);
-    for (const warning of leaseWarnings(config))
+    for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
     return 0;
   }

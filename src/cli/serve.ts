@@ -5,7 +5,7 @@ import type http from 'node:http';
 import type { Logger } from 'pino';
 import { createAdminServer } from '../admin/admin-server';
 import { type App, createApp } from '../app';
-import { leaseWarnings } from '../config/lease-warnings';
+import { configWarnings } from '../config/warnings';
 import { loadConfigFile } from '../config/load';
 import type { ProxyConfig } from '../config/types';
 import { CompletionListener, type EvictionSubscriber } from '../db/completion-listener';
@@ -23,7 +23,7 @@ import { type OpenDatabase, openDatabase } from './database';
 export const COUNTER_FLUSH_MS = 1_000;
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
-  for (const warning of leaseWarnings(config))
+  for (const warning of configWarnings(config))
     logger.warn({ route: warning.route }, warning.message);
   // A signal before we serve (Ctrl-C while the database starts) stops at once: nothing is in flight.
   // The embedded server, if spawned, is stopped by its exit hook (see db/embedded.ts).
@@ -180,7 +180,7 @@ function reload(app: App, file: string, logger: Logger): void {
   try {
     const next = loadConfigFile(file);
     app.reload(next);
-    for (const warning of leaseWarnings(next))
+    for (const warning of configWarnings(next))
       logger.warn({ route: warning.route }, warning.message);
     logger.info({ config: file, routes: next.routes.length }, 'configuration reloaded');
   } catch (error) {

@@ -62,6 +62,23 @@ test('check prints the resolved routes and exits 0', async () => {
   expect(result.stdout).toContain('protected');
 });
 
+test('check warns, and still exits 0, when a write to a protected path reaches a pass-through route', async () => {
+  const file = writeConfig(
+    'fallthrough.yaml',
+    `${validConfig()}  - { name: rest, match: { path: /** }, upstream: api }\n`,
+  );
+  const result = await runCli(['check', '--config', file], { PROXY_PORT: '1', TABLE: 'keys_ok' });
+  expect(result.code).toBe(0);
+  expect(result.stdout).toContain(
+    'warning: route "jobs" protects POST /jobs, but PUT, PATCH and DELETE /jobs reach pass-through route "rest" unprotected.',
+  );
+  const quiet = await runCli(['check', '--config', writeConfig('quiet.yaml', validConfig())], {
+    PROXY_PORT: '1',
+    TABLE: 'keys_ok',
+  });
+  expect(quiet.stdout).not.toContain('warning:');
+});
+
 test('check exits 2 and names file, line and column for broken YAML and unknown keys', async () => {
   const broken = writeConfig('broken.yaml', 'routes:\n  - name: a\n    match: { path: /a\n');
   const result = await runCli(['check', '--config', broken]);
