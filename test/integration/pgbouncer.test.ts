@@ -99,6 +99,59 @@ routes:
     expect(rows[0].n).toBe(12);
   });
 
+  test('transaction mode: every store statement works on whichever server connection it gets', async () => {
+    const table = uniqueTable('bounce');
+    const pool = bouncedPool(bouncer.transactionUrl);
+    await migrate(pool, table);
+    // Unnamed from the start (as after the first lost statement), with batches of several sizes.
+    const store = new PostgresKeyStore(pool, table, { namedStatements: false, lanes: 4 });
+    const id = (key: string) => ({ scope: 'orders', tenant: '', key });
+    const fingerprint = Buffer.from('f');
+    const claim = (key: string, leaseMs = 60_000) =>
+      store.claim({ id: id(key), route: 'orders', fingerprint, leaseMs, claimExpiryMs: 120_000 });
+    const fence = async (key: string, leaseMs?: number): Promise<string> => {
+      const result = await claim(key, leaseMs);
+      if (result.kind !== 'claimed') throw new Error(`${key}: ${result.kind}`);
+      return result.fence;
+    };
+    const keys = Array.from({ length: 20 }, (_, n) => `s-${n}`);
+    const fences = await Promise.all(keys.map((key) => fence(key)));
+    const response = (n: number) => ({
+      status: 200 + n,
+      headers: [['x-n', String(n)]] as [string, string][],
+      body: Buffer.from(`body-${n}`),
+      bodyOmitted: false,
+      outcomeUnknown: false,
+    });
+    expect(
+      await Promise.all(
+        keys.map((key, n) => store.complete(id(key), fences[n]!, response(n), 60_000)),
+      ),
+    ).toEqual(keys.map(() => true));
+    const replay = await claim('s-7');
+    expect(replay).toMatchObject({ kind: 'completed', response: { status: 207 } });
+    await store.flushCounters([{ id: id('s-7'), attempts: 2, replays: 2 }]);
+
+    expect(await store.release(id('gone'), await fence('gone'))).toBe(true);
+    expect(await store.peek(id('gone'), fingerprint)).toEqual({ kind: 'absent' });
+
+    const stale = await fence('stale', 1);
+    await sleep(20);
+    const taken = await store.takeOver(id('stale'), stale, 60_000, 120_000);
+    expect(taken).not.toBeNull();
+    expect(await store.complete(id('stale'), stale, response(1), 60_000)).toBe(false);
+
+    const unknown = await fence('unknown', 1);
+    await sleep(20);
+    const settled = await store.settleUnknown(id('unknown'), unknown, response(2), 60_000);
+    expect(settled).toMatchObject({ status: 202, outcomeUnknown: true });
+
+    const { rows } = await direct.query<{ key: string; attempts: number; replays: number }>(
+      `SELECT key, attempts, replays FROM ${quoteTableName(table)} WHERE key = 's-7'`,
+    );
+    expect(rows).toEqual([{ key: 's-7', attempts: 4, replays: 3 }]);
+  });
+
   test('transaction mode: the proxy executes each key once and replays the rest; wait mode polls, with a log line', async () => {
     const proxy = await startProxy({ yaml: yaml('wait'), databaseUrl: bouncer.transactionUrl });
     proxies.push(proxy);
