@@ -106,6 +106,9 @@ export class LocalKeys {
         ? { kind: 'mismatch' }
         : { kind: 'ask-store', lead: false };
     }
+    // A lease that has ended is the store's to settle (unknown outcome, or a takeover): what this
+    // process knows no longer answers for the row.
+    if (entry.phase !== 'claiming' && lease() === 0) return { kind: 'ask-store', lead: false };
     if (options.mode === 'reject' && entry.phase !== 'claiming')
       return { kind: 'in-flight', leaseRemainingMs: lease() };
     if (entry.followers >= options.maxWaiters)
@@ -126,7 +129,10 @@ export class LocalKeys {
         if (woke === 'gone') return { kind: 'client-gone' };
         if (woke === 'timeout') return { kind: 'in-flight', leaseRemainingMs: lease() };
         if (woke !== undefined) return verdictOf(woke, options.mode);
-        if (entry.phase !== 'claiming') return { kind: 'in-flight', leaseRemainingMs: lease() };
+        if (entry.phase !== 'claiming')
+          return lease() === 0
+            ? { kind: 'ask-store', lead: false }
+            : { kind: 'in-flight', leaseRemainingMs: lease() };
       }
     } finally {
       clearTimeout(timer);
