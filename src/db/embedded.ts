@@ -25,7 +25,14 @@ import {
   stopPostmaster,
   SUPERUSER,
 } from './postgres-process';
-import { ancestorsOf, firstInaccessible, serverUser, type ServerUser } from './server-user';
+import { placeDataDir } from './data-dir-placement';
+import {
+  ancestorsOf,
+  existingServerUser,
+  firstInaccessible,
+  serverUser,
+  type ServerUser,
+} from './server-user';
 
 export interface EmbeddedDatabase {
   readonly url: string;
@@ -72,12 +79,17 @@ export function embeddedUrl(port: number): string {
  * process owns is an error that says which; one whose owner is gone is stopped first.
  */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedDatabase> {
-  const dataDir = path.resolve(options.dataDir);
   const onLog = options.onLog ?? (() => undefined);
   const onNotice = options.onNotice ?? onLog;
   const setting = options.dataDirSetting ?? 'store.dataDir';
   const installed = installedPostgres();
   const user = serverUser(onNotice);
+  const placed = placeDataDir(options.dataDir, user);
+  const dataDir = placed.dataDir;
+  if (placed.blockedBy !== undefined)
+    onNotice(
+      `running as root, the embedded PostgreSQL runs as the "${user!.name}" user, which cannot enter ${placed.blockedBy}: its data is in ${dataDir} instead of ${path.resolve(options.dataDir)} (set ${setting} to choose another place; no permission of yours is changed)`,
+    );
   prepareDataDir(dataDir, user, setting);
   const binaries = postgresBinaries(installed, user);
 
@@ -148,9 +160,10 @@ export async function awaitRunningEmbedded(
   dataDir: string,
 ): Promise<ReturnType<typeof findRunningEmbedded>> {
   const deadline = Date.now() + SHORT_LIVED_WAIT_MS;
+  const placed = placeDataDir(dataDir, existingServerUser()).dataDir;
   for (;;) {
-    const running = findRunningEmbedded(dataDir);
-    const owner = running ? undefined : liveOwner(dataDir);
+    const running = findRunningEmbedded(placed);
+    const owner = running ? undefined : liveOwner(placed);
     if (running || !owner || owner.shortLived || Date.now() > deadline) return running;
     await sleep(100);
   }
@@ -158,9 +171,10 @@ export async function awaitRunningEmbedded(
 
 /** A ready server on `dataDir` (started by a running proxy, or left by one that died), if any. */
 export function findRunningEmbedded(
-  dataDir: string,
+  configured: string,
 ): { postmaster: Postmaster; owner: Owner | undefined; url: string } | undefined {
-  const postmaster = runningPostmaster(path.resolve(dataDir));
+  const dataDir = placeDataDir(configured, existingServerUser()).dataDir;
+  const postmaster = runningPostmaster(dataDir);
   if (!postmaster || postmaster.status !== 'ready') return undefined;
   return { postmaster, owner: liveOwner(dataDir), url: embeddedUrl(postmaster.port) };
 }

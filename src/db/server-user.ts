@@ -42,6 +42,12 @@ export function serverUser(onLog: (line: string) => void): ServerUser | undefine
   return created;
 }
 
+/** The user the server runs as if it exists; never creates it (for finding a running server). */
+export function existingServerUser(): ServerUser | undefined {
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
+  return lookUp(SERVER_USER_NAME);
+}
+
 function lookUp(name: string): ServerUser | undefined {
   try {
     const uid = Number(execFileSync('id', ['-u', name], { encoding: 'utf8' }).trim());

@@ -1,12 +1,14 @@
 // As root, the embedded PostgreSQL runs as the `postgres` user. In a checkout under a 0700 directory
 // (a root home) that user can reach neither the binaries in node_modules nor a data dir inside the
 // checkout. The proxy must not open up those directories: it runs a copy of the binaries from the
-// temp dir, and refuses a data dir it cannot use with a message that says what to do. Tested with
+// temp dir, and places a data dir that user cannot reach in its state dir, saying so. Tested with
 // a real checkout copy under a real 0700 directory; skipped when not running as root.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { placeDataDir } from '../../src/db/data-dir-placement';
 import { findFreePort } from '../../src/db/embedded';
+import { existingServerUser } from '../../src/db/server-user';
 import { runningPostmaster } from '../../src/db/embedded-state';
 import { makeCheckout } from '../support/checkout';
 import { runCli, startServe } from '../support/cli-process';
@@ -17,6 +19,7 @@ const asRoot = process.getuid?.() === 0;
 let closed: string; // the 0700 directory
 let checkout: string;
 let tmpDir: string;
+let stateDir: string; // where unreachable data dirs are placed (IDEMPOTENCY_PROXY_STATE_DIR)
 let upstream: TestUpstream;
 
 /** Modes of `dir` and everything above it: what the proxy must leave as it found them. */
@@ -37,6 +40,7 @@ function modesUpTo(dir: string): Record<string, number> {
     // The proxy's temp dir for its copy of the binaries, so this test sees (and removes) it.
     tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-root-tmp-'));
     fs.chmodSync(tmpDir, 0o755);
+    stateDir = path.join(tmpDir, 'state');
     fs.writeFileSync(
       path.join(checkout, 'proxy.yaml'),
       `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
@@ -60,20 +64,38 @@ routes:
     env: { DATABASE_URL: '', TMPDIR: tmpDir, ...env },
   });
 
-  test('a data dir inside the checkout: exit 1, one line naming the closed directory and the setting, no permission changed', async () => {
+  test('a data dir inside the checkout: served from its place in the state dir, said in one line, no permission changed', async () => {
     const before = modesUpTo(checkout);
-    const result = await runCli(
-      ['serve', '--config', 'proxy.yaml'],
-      options({ PROXY_PORT: String(await findFreePort()) }),
+    const port = await findFreePort();
+    const proxy = await startServe(
+      ['--config', 'proxy.yaml'],
+      options({ PROXY_PORT: String(port), IDEMPOTENCY_PROXY_STATE_DIR: stateDir }),
     );
-    expect(result.code).toBe(1);
-    expect(result.stderr.trim().split('\n')).toEqual([
-      expect.stringContaining(
-        `cannot reach ${checkout}/.data/postgres: ${closed} has mode 0700. Set store.dataDir (IDEMPOTENCY_PROXY_DATA_DIR) to a directory that user can reach`,
-      ),
-    ]);
+    try {
+      const placed = placeDataDir(path.join(checkout, '.data/postgres'), existingServerUser(), {
+        IDEMPOTENCY_PROXY_STATE_DIR: stateDir,
+      });
+      expect(placed.blockedBy).toBe(closed);
+      expect(path.dirname(placed.dataDir)).toBe(stateDir);
+      expect(runningPostmaster(placed.dataDir)).toBeDefined();
+      expect(proxy.output()).toContain(
+        `cannot enter ${closed}: its data is in ${placed.dataDir} instead of ${checkout}/.data/postgres`,
+      );
+      expect((await postJson(`http://127.0.0.1:${port}/jobs`, 'root-placed', {})).status).toBe(201);
+      // The operator commands find the running server through the same rule.
+      const inspected = await runCli(
+        ['inspect', 'root-placed', '--route', 'jobs', '--config', 'proxy.yaml'],
+        options({ IDEMPOTENCY_PROXY_STATE_DIR: stateDir, PROXY_PORT: String(port) }),
+      );
+      expect(inspected.code).toBe(0);
+      expect(inspected.stdout).toContain('completed');
+    } finally {
+      proxy.child.kill('SIGTERM');
+      expect(await proxy.exited()).toBe(0);
+    }
     expect(modesUpTo(checkout)).toEqual(before);
-  }, 60_000);
+    expect(fs.existsSync(path.join(checkout, '.data/postgres/PG_VERSION'))).toBe(false);
+  }, 90_000);
 
   test('a reachable data dir: serves from the checkout on a copy of the binaries, no permission changed', async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-root-pg-'));
