@@ -13,8 +13,9 @@ WORKDIR /app
 
 # Production dependencies only. --omit=optional leaves out embedded-postgres's platform binaries
 # (about 60 MB) and pg-cloudflare: in a container the store is the PostgreSQL that DATABASE_URL
-# names, so the embedded server is never started. Without DATABASE_URL (or store.url) the proxy logs
-# "no store.url or DATABASE_URL set" and exits 1. --ignore-scripts: nothing left needs one.
+# names, so the embedded server is never started. Without DATABASE_URL (or store.url) the proxy exits
+# 1 with one line: "the embedded PostgreSQL is not installed in this build (…); set DATABASE_URL or
+# store.url to a PostgreSQL server". --ignore-scripts: nothing left needs one.
 FROM base AS deps
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --omit=optional --ignore-scripts
