@@ -19,6 +19,8 @@ const PROBE_TIMEOUT_MS = 2_000;
 /** After a probe that never arrived, how long until LISTEN is tried again. */
 const PROBE_RETRY_MS = 60_000;
 const PROBE_PREFIX = 'probe:';
+/** How long start() waits for the first LISTEN to be proved before the proxy serves anyway. */
+const START_WAIT_MS = 500;
 
 export interface ListenerStats {
   connected: boolean;
@@ -65,9 +67,16 @@ export class CompletionListener implements CompletionWaiter {
     private readonly eviction?: EvictionSubscriber,
   ) {}
 
-  /** Connects in the background; resolves once the first LISTEN is in place or has failed. */
+  /**
+   * Connects in the background; resolves once the first LISTEN is proved delivered or has failed,
+   * or after START_WAIT_MS: behind a transaction pooler the probe takes PROBE_TIMEOUT_MS to fail,
+   * and serving meanwhile is fine (waiters poll, the replay cache is off until the proof).
+   */
   async start(): Promise<void> {
-    await this.connect();
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, START_WAIT_MS)));
+    await Promise.race([this.connect(), waited]);
+    clearTimeout(timer);
   }
 
   waitFor(digest: string): { changed: Promise<void>; cancel(): void } {

@@ -155,6 +155,8 @@ routes:
   test('transaction mode: the proxy executes each key once and replays the rest; wait mode polls, with a log line', async () => {
     const proxy = await startProxy({ yaml: yaml('wait'), databaseUrl: bouncer.transactionUrl });
     proxies.push(proxy);
+    // The proxy serves at once; the probe gives up after 2 s, and then the listener says so.
+    for (let i = 0; i < 200 && !proxy.listener.stats.polling; i++) await sleep(20);
     expect(proxy.listener.stats.polling).toBe(true);
     expect(proxy.listener.stats.connected).toBe(false);
     expect(proxy.logs.some((line) => String(line.msg).includes('LISTEN is not delivered'))).toBe(
