@@ -138,24 +138,29 @@ export class PgNode {
     const node = await PgNode.empty(name, options);
     // The replication link: straight to the primary, or through a forwarder the test controls.
     const link = options.via ?? primary;
-    await runAs(
-      [
-        path.join(DEBIAN_POSTGRES_BIN, 'pg_basebackup'),
-        '-h',
-        link.host,
-        '-p',
-        String(link.port),
-        '-U',
-        'postgres',
-        '-D',
-        node.dataDir,
-        '-X',
-        'stream',
-        '-R',
-        '--no-sync',
-      ],
-      options.netns,
-    );
+    try {
+      await runAs(
+        [
+          path.join(DEBIAN_POSTGRES_BIN, 'pg_basebackup'),
+          '-h',
+          link.host,
+          '-p',
+          String(link.port),
+          '-U',
+          'postgres',
+          '-D',
+          node.dataDir,
+          '-X',
+          'stream',
+          '-R',
+          '--no-sync',
+        ],
+        options.netns,
+      );
+    } catch (error) {
+      fs.rmSync(node.dataDir, { recursive: true, force: true });
+      throw error;
+    }
     // application_name is what synchronous_standby_names names. In postgresql.auto.conf, after the
     // primary_conninfo that -R wrote there (the later line wins).
     fs.appendFileSync(
