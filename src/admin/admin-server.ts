@@ -67,12 +67,16 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   const checks: Record<string, string> = {};
   if (deps.draining()) checks.draining = 'shutting down: not accepting new work';
   try {
-    const version = await withTimeout(
+    const { version, readOnly } = await withTimeout(
       schemaVersion(deps.pool, config.store.table),
       READINESS_TIMEOUT_MS,
     );
     if (version < LATEST_VERSION)
       checks.migrations = `schema version ${version}, this build needs ${LATEST_VERSION}: run idempotency-proxy migrate`;
+    // A demoted primary or a standby still answers reads: every claim would fail with 25006.
+    if (readOnly)
+      checks.store =
+        'PostgreSQL is read-only (a standby, or a primary after failover): claims cannot be written';
   } catch (error) {
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
@@ -83,11 +87,14 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   });
 }
 
-async function schemaVersion(pool: Pool, table: string): Promise<number> {
-  const { rows } = await pool.query<{ version: number | null }>(
-    `SELECT max(version) AS version FROM ${quoteTableName(`${table}_migrations`)}`,
+async function schemaVersion(
+  pool: Pool,
+  table: string,
+): Promise<{ version: number; readOnly: boolean }> {
+  const { rows } = await pool.query<{ version: number | null; read_only: boolean }>(
+    `SELECT max(version) AS version, current_setting('transaction_read_only') = 'on' AS read_only FROM ${quoteTableName(`${table}_migrations`)}`,
   );
-  return rows[0]?.version ?? 0;
+  return { version: rows[0]?.version ?? 0, readOnly: rows[0]?.read_only === true };
 }
 
 async function keys(

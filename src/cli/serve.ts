@@ -97,7 +97,13 @@ async function startServing(
   logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
 
   const metrics = new ProxyMetrics();
-  const store = new PostgresKeyStore(database.pool, config.store.table);
+  const store = new PostgresKeyStore(database.pool, config.store.table, {
+    onNamedStatementsLost: (error) =>
+      logger.warn(
+        { code: (error as { code?: unknown }).code },
+        'store: a named statement did not survive between transactions (PgBouncer in transaction mode?); statements are sent unnamed from now on',
+      ),
+  });
   const cached = replayCacheFor(config, store, logger);
   if (cached) started.push(() => cached.flush.stop());
   const listener = new CompletionListener(

@@ -1,7 +1,7 @@
 // The admin listener: health, readiness, metrics that move with traffic, and /keys behind a bearer
 // token (GET shows a record and its history, DELETE clears it so the key executes again).
 import { postJson, send } from '../support/http';
-import { startProxy, type TestProxy } from '../support/proxy';
+import { databaseUrl, startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
@@ -150,4 +150,35 @@ test('request logs show a hash of the key on routes with logKey: hash', async ()
   const line = proxy.logs.find((l) => l.route === 'secret-keys' && l.msg === 'request');
   expect(line?.key).toMatch(/^sha256:[0-9a-f]{16}$/);
   expect(JSON.stringify(proxy.logs)).not.toContain('sensitive-key-42');
+});
+
+test('readyz answers 503 while PostgreSQL is read-only (a standby, or a primary after failover)', async () => {
+  const name = `ro_${Date.now().toString(36)}`;
+  await proxy.pool.query(`CREATE DATABASE ${name}`);
+  const url = new URL(databaseUrl());
+  url.pathname = `/${name}`;
+  const readOnly = await startProxy({
+    yaml: 'upstreams: { api: { url: http://127.0.0.1:1 } }\nroutes: [{ name: r, match: { path: /r }, upstream: api, idempotency: {} }]\nstore: { table: "${TEST_TABLE}" }\n',
+    databaseUrl: url.toString(),
+  });
+  try {
+    expect((await send(`${readOnly.adminUrl}/readyz`, { method: 'GET' })).status).toBe(200);
+    await proxy.pool.query(`ALTER DATABASE ${name} SET default_transaction_read_only = on`);
+    // Sessions opened from now on are read-only, as on a standby: drop the pool's current ones.
+    await proxy.pool.query(
+      'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+      [name],
+    );
+    let ready = await send(`${readOnly.adminUrl}/readyz`, { method: 'GET' });
+    // The first call may land on a connection that was just terminated.
+    if (ready.status === 503 && !ready.text().includes('read-only'))
+      ready = await send(`${readOnly.adminUrl}/readyz`, { method: 'GET' });
+    expect(ready.status).toBe(503);
+    expect(ready.json()).toMatchObject({
+      checks: { store: expect.stringContaining('PostgreSQL is read-only') },
+    });
+  } finally {
+    await readOnly.close();
+    await proxy.pool.query(`DROP DATABASE ${name} WITH (FORCE)`);
+  }
 });

@@ -1,5 +1,6 @@
-// Forward-only schema migrations. Each runs once, in its own transaction, under the migration
-// advisory lock (see migrate.ts). Never edit a released migration: add the next number.
+// Forward-only schema migrations. Each runs once; all that are due run in one transaction under
+// the migration advisory lock (see migrate.ts), so no lock outlives it behind a transaction pooler.
+// Never edit a released migration: add the next number.
 //
 // The table name is configurable, so migrations are functions of the quoted name.
 
