@@ -41,7 +41,7 @@ export function computeFingerprint(input: FingerprintInput, policy: FingerprintP
   return hashRequestParts('fingerprint/v1', policy.parts, input, policy.ignore);
 }
 
-/** Bodies from this size on get a raw fingerprint too (computeRawFingerprint). */
+/** Bodies from this size on get a raw fingerprint too (computeRawFingerprint), from their SHA-256. */
 export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
 
 /**
@@ -50,7 +50,11 @@ export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
  * fingerprints — the same bytes have the same canonical form, the same duplicate keys — so a repeat
  * that matches a known raw fingerprint needs no canonicalisation; a different one says nothing.
  */
-export function computeRawFingerprint(input: FingerprintInput, policy: FingerprintPolicy): Buffer {
+export function computeRawFingerprint(
+  input: FingerprintInput,
+  policy: FingerprintPolicy,
+  bodySha256: Buffer,
+): Buffer {
   const framed = new FramedHash('fingerprint-raw/v1');
   let bodyWritten = false;
   for (const part of policy.parts) {
@@ -58,10 +62,11 @@ export function computeRawFingerprint(input: FingerprintInput, policy: Fingerpri
       writePart(framed, part, input, NO_BODY, policy.ignore);
     } else if (!bodyWritten) {
       bodyWritten = true;
+      // The body's digest, hashed while it arrived (http/body.ts), stands for its bytes.
       framed
-        .field('body-bytes')
+        .field('body-sha256')
         .field(isJsonContentType(input.contentType) ? 'json' : 'bytes')
-        .field(input.body);
+        .field(bodySha256);
     }
   }
   return framed.digest();

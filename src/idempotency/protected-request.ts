@@ -22,7 +22,7 @@
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
-import { BodyTooLargeError, readBody } from '../http/body';
+import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
 import { deriveKey, derivedKeyPolicy } from './derived-key';
 import { DuplicateJsonKeyError } from './canonical-json';
 import {
@@ -51,6 +51,12 @@ import { forward } from './forward-and-store';
 
 export type { ProtectedDeps, ProtectedObserver, ProtectedRequest } from './protected-context';
 
+const EMPTY_BODY = Buffer.alloc(0);
+
+function wholeBody(body: Buffer): DigestedBody {
+  return { body: () => body, sha256: undefined };
+}
+
 /** Rounds of claim → (take over | settle) before giving up with a 409; only races need more than one. */
 const MAX_CLAIM_ROUNDS = 3;
 /** Rounds of "the leader learnt nothing for us, lead or follow again" before asking the store alone. */
@@ -69,11 +75,11 @@ export async function handleProtectedRequest(
   if (!parsed.ok && !derivesKey) return refuseKey(deps, request, parsed);
   if (parsed.ok) log.key = parsed.key;
 
-  let body: Buffer;
+  let read: DigestedBody;
   try {
-    body = policy.enforce
-      ? await readBody(req, policy.maxRequestBytes)
-      : await readBodyOrRewind(req, policy.maxRequestBytes);
+    read = policy.enforce
+      ? await readDigestedBody(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES)
+      : wholeBody(await readBodyOrRewind(req, policy.maxRequestBytes));
   } catch (error) {
     if (!(error instanceof BodyTooLargeError)) {
       // The client went away mid-body: nothing was claimed, nobody to answer.
@@ -100,16 +106,19 @@ export async function handleProtectedRequest(
     path: request.target.path,
     query: request.target.query,
     headers: req.headers,
-    body,
+    body: EMPTY_BODY,
     contentType: req.headers['content-type'],
   };
-  // A repeat of a large body is first looked up by its raw fingerprint (the body's bytes): a body
-  // seen before needs no canonical JSON, which costs tens of milliseconds a megabyte.
+  // A repeat of a large body is first looked up by its raw fingerprint (the SHA-256 of its bytes,
+  // taken as they arrived): a body seen before needs no canonical JSON, which costs tens of
+  // milliseconds a megabyte, and is not even joined into one buffer.
   let raw: Buffer | undefined;
-  if (parsed.ok && policy.enforce && body.length >= RAW_FINGERPRINT_MIN_BYTES) {
-    raw = computeRawFingerprint(input, policy.fingerprint);
+  if (parsed.ok && read.sha256 !== undefined) {
+    raw = computeRawFingerprint(input, policy.fingerprint, read.sha256);
     if (await answeredByRaw(deps, request, recordIdOf(request, parsed.key), raw)) return;
   }
+  const body = read.body();
+  input.body = body;
   // Only a route with key.derive gets here without a key (refuseKey took every other keyless
   // request). A derived key's record lives for key.window instead of ttl; the rest is as for a sent key.
   let key: string;
