@@ -614,6 +614,23 @@ describe('duplicate keys in a fingerprinted JSON body', () => {
     expect(upstream.received.map((req) => req.body.toString())).toEqual([body]);
   });
 
+  test('are rejected in a large body (one the proxy may look up by its bytes first), before and after a replay', async () => {
+    const pad = 'x'.repeat(40 * 1024);
+    const valid = `{"pad":"${pad}","amount":1000}`;
+    const duplicated = `{"pad":"${pad}","amount":1000,"amount":1}`;
+    const headers: HeaderLines = [
+      ['Authorization', 'Bearer dup'],
+      ['Idempotency-Key', freshKey('dup-large')],
+    ];
+    expectProblem(await post('/refunds', headers, duplicated), 400, 'JSON_DUPLICATE_KEY');
+    const first = await post('/refunds', headers, valid);
+    expect(first.status).toBe(201);
+    const replay = await post('/refunds', headers, valid);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expectProblem(await post('/refunds', headers, duplicated), 400, 'JSON_DUPLICATE_KEY');
+    expect(upstream.received).toHaveLength(1);
+  });
+
   test('are rejected in a body sent as another JSON media type (+json)', async () => {
     const res = await rawRequest(proxy.port, {
       target: '/refunds',
