@@ -91,7 +91,7 @@ async function forwardAndSettle(
     );
     if (completed === true) leader?.settle({ kind: 'stored', response: stored });
   }
-  if (streaming) res.end();
+  if (streaming) answer.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);
 }
 
@@ -105,6 +105,12 @@ class UpstreamAnswer implements ResponseReceiver {
   streaming = false;
   private contentLength: string | string[] | undefined;
   private chunks: Buffer[] = [];
+  /**
+   * The latest chunk of a streamed answer, held back until the record is stored: with the
+   * upstream's Content-Length the client takes the answer as complete at its last byte, and a retry
+   * it sends then must find the record completed, not in flight.
+   */
+  private held: Buffer | undefined;
   private total = 0;
 
   constructor(
@@ -126,9 +132,21 @@ class UpstreamAnswer implements ResponseReceiver {
       for (const buffered of this.chunks) this.res.write(buffered);
       this.chunks = [];
     }
-    if (this.streaming) return writeChunk(this.res, chunk);
+    if (this.streaming) {
+      const previous = this.held;
+      this.held = chunk;
+      return previous === undefined ? undefined : writeChunk(this.res, previous);
+    }
     this.chunks.push(chunk);
     return undefined;
+  }
+
+  /** Ends a streamed answer with the chunk held back (call once the record is stored). */
+  end(): void {
+    if (this.res.destroyed) return;
+    if (this.held !== undefined) this.res.write(this.held);
+    this.held = undefined;
+    this.res.end();
   }
 
   /** The whole body, or an empty one when it was streamed. */
