@@ -2,8 +2,12 @@
 // concurrent repeats of a 1 MB JSON body hammer one key. A repeat whose bytes the proxy has seen is
 // answered from a SHA-256 of its bytes; canonicalising 1 MB of JSON on the event loop for every one
 // of them made an unrelated GET wait seconds. Target: p99 under 50 ms.
+//
+// The repeats come from a child process of their own (this file, run as a script), so the probe
+// measures the proxy's delay, not that of a load generator busy writing 1 MB bodies in its process.
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
+import { spawnPinned, waitForMessage } from './children';
 import type { Endpoints } from './scenarios';
 
 const REPEATERS = 20;
@@ -38,12 +42,56 @@ function bigBody(): string {
   return JSON.stringify(numbers);
 }
 
-export async function measureBigBody(endpoints: Endpoints): Promise<BigBodyResult> {
-  const agent = new Agent({ connections: REPEATERS + 2 });
-  const body = bigBody();
+export async function measureBigBody(
+  endpoints: Endpoints,
+  loadCore: number | undefined,
+): Promise<BigBodyResult> {
+  const agent = new Agent({ connections: 2 });
   const key = `big-body-${Date.now()}`;
+  const repeater = spawnPinned(
+    'big-body repeats',
+    process.execPath,
+    [__filename, endpoints.proxy, key],
+    {
+      core: loadCore,
+      ipc: true,
+    },
+  );
+  try {
+    // The first request executes; the first repeat reads the record and admits it to the cache.
+    const ready = await waitForMessage<{ type: string; bodyBytes: number }>(
+      repeater,
+      'ready',
+      60_000,
+    );
+    const idle = await probe(endpoints, agent, 1_000);
+    repeater.process.send({ type: 'start' });
+    const underLoad = await probe(endpoints, agent, WINDOW_MS);
+    repeater.process.send({ type: 'stop' });
+    const done = await waitForMessage<{
+      type: string;
+      repeats: number;
+      statuses: Record<string, number>;
+    }>(repeater, 'done', 60_000);
+    return {
+      bodyBytes: ready.bodyBytes,
+      repeats: done.repeats,
+      repeatStatuses: done.statuses,
+      idle,
+      underLoad,
+    };
+  } finally {
+    await repeater.stop();
+    await agent.close();
+  }
+}
+
+/** The child: POSTs the big body with one key from REPEATERS loops between "start" and "stop". */
+async function runRepeater(proxyUrl: string, key: string): Promise<void> {
+  const agent = new Agent({ connections: REPEATERS });
+  const body = bigBody();
   const post = async (): Promise<number> => {
-    const response = await request(`${endpoints.proxy}/refunds`, {
+    const response = await request(`${proxyUrl}/refunds`, {
       method: 'POST',
       dispatcher: agent,
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
@@ -52,37 +100,49 @@ export async function measureBigBody(endpoints: Endpoints): Promise<BigBodyResul
     await response.body.dump();
     return response.statusCode;
   };
-  try {
-    // The first request executes; the first repeat reads the record and admits it to the cache.
-    for (const expected of [201, 201]) {
-      const status = await post();
-      if (status !== expected)
-        throw new Error(`big body setup: got ${status}, expected ${expected}`);
-    }
-    const idle = await probe(endpoints, agent, 1_000);
-    const statuses: Record<string, number> = {};
-    let repeats = 0;
-    let running = true;
-    const repeaters = Array.from({ length: REPEATERS }, async () => {
-      while (running) {
-        const status = await post();
-        statuses[status] = (statuses[status] ?? 0) + 1;
-        repeats++;
-      }
-    });
-    const underLoad = await probe(endpoints, agent, WINDOW_MS);
-    running = false;
-    await Promise.all(repeaters);
-    return {
-      bodyBytes: Buffer.byteLength(body),
-      repeats,
-      repeatStatuses: statuses,
-      idle,
-      underLoad,
-    };
-  } finally {
-    await agent.close();
+  for (const expected of [201, 201]) {
+    const status = await post();
+    if (status !== expected) throw new Error(`big body setup: got ${status}, expected ${expected}`);
   }
+  process.send!({ type: 'ready', bodyBytes: Buffer.byteLength(body) });
+  await nextMessage('start');
+  let running = true;
+  let repeats = 0;
+  const statuses: Record<string, number> = {};
+  const loops = Array.from({ length: REPEATERS }, async () => {
+    while (running) {
+      const status = await post();
+      statuses[status] = (statuses[status] ?? 0) + 1;
+      repeats++;
+    }
+  });
+  await nextMessage('stop');
+  running = false;
+  await Promise.all(loops);
+  process.send!({ type: 'done', repeats, statuses });
+}
+
+function nextMessage(type: string): Promise<void> {
+  return new Promise((resolve) => {
+    const onMessage = (message: { type?: string }): void => {
+      if (message?.type !== type) return;
+      process.off('message', onMessage);
+      resolve();
+    };
+    process.on('message', onMessage);
+  });
+}
+
+if (require.main === module) {
+  const [proxyUrl, key] = process.argv.slice(2);
+  runRepeater(proxyUrl!, key!).catch((error: unknown) => {
+    process.send?.({
+      type: 'error',
+      error: error instanceof Error ? error.message : String(error),
+    });
+  });
+  process.on('SIGTERM', () => process.exit(0));
+  process.on('disconnect', () => process.exit(0));
 }
 
 /** One pass-through GET at a time, every PROBE_EVERY_MS, for `windowMs`. */

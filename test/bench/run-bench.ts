@@ -221,7 +221,7 @@ async function main(): Promise<number> {
   say('big bodies: 20 concurrent repeats of a 1 MB body beside a pass-through probe…');
   let bigBody: BigBodyResult | { failed: string };
   try {
-    bigBody = await measureBigBody(stack.endpoints!);
+    bigBody = await measureBigBody(stack.endpoints!, pinning.load);
     process.stdout.write(`\n${formatBigBody(bigBody)}\n`);
   } catch (error) {
     bigBody = { failed: error instanceof Error ? error.message : String(error) };
