@@ -36,7 +36,12 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
       `The path ${edge.path} would leave the upstream's base path ${route.upstream.basePath || '/'}; send a path inside it.`,
       { route: route.name },
     );
-  const isProtected = route.idempotency !== null && isProtectedMethod(route, method);
+  // On a route whose upstream honours overrides, the proxy cannot know which of the override
+  // headers it honours: protected when either the overriding method or the request line's is.
+  const isProtected =
+    route.idempotency !== null &&
+    (isProtectedMethod(route, method) ||
+      (route.methodOverride && isProtectedMethod(route, edge.method)));
   const reads = (name: string): boolean =>
     (isProtected && route.idempotency!.readsHeaders.has(name)) ||
     (route.methodOverride && OVERRIDE_HEADERS.has(name));
