@@ -297,6 +297,10 @@ function resolvePolicy(
       ...[...parts, ...(derive ?? [])].flatMap((part) =>
         part.kind === 'header' ? [part.name] : [],
       ),
+      // Whether a body is hashed as canonical JSON depends on its Content-Type.
+      ...([...parts, ...(derive ?? [])].some((part) => part.kind === 'body')
+        ? ['content-type']
+        : []),
     ]),
   };
 }

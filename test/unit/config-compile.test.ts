@@ -102,7 +102,7 @@ describe('defaults', () => {
         'authentication-info',
         'proxy-authentication-info',
       ]),
-      readsHeaders: new Set(['idempotency-key']),
+      readsHeaders: new Set(['idempotency-key', 'content-type']),
     });
     expect([200, 303, 404, 500].map(storesStatus)).toEqual([true, true, true, true]);
     expect([408, 425, 429, 503, 101].map(storesStatus)).toEqual([
@@ -128,7 +128,7 @@ describe('defaults', () => {
       ),
     ).routes[0]!;
     expect(route.idempotency!.readsHeaders).toEqual(
-      new Set(['x-key', 'authorization', 'x-account', 'x-run-id']),
+      new Set(['x-key', 'authorization', 'x-account', 'x-run-id', 'content-type']),
     );
   });
 
