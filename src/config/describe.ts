@@ -3,6 +3,7 @@
 // without redoing the merge in their head. Secrets (the database password, the admin token) are
 // never printed.
 import type { IdempotencyPolicy, ProxyConfig, RequestPart, RouteConfig } from './types';
+import { upstreamPath } from '../http/router';
 import { SAFE_METHODS } from './types';
 import { formatDuration, formatSize } from './units';
 
@@ -83,14 +84,7 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
 
 /** The path the upstream receives for the route's own pattern, as http/router.ts rewrites it. */
 function forwardedPath(route: RouteConfig): string {
-  let path = route.match.path;
-  const strip = route.stripPrefix;
-  if (strip !== null && (path === strip || path.startsWith(`${strip}/`))) {
-    path = path.slice(strip.length) || '/';
-  }
-  const base = route.upstream.basePath;
-  if (base) path = path === '/' ? base : `${base}${path}`;
-  return path;
+  return upstreamPath(route, { path: route.match.path, query: '' }) ?? route.match.path;
 }
 
 function describePart(part: RequestPart): string {

@@ -8,6 +8,7 @@
 //       ─► EdgeRequest, or a ProxyError to answer with
 import type { IncomingMessage } from 'node:http';
 import { ProxyError } from '../errors';
+import { connectionTokens } from './headers';
 import { canonicalAuthority, canonicalTarget, hostName, isTargetProblem } from './canonical-target';
 
 export interface EdgeRequest {
@@ -61,8 +62,6 @@ const FRAMING_HEADERS: ReadonlySet<string> = new Set([
   'transfer-encoding',
 ]);
 
-const NO_NAMES: readonly string[] = [];
-
 export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequest | ProxyError {
   const url = req.url ?? '/';
   const target = canonicalTarget(url);
@@ -82,7 +81,7 @@ export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequ
       `The request uses Transfer-Encoding "${te}"; the proxy takes only "chunked". Send the body with Content-Length, or chunked without other codings.`,
     );
 
-  const connectionNames = listedConnectionNames(req.headers.connection);
+  const connectionNames = connectionTokens(req.headers.connection);
   for (const name of connectionNames) {
     if (FRAMING_HEADERS.has(name))
       return new ProxyError(
@@ -156,16 +155,6 @@ function onlyChunked(value: string): boolean {
     .map((coding) => coding.trim())
     .filter((coding) => coding !== '' && coding !== 'identity');
   return codings.length === 1 && codings[0] === 'chunked';
-}
-
-function listedConnectionNames(value: string | undefined): readonly string[] {
-  if (value === undefined || value === 'keep-alive' || value === 'close') return NO_NAMES;
-  const names: string[] = [];
-  for (const token of value.split(',')) {
-    const name = token.trim().toLowerCase();
-    if (name !== '' && name !== 'close' && name !== 'keep-alive') names.push(name);
-  }
-  return names;
 }
 
 function readOverride(req: IncomingMessage): string | null | undefined {

@@ -22,18 +22,34 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
 export function hopByHopNames(headers: {
   readonly connection?: string | readonly string[] | undefined;
 }): ReadonlySet<string> {
-  const connection = headers.connection;
-  // The usual values name nothing beyond the fixed set: no parsing, no new set on the common path.
-  if (!connection || connection === 'keep-alive' || connection === 'close') return HOP_BY_HOP;
-  const listed = typeof connection === 'string' ? connection : connection.join(',');
+  const listed = connectionTokens(headers.connection);
+  // The usual values name nothing beyond the fixed set: no new set on the common path.
   let names: Set<string> | undefined;
-  for (const token of listed.split(',')) {
-    const name = token.trim().toLowerCase();
-    if (!name || name === 'close' || HOP_BY_HOP.has(name)) continue;
+  for (const name of listed) {
+    if (HOP_BY_HOP.has(name)) continue;
     names ??= new Set(HOP_BY_HOP);
     names.add(name);
   }
   return names ?? HOP_BY_HOP;
+}
+
+const NO_TOKENS: readonly string[] = [];
+
+/**
+ * The header names a Connection header lists (lower-case; `close` and `keep-alive` left out), from
+ * one value or the repeated lines undici keeps apart. Usually none: no parsing for the usual values.
+ */
+export function connectionTokens(
+  connection: string | readonly string[] | undefined,
+): readonly string[] {
+  if (!connection || connection === 'keep-alive' || connection === 'close') return NO_TOKENS;
+  const listed = typeof connection === 'string' ? connection : connection.join(',');
+  const names: string[] = [];
+  for (const token of listed.split(',')) {
+    const name = token.trim().toLowerCase();
+    if (name !== '' && name !== 'close' && name !== 'keep-alive') names.push(name);
+  }
+  return names;
 }
 
 export interface ForwardedHeaders {
