@@ -1,0 +1,112 @@
+// A tool server and client on the official SDK v2 (@modelcontextprotocol/server and /client), which
+// speak protocol revision 2026-07-28: stateless, no initialize (the client probes with
+// `server/discover`), and `Mcp-Method` / `Mcp-Name` headers on every POST. Counts refund executions
+// and records requests like mcp-tool-server.ts does for the 1.x SDK.
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+import { z } from 'zod';
+import type { RecordedRequest } from './mcp-tool-server';
+
+export const MODERN_REVISION = '2026-07-28';
+
+export interface ModernToolServer {
+  readonly url: string;
+  readonly origin: string;
+  readonly received: RecordedRequest[];
+  executions(): number;
+  close(): Promise<void>;
+}
+
+export async function startModernToolServer(): Promise<ModernToolServer> {
+  const received: RecordedRequest[] = [];
+  let runs = 0;
+  const handler = createMcpHandler(() => {
+    const server = new McpServer({ name: 'modern-tool-server', version: '1.0.0' });
+    server.registerTool(
+      'refund',
+      {
+        description: 'Refunds an order (side effect).',
+        inputSchema: z.object({
+          order_id: z.string(),
+          amount: z.number(),
+          trace_id: z.string().optional(),
+        }),
+      },
+      (args) => {
+        runs += 1;
+        const refundId = `re_${runs}_${randomBytes(4).toString('hex')}`;
+        const text = JSON.stringify({
+          refund_id: refundId,
+          order_id: args.order_id,
+          amount: args.amount,
+        });
+        return { content: [{ type: 'text', text }] };
+      },
+    );
+    return server;
+  });
+
+  const server = http.createServer((req, res) => {
+    void (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of req) chunks.push(chunk as Buffer);
+      const body = Buffer.concat(chunks);
+      let json: unknown;
+      try {
+        json = body.length ? JSON.parse(body.toString('utf8')) : undefined;
+      } catch {
+        json = undefined;
+      }
+      received.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: body.toString('utf8'),
+        json,
+      });
+      const headers = new Headers();
+      for (const [name, value] of Object.entries(req.headers)) {
+        if (typeof value === 'string') headers.set(name, value);
+      }
+      const answer = await handler.fetch(
+        new Request(`http://127.0.0.1${req.url ?? '/'}`, {
+          method: req.method ?? 'GET',
+          headers,
+          body: body.length ? body : undefined,
+        }),
+      );
+      res.writeHead(answer.status, Object.fromEntries(answer.headers));
+      if (answer.body) for await (const chunk of answer.body) res.write(chunk);
+      res.end();
+    })().catch(() => {
+      if (!res.headersSent) res.writeHead(500);
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: `${origin}/mcp`,
+    origin,
+    received,
+    executions: () => runs,
+    async close() {
+      await handler.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** An SDK v2 client pinned to 2026-07-28 (no fallback to the 2025 handshake). */
+export async function connectModernClient(url: string): Promise<Client> {
+  const client = new Client(
+    { name: 'mcp-route-tests', version: '1.0.0' },
+    { versionNegotiation: { mode: { pin: MODERN_REVISION } } },
+  );
+  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  return client;
+}
