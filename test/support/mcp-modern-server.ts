@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import type { RecordedRequest } from './mcp-tool-server';
+import { type RecordedRequest, recordRequest } from './mcp-tool-server';
 
 export const MODERN_REVISION = '2026-07-28';
 
@@ -51,22 +51,8 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
 
   const server = http.createServer((req, res) => {
     void (async () => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-      const body = Buffer.concat(chunks);
-      let json: unknown;
-      try {
-        json = body.length ? JSON.parse(body.toString('utf8')) : undefined;
-      } catch {
-        json = undefined;
-      }
-      received.push({
-        method: req.method ?? '',
-        url: req.url ?? '',
-        headers: req.headers,
-        body: body.toString('utf8'),
-        json,
-      });
+      const request = await recordRequest(req);
+      received.push(request);
       const headers = new Headers();
       for (const [name, value] of Object.entries(req.headers)) {
         if (typeof value === 'string') headers.set(name, value);
@@ -75,7 +61,7 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
         new Request(`http://127.0.0.1${req.url ?? '/'}`, {
           method: req.method ?? 'GET',
           headers,
-          body: body.length ? body : undefined,
+          body: request.body ? request.body : undefined,
         }),
       );
       res.writeHead(answer.status, Object.fromEntries(answer.headers));

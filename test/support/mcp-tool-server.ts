@@ -60,6 +60,20 @@ const refundArgs = {
   drop_stream: z.boolean().optional(),
 };
 
+/** Reads the whole request body and records it with the request line and headers. */
+export async function recordRequest(req: http.IncomingMessage): Promise<RecordedRequest> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  const body = Buffer.concat(chunks).toString('utf8');
+  let json: unknown;
+  try {
+    json = body ? JSON.parse(body) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body, json };
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -152,22 +166,9 @@ export async function startMcpToolServer(options: ToolServerOptions): Promise<Mc
   }
 
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const body = Buffer.concat(chunks).toString('utf8');
-    let json: unknown;
-    try {
-      json = body ? JSON.parse(body) : undefined;
-    } catch {
-      json = undefined;
-    }
-    received.push({
-      method: req.method ?? '',
-      url: req.url ?? '',
-      headers: req.headers,
-      body,
-      json,
-    });
+    const request = await recordRequest(req);
+    received.push(request);
+    const json = request.json;
     const call = json as {
       method?: string;
       params?: { arguments?: { order_id?: unknown; drop_stream?: unknown } };
