@@ -6,13 +6,28 @@
 import { z } from 'zod';
 import { configSchema } from './schema';
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-type JsonObject = { [key: string]: Json };
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
 
 export const ENV_REFERENCE_PATTERN = String.raw`\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}`;
 
 export function configJsonSchema(): JsonObject {
-  const generated = z.toJSONSchema(configSchema, {
+  const { $schema, ...body } = allowEnvReferences(inputJsonSchema()) as JsonObject;
+  return {
+    $schema: $schema ?? 'http://json-schema.org/draft-07/schema#',
+    title: 'idempotency-proxy configuration',
+    description:
+      'config/proxy.yaml of idempotency-proxy. Values may use ${VAR} and ${VAR:-default}; durations are like "30s", sizes like "8mb".',
+    ...body,
+  };
+}
+
+/**
+ * The schema of what a user writes, after ${VAR} interpolation, with defaults: the shape
+ * config/README.md's reference tables are generated from.
+ */
+export function inputJsonSchema(): JsonObject {
+  return z.toJSONSchema(configSchema, {
     io: 'input',
     target: 'draft-7',
     // zod leaves `default` out of the input side of a pipe (our number/boolean coercions), but
@@ -26,14 +41,6 @@ export function configJsonSchema(): JsonObject {
       if (fallback !== undefined) ctx.jsonSchema.default = fallback;
     },
   }) as JsonObject;
-  const { $schema, ...body } = allowEnvReferences(generated) as JsonObject;
-  return {
-    $schema: $schema ?? 'http://json-schema.org/draft-07/schema#',
-    title: 'idempotency-proxy configuration',
-    description:
-      'config/proxy.yaml of idempotency-proxy. Values may use ${VAR} and ${VAR:-default}; durations are like "30s", sizes like "8mb".',
-    ...body,
-  };
 }
 
 function isObject(value: Json): value is JsonObject {

@@ -38,11 +38,13 @@ const toBoolean = (v: unknown): unknown => (v === 'true' ? true : v === 'false' 
 function integer(min: number, max: number, hint = `expected an integer from ${min} to ${max}`) {
   return z.preprocess(toNumber, z.int({ error: hint }).min(min).max(max));
 }
+// A `title` on a building block names its type in config/README.md (and in editors' hovers):
+// "duration" says more than the pattern behind it.
 const bool = z.preprocess(toBoolean, z.boolean({ error: 'expected true or false' }));
-const port = integer(0, 65535, 'expected a port number from 0 to 65535');
+const port = integer(0, 65535, 'expected a port number from 0 to 65535').meta({ title: 'port' });
 
-function pattern(regex: RegExp, hint: string) {
-  return z.string({ error: hint }).regex(regex, { error: hint });
+function pattern(regex: RegExp, hint: string, title: string) {
+  return z.string({ error: hint }).regex(regex, { error: hint }).meta({ title });
 }
 
 function duration(options: { positive?: boolean; timer?: boolean }) {
@@ -56,11 +58,12 @@ function duration(options: { positive?: boolean; timer?: boolean }) {
     })
     .refine((text) => !options.timer || ms(text) <= MAX_TIMER_MS, {
       error: 'expected a duration of at most 24d (the longest a Node timer can wait)',
-    });
+    })
+    .meta({ title: 'duration' });
 }
 /** Durations that end up in setTimeout: > 0 and within Node's timer range. */
 const timer = duration({ positive: true, timer: true });
-const size = pattern(SIZE_PATTERN, SIZE_HINT);
+const size = pattern(SIZE_PATTERN, SIZE_HINT, 'size');
 
 // RFC 9110 §5.1: field names are tokens.
 const TOKEN = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
@@ -68,18 +71,22 @@ const BODY_FIELD = String.raw`body(?:\.[^.\s]+)+`;
 const headerName = pattern(
   new RegExp(`^${TOKEN}$`),
   'expected an HTTP header name like "Idempotency-Key"',
+  'header name',
 );
 const bodyField = pattern(
   new RegExp(`^${BODY_FIELD}$`),
   'expected a body field like "body.sent_at"',
+  'body field',
 );
 const tenantPart = pattern(
   new RegExp(`^header:${TOKEN}$`),
   'expected "header:<name>", like "header:authorization"',
+  'header:<name>',
 );
 const requestPart = pattern(
   new RegExp(`^(?:method|path|query|body|${BODY_FIELD}|header:${TOKEN}|query\\.[^\\s&=#]+)$`),
   'expected a request part: method, path, query, body, body.<field>, header:<name> or query.<name>',
+  'request part',
 );
 const parts = (what: string) =>
   z.array(requestPart).min(1, { error: `expected at least one ${what}` });
@@ -90,12 +97,15 @@ const name = (what: string) =>
   pattern(
     NAME_PATTERN,
     `expected ${what} of letters, digits, ".", "_" or "-", starting with a letter or digit`,
+    'name',
   );
 
 const HTTP_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
-const method = z.enum([...HTTP_METHODS, ...HTTP_METHODS.map((m) => m.toLowerCase())], {
-  error: `expected an HTTP method (${HTTP_METHODS.join(', ')})`,
-});
+const method = z
+  .enum([...HTTP_METHODS, ...HTTP_METHODS.map((m) => m.toLowerCase())], {
+    error: `expected an HTTP method (${HTTP_METHODS.join(', ')})`,
+  })
+  .meta({ title: 'method' });
 
 // As http/router.ts matches them: literal segments (a ":" only inside, as in /v1/items:batch),
 // `:param` segments, or a final `/**` (which also matches the prefix itself).
@@ -104,41 +114,59 @@ const SEGMENT = String.raw`(?:${LITERAL}|:[A-Za-z_][A-Za-z0-9_]*)`;
 const pathPattern = pattern(
   new RegExp(`^(?:/|(?:/${SEGMENT})+/?|(?:/${SEGMENT})*/\\*\\*)$`),
   'expected a path starting with "/": literal segments, ":param" segments, or a final "/**"',
+  'path pattern',
 );
 const pathPrefix = pattern(
   new RegExp(`^(?:/${LITERAL})+$`),
   'expected a path prefix like "/mail" (literal segments, no trailing "/")',
+  'path prefix',
 );
 const LABEL = '[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?';
 const hostName = pattern(
   new RegExp(`^(?:\\[[0-9A-Fa-f:.]+\\]|${LABEL}(?:\\.${LABEL})*)$`),
   'expected a host name without a port, like "mail.internal"',
+  'host name',
 );
 // No number-to-string coercion: YAML reads `token: 0123` as 123, silently changing the secret.
-const quotedText = z.string({ error: 'expected a string (quote it if it looks like a number)' });
+const quotedText = z
+  .string({ error: 'expected a string (quote it if it looks like a number)' })
+  .meta({ title: 'string' });
 const TABLE_HINT =
   'expected a plain SQL identifier: lower-case letters, digits and "_", not starting with a digit';
 const TABLE_LENGTH_HINT = 'expected at most 50 characters (the store appends "_migrations" etc.)';
 const listenHost = pattern(
   /^[^\s/]+$/,
   'expected an address to listen on, like "0.0.0.0" or "127.0.0.1"',
+  'address',
 );
 const storeUrl = pattern(
   /^(?:$|postgres(?:ql)?:\/\/)/,
   'expected a postgres:// URL, or empty for the embedded PostgreSQL',
+  'postgres:// URL',
 );
 
 const STATUS_HINT = 'expected a status class like "2xx" or a status code from 100 to 599';
-const status = z.int({ error: 'expected an HTTP status code from 100 to 599' }).min(100).max(599);
-const statusClass = z.union([pattern(/^[1-5]xx$/, STATUS_HINT), status], { error: STATUS_HINT });
+const status = z
+  .int({ error: 'expected an HTTP status code from 100 to 599' })
+  .min(100)
+  .max(599)
+  .meta({ title: 'status' });
+const statusClass = z
+  .union([pattern(/^[1-5]xx$/, STATUS_HINT, 'status class'), status], { error: STATUS_HINT })
+  .meta({ title: 'status or class' });
 
 const ADDRESS_HINT = 'expected an IP address or CIDR, like "10.0.0.0/8" or "::1"';
 const addressOrCidr = z
   .string({ error: ADDRESS_HINT })
-  .refine((text) => parseAddressOrCidr(text) !== undefined, { error: ADDRESS_HINT });
+  .refine((text) => parseAddressOrCidr(text) !== undefined, { error: ADDRESS_HINT })
+  .meta({ title: 'address or CIDR' });
 
 // Only the scheme here (it also lands in the JSON Schema); compile.ts parses and splits the URL.
-const upstreamUrl = pattern(/^https?:\/\/[^/?#]/i, 'expected an http:// or https:// URL');
+const upstreamUrl = pattern(
+  /^https?:\/\/[^/?#]/i,
+  'expected an http:// or https:// URL',
+  'http(s):// URL',
+);
 
 /**
  * Built-in idempotency defaults (SPEC §3), written as in YAML. The `defaults:` block is merged over
@@ -183,16 +211,16 @@ function opt<T extends z.ZodType>(schema: T, description: string, fallback?: unk
 
 const keyBlock = strict(
   {
-    header: opt(headerName, 'Request header carrying the key.', D.key.header),
-    required: opt(bool, 'Answer 400 when a request has no key.', D.key.required),
-    maxLength: opt(integer(1, 1024), 'Longest key accepted, in characters.', D.key.maxLength),
+    header: opt(headerName, 'Where clients send the key.', D.key.header),
+    required: opt(bool, 'No key → 400; false → forwarded unprotected.', D.key.required),
+    maxLength: opt(integer(1, 1024), 'Longer keys → 400.', D.key.maxLength),
     derive: opt(
       parts('request part'),
-      'Parts a key is derived from when none is sent: body, body.<field>, header:<name>, query.<name>.',
+      "Request parts a key is derived from when none is sent: body, body.<field>, header:<name>, query.<name>. key.maxLength must be at least 51 (a derived key's length).",
     ),
     window: opt(
       duration({ positive: true }),
-      "How long a derived key's record lives (default: ttl).",
+      "How long a derived key's record lives (only with key.derive; default: ttl).",
     ),
   },
   'key settings (header, required, maxLength, derive, window)',
@@ -202,10 +230,14 @@ const fingerprintBlock = strict(
   {
     parts: opt(
       parts('fingerprint part'),
-      'What a repeat must match (else 422).',
+      'What a repeat must match (else 422); also body.<field>, header:<name>, query.<name>.',
       D.fingerprint.parts,
     ),
-    ignore: opt(z.array(bodyField), 'JSON body fields left out, like body.sent_at.', []),
+    ignore: opt(
+      z.array(bodyField),
+      'JSON body fields left out of the fingerprint and of derived keys, e.g. body.sent_at.',
+      [],
+    ),
   },
   'fingerprint settings (parts, ignore)',
 );
@@ -222,14 +254,18 @@ export const idempotencySchema = strict(
     key: opt(keyBlock, 'Where the key comes from and which keys are accepted.'),
     forwardKeyAs: opt(
       forwardKeyAs,
-      'Header the key is sent upstream as, or false.',
+      'Header the upstream receives the key in; false strips it.',
       D.forwardKeyAs,
     ),
-    ttl: opt(positive, 'How long a completed response is replayed.', D.ttl),
-    lockTimeout: opt(timer, 'Lease of a claim; keep it above the upstream timeout.', D.lockTimeout),
+    ttl: opt(positive, 'How long a completed record is replayed.', D.ttl),
+    lockTimeout: opt(
+      timer,
+      "Lease of an in-progress claim; keep it longer than the upstream's timeout.",
+      D.lockTimeout,
+    ),
     unknownOutcome: opt(
       z.enum(['fail', 'retry'], { error: 'expected fail or retry' }),
-      'Timed out after sending: fail (store the error, never resend) or retry after lockTimeout.',
+      'Timed out or dropped after sending: fail stores and replays the unknown-outcome answer (at most once); retry lets a repeat forward again with the same key after the lease (for upstreams that dedupe on it).',
       D.unknownOutcome,
     ),
     onConcurrent: opt(
@@ -237,38 +273,57 @@ export const idempotencySchema = strict(
       'A repeat while the first is in flight: reject (409 + Retry-After) or wait (block until it completes, then replay).',
       D.onConcurrent,
     ),
-    waitTimeout: opt(timer, 'Longest wait with onConcurrent: wait.', D.waitTimeout),
+    waitTimeout: opt(timer, 'Longest wait under onConcurrent: wait (then 409).', D.waitTimeout),
     maxWaitersPerKey: opt(
       integer(1, 1_000_000),
       'Repeats of one key this instance holds waiting for its first request; more get 409.',
       D.maxWaitersPerKey,
     ),
     fingerprint: opt(fingerprintBlock, 'Which request parts a repeat must match (else 422).'),
-    store: opt(storeList, 'Upstream statuses stored and replayed.', D.store),
-    release: opt(z.array(status), 'Statuses that drop the claim, so a retry runs.', D.release),
-    maxRequestBytes: opt(size, 'Largest request body (413 above).', D.maxRequestBytes),
-    maxResponseBytes: opt(size, 'Largest response body stored for replay.', D.maxResponseBytes),
-    replayedHeader: opt(headerName, 'Header marking a replayed response.', D.replayedHeader),
+    store: opt(
+      storeList,
+      'Upstream statuses saved and replayed (classes or numbers), except release.',
+      D.store,
+    ),
+    release: opt(
+      z.array(status),
+      'Statuses where the upstream did not act: the claim is dropped, so a retry runs.',
+      D.release,
+    ),
+    maxRequestBytes: opt(size, 'Larger request bodies → 413.', D.maxRequestBytes),
+    maxResponseBytes: opt(
+      size,
+      'Larger answers are delivered in full, and replayed without a body (Idempotent-Body-Omitted: true).',
+      D.maxResponseBytes,
+    ),
+    replayedHeader: opt(headerName, 'The replay marker header.', D.replayedHeader),
     enforce: opt(
       bool,
-      'false = shadow mode: forward everything, record what enforcement would have done.',
+      'false = shadow mode: forward everything, log what enforcement would have done.',
       D.enforce,
     ),
-    tenant: opt(z.array(tenantPart), 'Headers scoping keys per tenant: [header:authorization].'),
+    tenant: opt(
+      z.array(tenantPart),
+      'Headers scoping keys per tenant, e.g. [header:authorization]: keys are scoped per hashed value, raw values are never stored.',
+    ),
     group: opt(
       name('a group name'),
-      'Share keys across routes of one group (default: route name).',
+      'Share keys across the routes with the same group (default: the route name).',
     ),
-    allowSafeMethods: opt(bool, 'Allow GET, HEAD or OPTIONS in match.method.', D.allowSafeMethods),
+    allowSafeMethods: opt(
+      bool,
+      "Allow GET, HEAD or OPTIONS in a protected route's match.method.",
+      D.allowSafeMethods,
+    ),
     replaySetCookie: opt(bool, 'Store and replay Set-Cookie.', D.replaySetCookie),
     logKey: opt(
       z.enum(['plain', 'hash'], { error: 'expected plain or hash' }),
-      'How request logs show the key: plain, or hash (a short SHA-256) when keys are sensitive.',
+      'How request logs show the key: plain, or hash (sha256:<16 hex>) when keys are sensitive.',
       D.logKey,
     ),
     dropReplayHeaders: opt(
       z.array(headerName),
-      'Response headers stored but never replayed to a later caller (Date is always sent fresh).',
+      "Response headers stored but never replayed to a later caller (a route's list replaces the default); Date is always sent fresh.",
       D.dropReplayHeaders,
     ),
   },
@@ -291,9 +346,16 @@ const routeSchema = strict(
     name: name('a route name').describe('Unique route name; the key scope unless group is set.'),
     match: strict(
       {
-        method: opt(methods, 'Method or list of methods; absent = any method.'),
-        path: pathPattern.default('/**').describe('Exact path, /orders/:id/refund, or /prefix/**.'),
-        host: opt(hostName, 'Host header to match, without port; absent = any host.'),
+        method: opt(methods, 'A method or a list of them; absent = any method.'),
+        path: pathPattern
+          .default('/**')
+          .describe(
+            'Exact (/refunds), with parameters (/orders/:id/refund), or a prefix (/mail/**, also matching /mail).',
+          ),
+        host: opt(
+          hostName,
+          "Host header to match, without port (an absolute-form target's authority wins over Host); absent = any host.",
+        ),
         strict: opt(
           bool,
           'Protected routes also match a trailing slash and any letter case (as Express routes); true turns that off.',
@@ -302,8 +364,14 @@ const routeSchema = strict(
       },
       'match settings (method, path, host, strict)',
     ).describe('Which requests this route takes; routes are tried in order, first match wins.'),
-    upstream: z.string({ error: 'expected an upstream name' }).describe('A name from upstreams.'),
-    stripPrefix: opt(pathPrefix, 'Removed from the front of the path before forwarding.'),
+    upstream: z
+      .string({ error: 'expected an upstream name' })
+      .meta({ title: 'name' })
+      .describe('A name from upstreams.'),
+    stripPrefix: opt(
+      pathPrefix,
+      'Removed from the front of the path before forwarding (/mail/emails → /emails).',
+    ),
     methodOverride: opt(
       bool,
       'The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override): route and protect by the overriding method, and forward those headers. Off: they are removed.',
@@ -311,7 +379,7 @@ const routeSchema = strict(
     ),
     idempotency: opt(
       idempotencyOrFlag,
-      'false/absent: pass-through; true or a mapping: protected.',
+      'false or absent: pass-through; true, {} or a mapping: protected, merged over defaults field by field.',
     ),
   },
   'route settings (name, match, upstream, stripPrefix, methodOverride, idempotency)',
@@ -319,49 +387,68 @@ const routeSchema = strict(
 
 const upstreamSchema = strict(
   {
-    url: upstreamUrl.describe('http(s) URL; a base path in it prefixes forwarded paths.'),
-    timeout: timer.default('30s').describe('Upstream response timeout.'),
+    url: upstreamUrl.describe(
+      'http(s)://host:port[/base]; a base path is prepended to forwarded paths.',
+    ),
+    timeout: timer
+      .default('30s')
+      .describe('No response headers (or a stalled body) within this → 504, outcome unknown.'),
   },
   'upstream settings (url, timeout)',
 );
 
 // The table name is pasted into SQL (identifiers cannot be parameters), so only plain identifiers;
 // 50 characters leaves room for the suffixes the store appends (`_migrations`, index names).
-const tableName = pattern(/^[a-z_][a-z0-9_]*$/, TABLE_HINT).max(50, { error: TABLE_LENGTH_HINT });
+const tableName = pattern(/^[a-z_][a-z0-9_]*$/, TABLE_HINT, 'SQL identifier').max(50, {
+  error: TABLE_LENGTH_HINT,
+});
 
 export const configSchema = strict(
   {
     listen: strict(
-      { host: listenHost.default('0.0.0.0'), port: port.default(8080) },
+      {
+        host: listenHost.default('0.0.0.0').describe('Address clients connect to.'),
+        port: port.default(8080).describe('Port clients connect to.'),
+      },
       'listen settings (host, port)',
     )
       .prefault({})
-      .describe('Where the proxy listens. Default: 0.0.0.0:8080.'),
+      .describe('Where clients connect.'),
     shutdownGrace: duration({ timer: true })
       .default('10s')
       .describe('How long SIGTERM waits for in-flight requests.'),
     admin: strict(
       {
-        host: listenHost.default('127.0.0.1'),
-        port: port.default(9090),
-        token: quotedText.default('').describe('Bearer token for /keys; empty = /keys is off.'),
+        host: listenHost.default('127.0.0.1').describe('Address of the admin listener.'),
+        port: port.default(9090).describe('Port of the admin listener.'),
+        token: quotedText.default('').describe('Bearer token for /keys; empty turns /keys off.'),
       },
       'admin settings (host, port, token)',
     )
       .prefault({})
-      .describe('Admin listener: health, metrics, key inspection. Default: 127.0.0.1:9090.'),
+      .describe(
+        'The admin listener, apart from client traffic: health, readiness, metrics, /keys.',
+      ),
     store: strict(
       {
-        url: storeUrl.default('').describe('Postgres URL; empty = embedded. DATABASE_URL wins.'),
-        dataDir: pattern(/./, 'expected a directory')
+        url: storeUrl
+          .default('')
+          .describe('PostgreSQL URL; empty = embedded PostgreSQL. DATABASE_URL overrides it.'),
+        dataDir: pattern(/./, 'expected a directory', 'directory')
           .default('.data/postgres')
-          .describe('Embedded PostgreSQL data, relative to the working directory.'),
-        table: tableName.default('idempotency_keys').describe('Table of idempotency records.'),
-        poolSize: integer(1, 1000).default(10).describe('Postgres connections per instance.'),
+          .describe("The embedded server's data directory, relative to the working directory."),
+        table: tableName
+          .default('idempotency_keys')
+          .describe('The records table: [a-z_][a-z0-9_]*, at most 50 characters.'),
+        poolSize: integer(1, 1000)
+          .default(10)
+          .describe('PostgreSQL connections per proxy instance.'),
         pruneInterval: timer.default('5m').describe('How often expired records are deleted.'),
         replayCache: size
           .default('32mb')
-          .describe('Memory for completed records answered without a round trip; 0b turns it off.'),
+          .describe(
+            'Memory for completed records answered without a round trip (admitted on their first repeat); 0b turns it off.',
+          ),
         synchronousCommit: bool
           .default(true)
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
@@ -369,7 +456,7 @@ export const configSchema = strict(
       'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit)',
     )
       .prefault({})
-      .describe('The Postgres holding idempotency records.'),
+      .describe('The PostgreSQL holding the idempotency records.'),
     upstreams: z
       .record(name('an upstream name'), upstreamSchema, {
         error: 'expected a mapping of upstreams',

@@ -136,7 +136,7 @@ describe('config JSON Schema', () => {
     ]);
     const block = (top.defaults!.properties ?? {}) as Record<string, Schema>;
     expect(block.ttl).toMatchObject({
-      description: 'How long a completed response is replayed.',
+      description: 'How long a completed record is replayed.',
       default: '24h',
     });
     expect(block.release).toMatchObject({ default: [408, 425, 429, 503] });
