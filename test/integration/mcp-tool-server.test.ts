@@ -9,14 +9,13 @@ import {
   resultText,
   toolCall,
 } from '../support/mcp-client';
-import { type McpToolServer, startMcpToolServer } from '../support/mcp-tool-server';
+import {
+  type McpToolServer,
+  startMcpToolServer,
+  TOOL_SERVER_MODES,
+} from '../support/mcp-tool-server';
 
-const modes = [
-  { sessions: false, json: false },
-  { sessions: false, json: true },
-  { sessions: true, json: false },
-  { sessions: true, json: true },
-] as const;
+const modes = TOOL_SERVER_MODES;
 
 describe.each(modes)('tool server (sessions: $sessions, json: $json)', (mode) => {
   let server: McpToolServer;

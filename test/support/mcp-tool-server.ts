@@ -19,6 +19,14 @@ export interface ToolServerOptions {
   readonly json: boolean;
 }
 
+/** The four shapes the MCP tests run against: stateless/session × SSE/JSON. */
+export const TOOL_SERVER_MODES = [
+  { sessions: false, json: false },
+  { sessions: false, json: true },
+  { sessions: true, json: false },
+  { sessions: true, json: true },
+] as const satisfies readonly ToolServerOptions[];
+
 export interface RecordedRequest {
   readonly method: string;
   readonly url: string;
