@@ -17,6 +17,8 @@ import { LocalKeys } from './idempotency/local-keys';
 import { handleProtectedRequest, type ProtectedDeps } from './idempotency/protected-request';
 import type { CompletionWaiter, KeyStore } from './idempotency/record';
 import type { ReplayCache } from './idempotency/replay-cache';
+import { InFlightToolCalls } from './mcp/in-flight-calls';
+import { handleMcpRequest } from './mcp/mcp-request';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import type { ProxyMetrics } from './observability/metrics';
@@ -58,6 +60,7 @@ export function createApp(options: AppOptions): App {
   const idle: (() => void)[] = [];
   const logRequest = infoLineWriter(logger, 'request');
   const localKeys = new LocalKeys();
+  const toolCalls = new InFlightToolCalls();
   const onStoreError = storeErrorLog(logger);
 
   // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
@@ -112,9 +115,11 @@ export function createApp(options: AppOptions): App {
         observer: metrics,
         cache: options.cache,
         localKeys,
+        toolCalls,
         onStoreError,
       };
-      handleProtectedRequest(deps, { req, res, route, policy, target, log: entry })
+      const handle = policy.mcp ? handleMcpRequest : handleProtectedRequest;
+      handle(deps, { req, res, route, policy, target, log: entry })
         .catch((error: unknown) => {
           logger.error(
             { err: error, route: route.name },

@@ -9,6 +9,7 @@ import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
 import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
 import type {
   IdempotencyPolicy,
+  McpPolicy,
   ProxyConfig,
   RequestPart,
   RouteConfig,
@@ -148,6 +149,11 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
       );
     issues.push(...checkProtectedRoute(route, parsed.defaults, at));
   });
+  if (parsed.defaults?.mcp !== undefined)
+    add(
+      ['defaults', 'mcp'],
+      'mcp marks one route as fronting an MCP server; set it on that route, not in defaults',
+    );
   const { listen, admin } = parsed;
   const anyHost = (host: string) => host === '0.0.0.0' || host === '::';
   const sameHost = listen.host === admin.host || anyHost(listen.host) || anyHost(admin.host);
@@ -176,6 +182,7 @@ function checkProtectedRoute(
       });
     });
   }
+  if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
   const derive = block.key?.derive ?? defaults?.key?.derive;
   if ((block.key?.window ?? defaults?.key?.window) !== undefined && derive === undefined) {
     const where = block.key?.window !== undefined ? [...at, 'idempotency'] : ['defaults'];
@@ -192,6 +199,40 @@ function checkProtectedRoute(
     issues.push({
       path: [...where, 'key', 'maxLength'],
       message: `expected at least ${DERIVED_KEY_LENGTH} with key.derive: a derived key ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
+    });
+  }
+  return issues;
+}
+
+/**
+ * An MCP route keys and fingerprints tool calls itself (SPEC §9), from the tool name and its
+ * arguments: the REST settings for that would be silently ignored, so they are refused here.
+ */
+function checkMcpRoute(
+  block: IdempotencyBlock,
+  defaults: IdempotencyBlock | undefined,
+  at: IssuePath,
+): PathIssue[] {
+  const issues: PathIssue[] = [];
+  const own = [...at, 'idempotency'];
+  if (block.key?.derive !== undefined)
+    issues.push({
+      path: [...own, 'key', 'derive'],
+      message:
+        'an MCP route derives a missing key from the tool name and arguments; remove key.derive (mcp.ignore leaves arguments out)',
+    });
+  if (block.fingerprint !== undefined)
+    issues.push({
+      path: [...own, 'fingerprint'],
+      message:
+        'an MCP route fingerprints the tool name and arguments; remove fingerprint (use mcp.ignore to leave arguments out)',
+    });
+  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
+  if (maxLength < DERIVED_KEY_LENGTH) {
+    const where = block.key?.maxLength !== undefined ? own : ['defaults'];
+    issues.push({
+      path: [...where, 'key', 'maxLength'],
+      message: `expected at least ${DERIVED_KEY_LENGTH} on an MCP route: a key derived from a tool call ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
     });
   }
   return issues;
@@ -254,8 +295,10 @@ function resolvePolicy(
   };
   const forwardKeyAs = pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs;
   const tenant = (pick('tenant') ?? []).map((part) => part.toLowerCase());
-  const parts = fingerprint.parts.map(compilePart);
-  const derive = key.derive?.map(compilePart) ?? null;
+  const mcp = block.mcp === undefined ? null : compileMcp(block.mcp);
+  const parts = mcp ? [] : fingerprint.parts.map(compilePart);
+  const derive = mcp ? null : (key.derive?.map(compilePart) ?? null);
+  const window = block.mcp?.window ?? key.window;
   return {
     scope: pick('group') ?? route.name,
     key: {
@@ -263,18 +306,20 @@ function resolvePolicy(
       required: key.required,
       maxLength: key.maxLength,
       derive,
-      windowMs: key.window === undefined ? null : parseDurationMs(key.window),
+      windowMs: window === undefined ? null : parseDurationMs(window),
     },
     forwardKeyAs: forwardKeyAs === false ? null : forwardKeyAs,
     ttlMs: parseDurationMs(pick('ttl') ?? BUILT_IN.ttl),
     lockTimeoutMs: parseDurationMs(pick('lockTimeout') ?? BUILT_IN.lockTimeout),
     unknownOutcome: pick('unknownOutcome') ?? BUILT_IN.unknownOutcome,
-    onConcurrent: pick('onConcurrent') ?? BUILT_IN.onConcurrent,
+    // A tool call's retry usually comes while the first still runs (the client timed out): on MCP
+    // routes it waits for the result instead of getting an error the agent may not understand.
+    onConcurrent: pick('onConcurrent') ?? (mcp ? 'wait' : BUILT_IN.onConcurrent),
     waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
     maxWaitersPerKey: pick('maxWaitersPerKey') ?? BUILT_IN.maxWaitersPerKey,
     fingerprint: {
       parts,
-      ignore: fingerprint.ignore.map((field) => field.split('.').slice(1)),
+      ignore: mcp ? [] : fingerprint.ignore.map((field) => field.split('.').slice(1)),
     },
     tenant,
     storesStatus: compileStoresStatus(
@@ -302,7 +347,29 @@ function resolvePolicy(
         ? ['content-type']
         : []),
     ]),
+    mcp,
   };
+}
+
+function compileMcp(block: NonNullable<IdempotencyBlock['mcp']>): McpPolicy {
+  const tools = block.tools ?? ['*'];
+  const exact = new Set(tools.filter((tool) => !/[*?]/.test(tool)));
+  const globs = tools.filter((tool) => /[*?]/.test(tool)).map(globPattern);
+  return {
+    protects: (tool) => exact.has(tool) || globs.some((glob) => glob.test(tool)),
+    tools,
+    ignore: (block.ignore ?? []).map((field) => field.split('.').slice(1)),
+  };
+}
+
+/** `refund_*` → /^refund_.*$/: `*` is any run of characters, `?` one, everything else literal. */
+function globPattern(glob: string): RegExp {
+  const source = [...glob]
+    .map((char) =>
+      char === '*' ? '.*' : char === '?' ? '.' : char.replace(/[\\^$.|+()[\]{}]/g, '\\$&'),
+    )
+    .join('');
+  return new RegExp(`^${source}$`, 's');
 }
 
 /** A status is stored when `store` lists it or its class, and `release` does not list it. */

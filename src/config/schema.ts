@@ -242,6 +242,38 @@ const fingerprintBlock = strict(
   'fingerprint settings (parts, ignore)',
 );
 
+const toolPattern = pattern(
+  /^[^\s]+$/,
+  'expected a tool name or a glob like "refund_*" (no spaces)',
+  'tool name or glob',
+);
+const argumentPath = pattern(
+  /^arguments(?:\.[^.\s]+)+$/,
+  'expected a tool argument like "arguments.trace_id"',
+  'argument path',
+);
+
+const mcpBlock = strict(
+  {
+    tools: opt(
+      z.array(toolPattern).min(1, { error: 'expected at least one tool name or glob' }),
+      'Tools whose calls run once: names or globs (* and ?). Other tools run on every call.',
+      ['*'],
+    ),
+    ignore: opt(
+      z.array(argumentPath),
+      'Tool arguments left out of the fingerprint and derived key, like arguments.trace_id.',
+      [],
+    ),
+    window: opt(
+      duration({ positive: true }),
+      "How long a derived key's record lives (default: key.window, else ttl).",
+    ),
+  },
+  'MCP settings (tools, ignore, window)',
+);
+const mcpOrFlag = z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), mcpBlock);
+
 const forwardKeyAs = z.preprocess(
   toBoolean,
   z.union([headerName, z.literal(false)], { error: 'expected a header name or false' }),
@@ -325,6 +357,10 @@ export const idempotencySchema = strict(
       z.array(headerName),
       "Response headers stored but never replayed to a later caller (a route's list replaces the default); Date is always sent fresh.",
       D.dropReplayHeaders,
+    ),
+    mcp: opt(
+      mcpOrFlag,
+      'The route fronts an MCP server (Streamable HTTP): only tools/call requests for the listed tools are protected, keyed by header, params.idempotencyKey or tool + arguments; everything else passes through.',
     ),
   },
   'idempotency settings',

@@ -66,6 +66,16 @@ export interface FingerprintPolicy {
   readonly ignore: readonly (readonly string[])[];
 }
 
+/** An MCP route's settings (SPEC §9): which tools/call requests are protected and how. */
+export interface McpPolicy {
+  /** True when calls of this tool are protected (a name or glob of `tools` matches it). */
+  readonly protects: (tool: string) => boolean;
+  /** `tools` as written, for messages. */
+  readonly tools: readonly string[];
+  /** Paths under params.arguments left out of the fingerprint and derived key: ['trace_id']. */
+  readonly ignore: readonly (readonly string[])[];
+}
+
 export interface IdempotencyPolicy {
   /** Route name, or `group` when keys are shared across routes. */
   readonly scope: string;
@@ -100,6 +110,8 @@ export interface IdempotencyPolicy {
    * naming one would make the proxy drop what it decided on (SPEC §8).
    */
   readonly readsHeaders: ReadonlySet<string>;
+  /** Set on a route that fronts an MCP server: only protected tools/call requests are claimed. */
+  readonly mcp: McpPolicy | null;
 }
 
 export interface RouteMatch {

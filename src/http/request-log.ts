@@ -14,6 +14,8 @@ export type Outcome =
   | 'not_found'
   | 'bad_request'
   | 'client_gone'
+  /** An MCP client's notifications/cancelled for a tool call still running: taken, not forwarded. */
+  | 'cancel_held'
   | 'error';
 
 export interface RequestLogEntry {
@@ -47,6 +49,8 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
+  /** The tool of a protected MCP tools/call (SPEC §9). */
+  tool?: string;
   /** The request target as sent, when the edge rewrote it to its canonical form (SPEC §8). */
   rawTarget?: string;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
@@ -76,6 +80,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     outcomeUnknown: undefined,
     clientClosedEarly: undefined,
     rawTarget: undefined,
+    tool: undefined,
   };
 }
 

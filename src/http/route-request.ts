@@ -67,9 +67,14 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
   };
 }
 
-/** Protected routes protect unsafe methods; GET/HEAD/OPTIONS only when listed with allowSafeMethods. */
+/**
+ * Protected routes protect unsafe methods; GET/HEAD/OPTIONS only when listed with allowSafeMethods.
+ * MCP routes protect POST alone.
+ */
 function isProtectedMethod(route: RouteConfig, method: string): boolean {
-  if (!SAFE_METHODS.has(method)) return true;
   const policy = route.idempotency;
+  // MCP's Streamable HTTP sends every message as a POST; GET opens a stream, DELETE ends a session.
+  if (policy?.mcp) return method === 'POST';
+  if (!SAFE_METHODS.has(method)) return true;
   return policy !== null && policy.allowSafeMethods && route.match.methods?.has(method) === true;
 }

@@ -7,6 +7,13 @@ import { problemBody, problemHeaders, sendProblem } from '../http/problem';
 import type { Outcome } from '../http/request-log';
 import { writeWhole } from '../http/response';
 import { DERIVED_KEY_HEADER } from './derived-key';
+import {
+  JSON_HEADERS,
+  jsonRpcError,
+  storedUnknownOutcome,
+  withId,
+  writeJsonRpcError,
+} from '../mcp/jsonrpc';
 import { type HeaderPairs, type StoredResponse } from './record';
 import {
   BODY_OMITTED_HEADER,
@@ -23,6 +30,8 @@ export function replay(request: ProtectedRequest, stored: StoredResponse): void 
   const extra: [string, string][] = [[policy.replayedHeader, 'true']];
   if (log.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
   if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
+  // A tool call's retry has a JSON-RPC id of its own: the stored message is answered under it.
+  if (request.mcp) return writeStoredMessage(request, stored, extra);
   writeWhole(
     res,
     stored.status,
@@ -52,7 +61,9 @@ export function reused(request: ProtectedRequest, key: string): void {
     'mismatch',
     new ProxyError(
       'IDEMPOTENCY_KEY_REUSED',
-      'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+      request.mcp
+        ? 'This key was already used for a call with another tool or other arguments. Use a new key for a new call, or resend the original call unchanged to get its stored result.'
+        : 'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
       { route: request.route.name, key },
     ),
   );
@@ -73,7 +84,33 @@ export function inFlight(request: ProtectedRequest, key: string, leaseRemainingM
 
 export function fail(request: ProtectedRequest, outcome: Outcome, error: ProxyError): void {
   request.log.outcome = outcome;
-  sendProblem(request.res, error);
+  sendError(request, error);
+}
+
+/** One of the proxy's own errors: problem+json, or a JSON-RPC error on an MCP route. */
+export function sendError(request: ProtectedRequest, error: ProxyError): void {
+  if (request.mcp) writeJsonRpcError(request.res, request.mcp.idText, jsonRpcError(error));
+  else sendProblem(request.res, error);
+}
+
+/**
+ * The first caller's copy of an unknown-outcome answer it made itself; later callers get it as a
+ * replay.
+ */
+export function sendUnknownOutcome(request: ProtectedRequest, unknown: StoredResponse): void {
+  if (request.mcp) return writeStoredMessage(request, unknown, []);
+  writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
+}
+
+function writeStoredMessage(
+  request: ProtectedRequest,
+  stored: StoredResponse,
+  extra: HeaderPairs,
+): void {
+  const headers = stored.outcomeUnknown
+    ? [...JSON_HEADERS, [OUTCOME_HEADER, 'unknown'] as const]
+    : JSON_HEADERS;
+  writeWhole(request.res, 200, headers, withId(stored.body, request.mcp!.idText), extra);
 }
 
 /**
@@ -131,8 +168,15 @@ export function storeUnavailableError(request: ProtectedRequest, cause: unknown)
   );
 }
 
-/** The problem answer for a request that may have run: stored under `fail`, marked either way. */
-export function unknownOutcomeResponse(error: ProxyError): StoredResponse {
+/**
+ * The answer for a request that may have run: stored under `fail`, marked either way. A problem on
+ * REST routes, a JSON-RPC error (without an id: each caller's is spliced in) for a tool call.
+ */
+export function unknownOutcomeResponse(
+  request: ProtectedRequest,
+  error: ProxyError,
+): StoredResponse {
+  if (request.mcp) return storedUnknownOutcome(error, OUTCOME_HEADER);
   const body = Buffer.from(JSON.stringify(problemBody(error)));
   const headers: HeaderPairs = [
     ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),

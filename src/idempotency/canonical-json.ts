@@ -179,6 +179,32 @@ export function canonicalizeAt(
   return serialize(value, node);
 }
 
+/** The string at `path` (object keys), or undefined when absent or not a string. */
+export function stringAt(parsed: ParsedJson, path: readonly string[]): string | undefined {
+  const value = valueAt(parsed.value as JsonValue, path);
+  return typeof value === 'string' ? value : undefined;
+}
+
+/** True when the value at `path` exists (even as null). */
+export function hasValueAt(parsed: ParsedJson, path: readonly string[]): boolean {
+  return valueAt(parsed.value as JsonValue, path) !== undefined;
+}
+
+/** The elements of a top-level array, each as a parsed document; undefined for anything else. */
+export function arrayElements(parsed: ParsedJson): ParsedJson[] | undefined {
+  const value = parsed.value as JsonValue;
+  return Array.isArray(value) ? value.map((element) => ({ value: element })) : undefined;
+}
+
+function valueAt(value: JsonValue | undefined, path: readonly string[]): JsonValue | undefined {
+  for (const segment of path) {
+    if (value === undefined || !isPlainObject(value) || !Object.hasOwn(value, segment))
+      return undefined;
+    value = value[segment];
+  }
+  return value;
+}
+
 /**
  * Exact canonical text of a JSON number token (RFC 8259 §6 grammar, already validated).
  *

@@ -2,14 +2,13 @@
 // record an unknown outcome (SPEC §4, the rows after "first request").
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { sendProblem } from '../http/problem';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { ResponseReceiver } from '../upstream/protected';
-import type { TransportFailure } from '../upstream/transport-errors';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
 import { type HeaderPairs, type RecordId, type StoredResponse } from './record';
 import { type ProtectedDeps, type ProtectedRequest } from './protected-context';
-import { storeCall, unknownOutcomeResponse } from './answers';
+import { completeRecord, releaseRecord, settleFailure } from './settle';
+import { forwardToolCall } from '../mcp/forward-tool-call';
 import type { Leader } from './local-keys';
 
 export async function forward(
@@ -22,7 +21,8 @@ export async function forward(
 ): Promise<void> {
   deps.observer?.claimsHeld(1);
   try {
-    await forwardAndSettle(deps, request, id, fence, body, leader);
+    const send = request.mcp ? forwardToolCall : forwardAndSettle;
+    await send(deps, request, id, fence, body, leader);
   } finally {
     deps.observer?.claimsHeld(-1);
   }
@@ -67,7 +67,7 @@ async function forwardAndSettle(
   const bodyBuffer = answer.body();
   if (!policy.storesStatus(status)) {
     // The upstream did not act (or the route does not keep this status): let a retry execute again.
-    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
+    await releaseRecord(deps, request, id, fence);
   } else {
     const stored: StoredResponse = {
       status,
@@ -78,18 +78,7 @@ async function forwardAndSettle(
       bodyOmitted: streaming,
       outcomeUnknown: false,
     };
-    // If this fails the upstream has still acted: the client gets its answer, and the claim stays in
-    // progress until its lease ends (then unknownOutcome decides).
-    // Not cached here: most keys are never repeated, and caching every completion would fill the cache
-    // with records nobody asks for again. The first repeat (claim → completed) admits it.
-    const completed = await storeCall(
-      deps,
-      request,
-      'complete',
-      () => deps.store.complete(id, fence, stored, policy.ttlMs),
-      false,
-    );
-    if (completed === true) leader?.settle({ kind: 'stored', response: stored });
+    await completeRecord(deps, request, id, fence, stored, leader);
   }
   if (streaming) answer.end();
   else writeWhole(res, status, clientHeaders, bodyBuffer);
@@ -154,41 +143,4 @@ class UpstreamAnswer implements ResponseReceiver {
     if (this.streaming) return Buffer.alloc(0);
     return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
   }
-}
-
-/** After a transport failure: release if nothing was sent; else store or keep the unknown outcome. */
-async function settleFailure(
-  deps: ProtectedDeps,
-  request: ProtectedRequest,
-  id: RecordId,
-  fence: string,
-  failure: TransportFailure,
-  leader: Leader | undefined,
-  clientAlreadyAnswered = false,
-): Promise<void> {
-  const { policy } = request;
-  request.log.outcome = 'upstream_error';
-  if (!failure.sent) {
-    await storeCall(deps, request, 'release', () => deps.store.release(id, fence), false);
-    if (!clientAlreadyAnswered) sendProblem(request.res, failure.error);
-    return;
-  }
-  const unknown = unknownOutcomeResponse(failure.error);
-  request.log.outcomeUnknown = true;
-  if (policy.unknownOutcome === 'fail') {
-    // At most once: this answer is what every repeat gets until an operator clears the key.
-    const completed = await storeCall(
-      deps,
-      request,
-      'complete',
-      () => deps.store.complete(id, fence, unknown, policy.ttlMs),
-      false,
-    );
-    if (completed === true) leader?.settle({ kind: 'stored', response: unknown });
-  }
-  // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
-  if (clientAlreadyAnswered) return;
-  // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
-  if (!policy.enforce) sendProblem(request.res, failure.error);
-  else writeWhole(request.res, unknown.status, unknown.headers, unknown.body);
 }

@@ -4,6 +4,7 @@
 // RFC 8941 sf-string (`"abc-123"`, as in draft-ietf-httpapi-idempotency-key-header). Either way
 // the key itself must be 1..maxLength visible ASCII characters (0x21-0x7E), so it is safe to log,
 // store as text and echo in problem details.
+import type { IncomingMessage } from 'node:http';
 
 export type KeyParseResult =
   { ok: true; key: string } | { ok: false; problem: 'missing' | 'invalid'; detail: string };
@@ -154,3 +155,39 @@ function missing(detail: string): KeyParseResult {
 function invalid(detail: string): KeyParseResult {
   return { ok: false, problem: 'invalid', detail };
 }
+
+/**
+ * The key header's lines. Node joins repeated lines with ", ", so a value without a comma was sent
+ * once; only otherwise is headersDistinct (an array per header of the request) worth building.
+ * Node keeps only the first of some repeated headers (Content-Type, Authorization, …): a key header
+ * named like one of those always takes the slow path, so a repeat is still seen.
+ */
+export function keyHeaderLines(req: IncomingMessage, name: string): string[] | undefined {
+  const joined = req.headers[name];
+  if (joined === undefined) return undefined;
+  if (typeof joined === 'string' && !joined.includes(',') && !NODE_SINGLE_VALUE_HEADERS.has(name))
+    return [joined];
+  return req.headersDistinct[name];
+}
+
+/** Headers whose repeats Node's req.headers drops instead of joining (Node's http docs). */
+const NODE_SINGLE_VALUE_HEADERS: ReadonlySet<string> = new Set([
+  'age',
+  'authorization',
+  'content-length',
+  'content-type',
+  'etag',
+  'expires',
+  'from',
+  'host',
+  'if-modified-since',
+  'if-unmodified-since',
+  'last-modified',
+  'location',
+  'max-forwards',
+  'proxy-authorization',
+  'referer',
+  'retry-after',
+  'server',
+  'user-agent',
+]);

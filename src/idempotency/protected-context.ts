@@ -9,6 +9,8 @@ import type { UpstreamPools } from '../upstream/protected';
 import { type CompletionWaiter, type KeyStore } from './record';
 import type { LocalKeys } from './local-keys';
 import type { ReplayCache } from './replay-cache';
+import type { McpCall } from '../mcp/tool-call';
+import type { InFlightToolCalls } from '../mcp/in-flight-calls';
 
 export interface ProtectedDeps {
   readonly store: KeyStore;
@@ -23,6 +25,8 @@ export interface ProtectedDeps {
   readonly cache?: ReplayCache;
   /** Repeats of keys this process is working on, answered without the store (local-keys.ts). */
   readonly localKeys?: LocalKeys;
+  /** MCP tool calls this process is forwarding, so a client's cancel does not stop them. */
+  readonly toolCalls?: InFlightToolCalls;
 }
 
 export interface ProtectedObserver {
@@ -39,6 +43,8 @@ export interface ProtectedRequest {
   readonly policy: IdempotencyPolicy;
   readonly target: RequestTarget;
   readonly log: RequestLogEntry;
+  /** Set for a tools/call on an MCP route: the proxy's answers are JSON-RPC (mcp/jsonrpc.ts). */
+  readonly mcp?: McpCall;
 }
 
 export const OUTCOME_HEADER = 'idempotency-outcome';

@@ -19,7 +19,6 @@
 //
 // The response is stored before the client sees its last byte, so once a client has a whole answer,
 // every retry replays it.
-import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
@@ -31,7 +30,7 @@ import {
   type FingerprintInput,
   RAW_FINGERPRINT_MIN_BYTES,
 } from './fingerprint';
-import { type KeyParseResult, parseIdempotencyKey } from './key';
+import { keyHeaderLines, type KeyParseResult, parseIdempotencyKey } from './key';
 import { type RecordId, recordText } from './record';
 import { forwardUnstored, passThroughInShadow, readBodyOrRewind, shadowVerdict } from './shadow';
 import { tenantHash } from './tenant';
@@ -147,42 +146,6 @@ export async function handleProtectedRequest(
 }
 
 /**
- * The key header's lines. Node joins repeated lines with ", ", so a value without a comma was sent
- * once; only otherwise is headersDistinct (an array per header of the request) worth building.
- * Node keeps only the first of some repeated headers (Content-Type, Authorization, …): a key header
- * named like one of those always takes the slow path, so a repeat is still seen.
- */
-function keyHeaderLines(req: IncomingMessage, name: string): string[] | undefined {
-  const joined = req.headers[name];
-  if (joined === undefined) return undefined;
-  if (typeof joined === 'string' && !joined.includes(',') && !NODE_SINGLE_VALUE_HEADERS.has(name))
-    return [joined];
-  return req.headersDistinct[name];
-}
-
-/** Headers whose repeats Node's req.headers drops instead of joining (Node's http docs). */
-const NODE_SINGLE_VALUE_HEADERS: ReadonlySet<string> = new Set([
-  'age',
-  'authorization',
-  'content-length',
-  'content-type',
-  'etag',
-  'expires',
-  'from',
-  'host',
-  'if-modified-since',
-  'if-unmodified-since',
-  'last-modified',
-  'location',
-  'max-forwards',
-  'proxy-authorization',
-  'referer',
-  'retry-after',
-  'server',
-  'user-agent',
-]);
-
-/**
  * No usable key and none to derive: forwarded unprotected when no key is required, else 400 (in
  * shadow mode: forwarded anyway).
  */
@@ -216,7 +179,7 @@ function refuseKey(
 }
 
 /** Claims (scope, key) and answers: forward, replay, 409 or 422 (SPEC §4). */
-async function claimAndAnswer(
+export async function claimAndAnswer(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   key: string,
@@ -350,6 +313,7 @@ async function claimLoop(
           }
         } else {
           const unknown = unknownOutcomeResponse(
+            request,
             new ProxyError(
               'IDEMPOTENCY_OUTCOME_UNKNOWN',
               'The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then ask an operator to clear the key if it must run.',

@@ -73,9 +73,10 @@ export async function forwardUnstored(
   request: ProtectedRequest,
   key: string | undefined,
   body: Buffer,
-  verdict: ShadowVerdict,
+  verdict: ShadowVerdict | undefined,
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
+  // Without a verdict this is no shadow decision: a message an MCP route does not protect.
   log.shadow = verdict;
   const started = performance.now();
   let answered = false;
@@ -91,7 +92,7 @@ export async function forwardUnstored(
       {
         head(status, headers) {
           answered = true;
-          log.outcome = 'executed';
+          log.outcome = verdict === undefined ? 'passthrough' : 'executed';
           const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
           startStreaming(res, status, pairs, headers['content-length']);
         },

@@ -97,6 +97,7 @@ describe('defaults', () => {
       replaySetCookie: false,
       logKey: 'plain',
       maxWaitersPerKey: 1000,
+      mcp: null,
       dropReplayHeaders: new Set([
         'www-authenticate',
         'authentication-info',

@@ -1,0 +1,96 @@
+// What MCP clients get from the proxy itself (SPEC §9): JSON-RPC responses, never problem+json. A
+// JSON-RPC client reads only the body of an HTTP 200, so every refusal the proxy makes on an MCP
+// route is a JSON-RPC error under the request's `id`, with the HTTP status it would have had on a
+// REST route as its `code` and a `data.type` a program can branch on.
+//
+// A stored tool result is kept without its `id` (STORED_PREFIX + the rest of the message), because
+// each retry carries an id of its own: a replay splices the retry's id in front of the rest.
+import type { ServerResponse } from 'node:http';
+import type { ErrorCode, ProxyError } from '../errors';
+import { writeWhole } from '../http/response';
+import type { HeaderPairs, StoredResponse } from '../idempotency/record';
+
+/** Every message the proxy stores for an MCP route begins with these bytes (ids come after). */
+export const STORED_PREFIX = '{"jsonrpc":"2.0",';
+const STORED_PREFIX_BYTES = Buffer.from(STORED_PREFIX);
+
+export const JSON_HEADERS: HeaderPairs = [['content-type', 'application/json']];
+
+/** JSON-RPC's own code for a request the receiver will not take (JSON-RPC 2.0 §5.1). */
+export const INVALID_REQUEST = -32600;
+
+/** `data.type` of the refusals SPEC §9 names; every other code is its lower-cased name. */
+const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
+  IDEMPOTENCY_KEY_IN_FLIGHT: 'idempotency_key_in_progress',
+  IDEMPOTENCY_KEY_REUSED: 'idempotency_key_conflict',
+  IDEMPOTENCY_OUTCOME_UNKNOWN: 'idempotency_outcome_unknown',
+  STORE_UNAVAILABLE: 'idempotency_store_unavailable',
+  STORE_BUSY: 'idempotency_store_unavailable',
+  IDEMPOTENCY_KEY_INVALID: 'idempotency_key_invalid',
+};
+
+export interface JsonRpcErrorObject {
+  readonly code: number;
+  readonly message: string;
+  readonly data: Record<string, unknown>;
+}
+
+/**
+ * The JSON-RPC error for one of the proxy's own answers. `outcomeUnknown` marks an upstream failure
+ * after the request was sent (a 502 or 504 whose own code names the transport problem): to a client
+ * it is the one case "the tool may have run".
+ */
+export function jsonRpcError(error: ProxyError, outcomeUnknown = false): JsonRpcErrorObject {
+  const type = outcomeUnknown
+    ? 'idempotency_outcome_unknown'
+    : (ERROR_TYPES[error.code] ?? error.code.toLowerCase());
+  const data: Record<string, unknown> = { type, code: error.code };
+  if (error.retryAfterSeconds !== undefined)
+    data.retryAfter = Math.max(1, Math.ceil(error.retryAfterSeconds));
+  return { code: error.status, message: error.message, data };
+}
+
+/** A whole JSON-RPC error response; `idText` is the request's id as JSON text ('null' if unknown). */
+export function errorMessage(idText: string, error: JsonRpcErrorObject): string {
+  return `${STORED_PREFIX}"id":${idText},"error":${JSON.stringify(error)}}`;
+}
+
+/** Answers a JSON-RPC request with an error: HTTP 200, as MCP's Streamable HTTP transport expects. */
+export function writeJsonRpcError(
+  res: ServerResponse,
+  idText: string,
+  error: JsonRpcErrorObject,
+  extra: HeaderPairs = [],
+): void {
+  if (res.headersSent || res.destroyed) {
+    res.destroy();
+    return;
+  }
+  writeWhole(res, 200, JSON_HEADERS, Buffer.from(errorMessage(idText, error)), extra);
+}
+
+/** A tool's final response as stored: the message without its id, as JSON. */
+export function storedMessage(member: 'result' | 'error', valueJson: string): Buffer {
+  return Buffer.from(`${STORED_PREFIX}"${member}":${valueJson}}`);
+}
+
+/** The stored answer for an MCP call that may have run (unknownOutcome: fail keeps it). */
+export function storedUnknownOutcome(error: ProxyError, outcomeHeader: string): StoredResponse {
+  return {
+    status: 200,
+    headers: [...JSON_HEADERS, [outcomeHeader, 'unknown']],
+    body: storedMessage('error', JSON.stringify(jsonRpcError(error, true))),
+    bodyOmitted: false,
+    outcomeUnknown: true,
+  };
+}
+
+/**
+ * A stored message under the retry's id. A record that is not one of ours (a `group` shared with a
+ * REST route) is returned as it was stored.
+ */
+export function withId(stored: Buffer, idText: string): Buffer {
+  if (!stored.subarray(0, STORED_PREFIX_BYTES.length).equals(STORED_PREFIX_BYTES)) return stored;
+  const id = Buffer.from(`"id":${idText},`);
+  return Buffer.concat([STORED_PREFIX_BYTES, id, stored.subarray(STORED_PREFIX_BYTES.length)]);
+}

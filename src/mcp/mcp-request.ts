@@ -1,0 +1,117 @@
+// A POST on an MCP route (SPEC §9): read the JSON-RPC message, pass through everything that is not
+// a protected tools/call, and run a protected call through the same claim → forward → store path as
+// a REST request, keyed by header, params.idempotencyKey or the tool and its arguments. The
+// answers the proxy gives itself are JSON-RPC (the request's `mcp` field tells answers.ts so).
+import { ProxyError } from '../errors';
+import { BodyTooLargeError, readBody } from '../http/body';
+import { derivedKeyPolicy } from '../idempotency/derived-key';
+import { keyHeaderLines } from '../idempotency/key';
+import { fail } from '../idempotency/answers';
+import type { ProtectedDeps, ProtectedRequest } from '../idempotency/protected-context';
+import { claimAndAnswer } from '../idempotency/protected-request';
+import { forwardUnstored } from '../idempotency/shadow';
+import { sessionOf } from './in-flight-calls';
+import { INVALID_REQUEST, writeJsonRpcError } from './jsonrpc';
+import {
+  derivedToolCallKey,
+  readMcpMessage,
+  sentToolCallKey,
+  toolCallFingerprint,
+  UNKNOWN_CALL,
+} from './tool-call';
+
+export async function handleMcpRequest(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+): Promise<void> {
+  const { req, res, route, policy, log } = request;
+  const mcp = policy.mcp!;
+  let body: Buffer;
+  try {
+    body = await readBody(req, policy.maxRequestBytes);
+  } catch (error) {
+    if (!(error instanceof BodyTooLargeError)) {
+      log.outcome = 'error'; // the client went away mid-body: nothing to answer
+      res.destroy();
+      return;
+    }
+    // Too large to tell what it is, so it cannot pass as "not a tool call"; the unread rest would
+    // be parsed as the next request, so the connection closes.
+    res.shouldKeepAlive = false;
+    return fail(
+      { ...request, mcp: UNKNOWN_CALL },
+      'too_large',
+      new ProxyError(
+        'REQUEST_TOO_LARGE',
+        `The message is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller one.`,
+        { route: route.name },
+      ),
+    );
+  }
+
+  const message = readMcpMessage(body, mcp);
+  switch (message.kind) {
+    case 'pass':
+      return forwardUnstored(deps.upstreams, request, undefined, body, undefined);
+    case 'cancel':
+      if (!deps.toolCalls?.has(sessionOf(req.headers), message.requestIdText))
+        return forwardUnstored(deps.upstreams, request, undefined, body, undefined);
+      log.outcome = 'cancel_held';
+      res.writeHead(202, { 'content-length': '0' });
+      res.end();
+      return;
+    case 'batch-with-call':
+    case 'notification-call':
+      log.tool = message.tool;
+      log.outcome = 'bad_request';
+      return writeJsonRpcError(res, 'null', {
+        code: INVALID_REQUEST,
+        message:
+          message.kind === 'batch-with-call'
+            ? `The batch contains a tools/call for "${message.tool}", which runs at most once through this proxy; batches cannot be, so send each tools/call as a message of its own.`
+            : `The tools/call for "${message.tool}" has no id, so nothing would come back to store or replay; send it as a request with an id.`,
+        data: { type: 'idempotency_call_not_supported' },
+      });
+    case 'duplicate-json-key':
+      return fail(
+        { ...request, mcp: UNKNOWN_CALL },
+        'bad_request',
+        new ProxyError(
+          'JSON_DUPLICATE_KEY',
+          'The message has an object with the same key twice, which parsers read differently, so the proxy cannot know which tool or arguments the server would run. Send each key once.',
+          { route: route.name },
+        ),
+      );
+  }
+
+  const { call, parsed } = message;
+  log.tool = call.tool;
+  const toolRequest: ProtectedRequest = { ...request, mcp: call };
+  const sent = sentToolCallKey(
+    keyHeaderLines(req, policy.key.header),
+    parsed,
+    policy.key.maxLength,
+    policy.key.header,
+  );
+  if (sent !== undefined && !sent.ok)
+    return fail(
+      toolRequest,
+      'invalid_key',
+      new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name }),
+    );
+  const fingerprint = toolCallFingerprint(call, parsed, mcp);
+  if (sent !== undefined) {
+    log.key = sent.key;
+    return claimAndAnswer(deps, toolRequest, sent.key, fingerprint, body);
+  }
+  const key = derivedToolCallKey(call, parsed, mcp);
+  log.key = key;
+  log.keyDerived = true;
+  return claimAndAnswer(
+    deps,
+    { ...toolRequest, policy: derivedKeyPolicy(policy) },
+    key,
+    fingerprint,
+    body,
+  );
+}

@@ -1,0 +1,213 @@
+// Takes an MCP server's answer to a protected tools/call as it arrives (SPEC §9). An event stream
+// goes to the client event by event (progress notifications included) while the proxy looks for
+// the final JSON-RPC response with the call's id; that event is held back until the record is
+// settled, so a client that has the result always finds it stored. A JSON answer is kept whole.
+//
+//   final response ─┬─ result ───────────────────► store (isError: true too: the tool ran)
+//                   ├─ result, input_required ───► release (the tool asks first; nothing ran)
+//                   └─ error ────────────────────► release
+//   no final response ─┬─ HTTP 3xx/4xx, or a status the route releases ► release
+//                      └─ 2xx or 5xx (the stream dropped, the server failed) ► unknown outcome
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { IdempotencyPolicy } from '../config/types';
+import { responseHeaderPairs, writeWhole } from '../http/response';
+import {
+  canonicalizeAt,
+  hasValueAt,
+  parseJson,
+  type ParsedJson,
+  stringAt,
+} from '../idempotency/canonical-json';
+import { startStreaming, writeChunk } from '../idempotency/forwarding';
+import type { HeaderPairs } from '../idempotency/record';
+import type { ResponseReceiver } from '../upstream/protected';
+import { errorMessage, type JsonRpcErrorObject, storedMessage } from './jsonrpc';
+import { SseReader } from './sse';
+import type { McpCall } from './tool-call';
+
+export type ToolCallVerdict =
+  | { readonly kind: 'store'; readonly message: Buffer }
+  | { readonly kind: 'release' }
+  | { readonly kind: 'unknown'; readonly detail: string };
+
+const ID = ['id'];
+const RESULT = ['result'];
+const RESULT_TYPE = ['result', 'resultType'];
+const ERROR = ['error'];
+
+export class ToolCallAnswer implements ResponseReceiver {
+  status = 0;
+  /** True once the client has the head (an event stream, or a JSON answer too large to keep). */
+  streaming = false;
+  /** True once the final response was found and the record settled. */
+  settled = false;
+  private headers: HeaderPairs = [];
+  private contentLength: string | string[] | undefined;
+  private events: SseReader | undefined;
+  private found = false;
+  /** Bytes after the final response, written once the record is settled. */
+  private held: Buffer[] = [];
+  private chunks: Buffer[] = [];
+  private total = 0;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly policy: IdempotencyPolicy,
+    private readonly call: McpCall,
+    /** Stores or releases the record; must not reject. */
+    private readonly settle: (verdict: ToolCallVerdict) => Promise<void>,
+  ) {}
+
+  head(status: number, headers: IncomingHttpHeaders): void {
+    this.status = status;
+    this.headers = responseHeaderPairs(headers, { keepSetCookie: true });
+    this.contentLength = headers['content-length'];
+    if (status >= 200 && status < 300 && isEventStream(headers['content-type'])) {
+      this.events = new SseReader();
+      this.streaming = true;
+      startStreaming(this.res, status, this.headers, undefined);
+    }
+  }
+
+  data(chunk: Buffer): Promise<void> | undefined {
+    if (this.settled) return writeChunk(this.res, chunk);
+    if (this.found) {
+      this.held.push(chunk);
+      return undefined;
+    }
+    if (this.events === undefined) return this.keep(chunk);
+    let written: Promise<void> | undefined;
+    let verdict: ToolCallVerdict | undefined;
+    for (const event of this.events.push(chunk)) {
+      if (verdict !== undefined) {
+        this.held.push(event.bytes);
+        continue;
+      }
+      verdict = event.data === undefined ? undefined : this.finalIn(event.data);
+      if (verdict !== undefined) this.held.push(event.bytes);
+      else written = writeChunk(this.res, event.bytes) ?? written;
+    }
+    if (verdict === undefined) return written;
+    this.found = true;
+    this.held.push(this.events.rest());
+    return this.settleThenRelease(verdict, written);
+  }
+
+  /** What to do with the record when the answer ended before a final response was found. */
+  verdictAtEnd(): ToolCallVerdict {
+    const status = this.status;
+    if ((status >= 300 && status < 500) || !this.policy.storesStatus(status))
+      return { kind: 'release' };
+    if (status >= 500)
+      return {
+        kind: 'unknown',
+        detail: `The MCP server answered HTTP ${status} without a response to the tool call, so the tool may have run.`,
+      };
+    if (this.events !== undefined)
+      return {
+        kind: 'unknown',
+        detail:
+          'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
+      };
+    if (this.streaming) return { kind: 'store', message: this.notStored(this.total) };
+    const final = this.finalIn(this.body());
+    return (
+      final ?? {
+        kind: 'unknown',
+        detail:
+          'The MCP server answered without a JSON-RPC response to the tool call, so the tool may have run.',
+      }
+    );
+  }
+
+  /** Finishes the client's answer once the record is settled. */
+  end(): void {
+    if (this.res.destroyed) return;
+    if (!this.streaming) {
+      writeWhole(this.res, this.status, this.headers, this.body());
+      return;
+    }
+    for (const bytes of this.held) this.res.write(bytes);
+    this.held = [];
+    // An event cut off by the end of the stream, passed on as it came (clients drop it).
+    if (!this.found && this.events !== undefined) this.res.write(this.events.rest());
+    this.res.end();
+  }
+
+  /**
+   * Ends an answer that broke off without a final response: an event stream gets the error as its
+   * last event (only whole events were passed on, so it cannot merge into one); anything else is cut.
+   */
+  endWithError(error: JsonRpcErrorObject): void {
+    if (this.res.destroyed) return;
+    if (this.events === undefined) {
+      this.res.destroy();
+      return;
+    }
+    this.res.end(`event: message\ndata: ${errorMessage(this.call.idText, error)}\n\n`);
+  }
+
+  private async settleThenRelease(
+    verdict: ToolCallVerdict,
+    written: Promise<void> | undefined,
+  ): Promise<void> {
+    try {
+      await written;
+      await this.settle(verdict);
+    } finally {
+      this.settled = true;
+      for (const bytes of this.held) if (!this.res.destroyed) this.res.write(bytes);
+      this.held = [];
+    }
+  }
+
+  /** A JSON answer, kept up to maxResponseBytes; a larger one streams to the client as it comes. */
+  private keep(chunk: Buffer): Promise<void> | undefined {
+    this.total += chunk.length;
+    if (!this.streaming && this.total > this.policy.maxResponseBytes) {
+      this.streaming = true;
+      startStreaming(this.res, this.status, this.headers, this.contentLength);
+      for (const kept of this.chunks) this.res.write(kept);
+      this.chunks = [];
+    }
+    if (this.streaming) return writeChunk(this.res, chunk);
+    this.chunks.push(chunk);
+    return undefined;
+  }
+
+  private body(): Buffer {
+    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+  }
+
+  /** The verdict if `text` is the JSON-RPC response to this call, else undefined. */
+  private finalIn(text: string | Buffer): ToolCallVerdict | undefined {
+    let message: ParsedJson | null;
+    try {
+      message = parseJson(text);
+    } catch {
+      return undefined; // a duplicate key: not something the proxy can store faithfully
+    }
+    if (message === null || canonicalizeAt(message, ID) !== this.call.idText) return undefined;
+    if (hasValueAt(message, ERROR)) return { kind: 'release' };
+    if (!hasValueAt(message, RESULT)) return undefined; // a request of the server's own
+    if (stringAt(message, RESULT_TYPE) === 'input_required') return { kind: 'release' };
+    const size = typeof text === 'string' ? Buffer.byteLength(text) : text.length;
+    if (size > this.policy.maxResponseBytes)
+      return { kind: 'store', message: this.notStored(size) };
+    return { kind: 'store', message: storedMessage('result', canonicalizeAt(message, RESULT)!) };
+  }
+
+  /** What retries get for a result the tool produced but the route would not keep. */
+  private notStored(size: number): Buffer {
+    const error: JsonRpcErrorObject = {
+      code: 502,
+      message: `The tool ran once, but its result (${size} bytes) was larger than this route's maxResponseBytes (${this.policy.maxResponseBytes}), so it was not stored and cannot be replayed. It will not run again with this key; raise maxResponseBytes to keep such results.`,
+      data: { type: 'idempotency_result_not_stored' },
+    };
+    return storedMessage('error', JSON.stringify(error));
+  }
+}
+
+function isEventStream(contentType: string | undefined): boolean {
+  return contentType?.split(';')[0]?.trim().toLowerCase() === 'text/event-stream';
+}

@@ -1,0 +1,126 @@
+// Reading a POST on an MCP route (SPEC §9): is it a tools/call the route protects, and if so which
+// tool, under which JSON-RPC id, with which key and fingerprint.
+//
+//   body ─┬─ not JSON, not a request ─────────────► pass (the upstream answers it)
+//         ├─ batch (array) ─┬─ with a protected call ► refused (-32600)
+//         │                 └─ without ──────────────► pass
+//         ├─ tools/call of a protected tool ─────────► call: key = header
+//         │                                                    | params.idempotencyKey
+//         │                                                    | derived from tool + arguments
+//         ├─ notifications/cancelled ───────────────► cancel (held back while the call runs here)
+//         └─ anything else (initialize, tools/list, notifications, responses) ► pass
+//
+// The key never comes from the JSON-RPC id, `_meta` or the session: a retry changes all three.
+import type { McpPolicy } from '../config/types';
+import {
+  arrayElements,
+  canonicalizeAt,
+  DuplicateJsonKeyError,
+  hasValueAt,
+  type ParsedJson,
+  parseJson,
+  stringAt,
+} from '../idempotency/canonical-json';
+import { DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
+import { FramedHash } from '../idempotency/fingerprint';
+import { type KeyParseResult, parseIdempotencyKey } from '../idempotency/key';
+
+/** A protected tools/call, as the answers need it. */
+export interface McpCall {
+  /** The request's JSON-RPC id as JSON text (`7`, `"abc"`), to answer under. */
+  readonly idText: string;
+  readonly tool: string;
+}
+
+/** The answers' view of a message that could not be read as one call: errors go under id null. */
+export const UNKNOWN_CALL: McpCall = { idText: 'null', tool: '' };
+
+export type McpMessage =
+  | { readonly kind: 'pass' }
+  | { readonly kind: 'batch-with-call'; readonly tool: string }
+  | { readonly kind: 'duplicate-json-key' }
+  | { readonly kind: 'notification-call'; readonly tool: string }
+  | { readonly kind: 'cancel'; readonly requestIdText: string }
+  | { readonly kind: 'call'; readonly call: McpCall; readonly parsed: ParsedJson };
+
+const METHOD = ['method'];
+const TOOL = ['params', 'name'];
+const ARGUMENTS = ['params', 'arguments'];
+const KEY_PARAM = ['params', 'idempotencyKey'];
+const ID = ['id'];
+const CANCELLED_ID = ['params', 'requestId'];
+
+export function readMcpMessage(body: Buffer, mcp: McpPolicy): McpMessage {
+  let parsed: ParsedJson | null;
+  try {
+    parsed = parseJson(body);
+  } catch (error) {
+    if (!(error instanceof DuplicateJsonKeyError)) throw error;
+    // Only a refusal if it could be a call: the proxy and the server might read different tools.
+    return body.includes('tools/call') ? { kind: 'duplicate-json-key' } : { kind: 'pass' };
+  }
+  if (parsed === null) return { kind: 'pass' };
+  const batch = arrayElements(parsed);
+  if (batch !== undefined) {
+    const tool = batch.map((element) => protectedTool(element, mcp)).find((name) => name);
+    return tool === undefined ? { kind: 'pass' } : { kind: 'batch-with-call', tool };
+  }
+  const tool = protectedTool(parsed, mcp);
+  if (tool === undefined) {
+    const cancelled = stringAt(parsed, METHOD) === 'notifications/cancelled';
+    const requestIdText = cancelled ? canonicalizeAt(parsed, CANCELLED_ID) : undefined;
+    return requestIdText === undefined ? { kind: 'pass' } : { kind: 'cancel', requestIdText };
+  }
+  // A call without an id is a notification: nothing would come back to store or replay.
+  if (!hasValueAt(parsed, ID)) return { kind: 'notification-call', tool };
+  return { kind: 'call', call: { idText: canonicalizeAt(parsed, ID)!, tool }, parsed };
+}
+
+function protectedTool(message: ParsedJson, mcp: McpPolicy): string | undefined {
+  if (stringAt(message, METHOD) !== 'tools/call') return undefined;
+  const tool = stringAt(message, TOOL);
+  return tool !== undefined && mcp.protects(tool) ? tool : undefined;
+}
+
+/**
+ * The call's key: the key header if sent (an invalid one is refused, never replaced), else
+ * params.idempotencyKey (SEP-3182), else undefined: derive one.
+ */
+export function sentToolCallKey(
+  headerLines: readonly string[] | undefined,
+  parsed: ParsedJson,
+  maxLength: number,
+  headerName: string,
+): KeyParseResult | undefined {
+  if (headerLines !== undefined) return parseIdempotencyKey(headerLines, maxLength, headerName);
+  if (!hasValueAt(parsed, KEY_PARAM)) return undefined;
+  const value = stringAt(parsed, KEY_PARAM);
+  if (value === undefined)
+    return {
+      ok: false,
+      problem: 'invalid',
+      detail: 'params.idempotencyKey must be a string; send a unique key, such as a UUID.',
+    };
+  return parseIdempotencyKey([value], maxLength, 'params.idempotencyKey');
+}
+
+/** What a repeat must match: the tool and its canonical arguments, `ignore` left out. */
+export function toolCallFingerprint(call: McpCall, parsed: ParsedJson, mcp: McpPolicy): Buffer {
+  return toolCallHash('mcp-fingerprint/v1', call, parsed, mcp);
+}
+
+/** The key of a call sent without one: same tool and arguments inside the window, same key. */
+export function derivedToolCallKey(call: McpCall, parsed: ParsedJson, mcp: McpPolicy): string {
+  return (
+    DERIVED_KEY_PREFIX + toolCallHash('mcp-derived-key/v1', call, parsed, mcp).toString('base64url')
+  );
+}
+
+function toolCallHash(domain: string, call: McpCall, parsed: ParsedJson, mcp: McpPolicy): Buffer {
+  const ignore = mcp.ignore.map((path) => [...ARGUMENTS, ...path]);
+  const args = canonicalizeAt(parsed, ARGUMENTS, ignore);
+  return new FramedHash(domain)
+    .field(call.tool)
+    .optionalList(args === undefined ? undefined : [args])
+    .digest();
+}
