@@ -2,8 +2,8 @@
 // routing, no header hygiene, no logging. Our pass-through route is measured against this.
 // Started by run-bench with an IPC channel; sends {type:'ready', port}. Env: BENCH_TARGET, BENCH_PORT.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import httpProxy from 'http-proxy';
+import { serveHelper } from './helper-process';
 
 const agent = new http.Agent({ keepAlive: true });
 const proxy = httpProxy.createProxyServer({ target: process.env.BENCH_TARGET, agent });
@@ -13,14 +13,4 @@ proxy.on('error', (_error, _req, res) => {
 });
 
 const server = http.createServer((req, res) => proxy.web(req, res));
-server.listen(Number(process.env.BENCH_PORT ?? 0), '127.0.0.1', () => {
-  process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port });
-});
-
-const stop = (): void => {
-  server.closeAllConnections();
-  server.close(() => process.exit(0));
-};
-process.on('SIGTERM', stop);
-process.on('SIGINT', stop);
-process.on('disconnect', stop);
+serveHelper(server);

@@ -1,5 +1,5 @@
 // `npm run bench:instructions`: instructions per request, counted by valgrind's callgrind, for the
-// bare http-proxy and our proxy's pass-through, new-key and replay paths.
+// bare http-proxy and bare undici scripts and our proxy's pass-through, new-key and replay paths.
 //
 // CPU time per request (npm run bench) is what the issue-6 targets are written in, but on a shared VM
 // it drifts ±20% or more between runs, which hides a 5% difference. An instruction count does not
@@ -39,7 +39,7 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
   --requests <n>   measured requests per scenario (default 4000)
   --warmup <n>     requests before measuring (default 20000; fewer leaves V8 compiling)
   --connections <n> concurrent connections (default 16)
-  --scenarios <a,b> subset of: bare, passthrough, new-key, replay (default: all four)
+  --scenarios <a,b> subset of: bare, bare-undici, passthrough, new-key, replay (default: all)
   --log-level <l>  the proxy's LOG_LEVEL (default info: a log line per request, as shipped;
                    warn leaves it out, which shows what the line costs)
   -h, --help
@@ -51,22 +51,30 @@ DATABASE_URL = use that PostgreSQL instead of an embedded one.
 interface Target {
   readonly name: string;
   readonly label: string;
-  readonly process: 'bare' | 'proxy';
+  /** The script under test: a bare forwarder (bench/<script>.js) or our proxy. */
+  readonly script?: 'bare-http-proxy' | 'bare-undici';
   readonly path: string;
   readonly key: 'unique' | 'fixed' | 'none';
 }
 
 const TARGETS: readonly Target[] = [
-  { name: 'bare', label: 'bare http-proxy', process: 'bare', path: '/refunds', key: 'unique' },
   {
-    name: 'passthrough',
-    label: 'our pass-through',
-    process: 'proxy',
-    path: '/pass/refunds',
+    name: 'bare',
+    label: 'bare http-proxy',
+    script: 'bare-http-proxy',
+    path: '/refunds',
     key: 'unique',
   },
-  { name: 'new-key', label: 'our new key', process: 'proxy', path: '/refunds', key: 'unique' },
-  { name: 'replay', label: 'our replay (cache)', process: 'proxy', path: '/refunds', key: 'fixed' },
+  {
+    name: 'bare-undici',
+    label: 'bare undici',
+    script: 'bare-undici',
+    path: '/refunds',
+    key: 'unique',
+  },
+  { name: 'passthrough', label: 'our pass-through', path: '/pass/refunds', key: 'unique' },
+  { name: 'new-key', label: 'our new key', path: '/refunds', key: 'unique' },
+  { name: 'replay', label: 'our replay (cache)', path: '/refunds', key: 'fixed' },
 ];
 
 interface Counted {
@@ -149,13 +157,12 @@ async function main(): Promise<number> {
     say(
       `${target.label}: ${warmup} warm-up requests, then ${measured} counted (under valgrind: slow)…`,
     );
-    const port = target.process === 'bare' ? await freePort() : Number(new URL(config.url).port);
-    const url = target.process === 'bare' ? `http://127.0.0.1:${port}` : config.url;
+    const port = target.script ? await freePort() : Number(new URL(config.url).port);
+    const url = target.script ? `http://127.0.0.1:${port}` : config.url;
     const outPrefix = path.join(stack.tmpDir, `${target.name}.callgrind`);
-    const program =
-      target.process === 'bare'
-        ? [path.join(BENCH_DIR, 'bare-http-proxy.js')]
-        : [path.join(DIST_DIR, 'main.js'), 'serve', '--config', config.file];
+    const program = target.script
+      ? [path.join(BENCH_DIR, `${target.script}.js`)]
+      : [path.join(DIST_DIR, 'main.js'), 'serve', '--config', config.file];
     const child = spawn(
       'valgrind',
       [
@@ -320,13 +327,14 @@ function table(
 ): string {
   const byName = new Map(results.map((r) => [r.target.name, r]));
   const bare = byName.get('bare');
+  const bareUndici = byName.get('bare-undici');
   const pass = byName.get('passthrough');
   const ratio = (a: number | undefined, b: number | undefined): string =>
     a && b ? `${(a / b).toFixed(2)}×` : '—';
   const lines = [
     `Instructions per request (callgrind; ${measured} requests counted after ${warmup} warm-up, ${connections} connections)`,
     '',
-    'scenario              main thread  all threads  vs bare (main/all)  vs pass-through (main/all)',
+    'scenario              main thread  all threads  vs http-proxy (main/all)  vs bare undici (main/all)  vs pass-through (main/all)',
   ];
   for (const r of results) {
     lines.push(
@@ -335,7 +343,10 @@ function table(
         `${Math.round(r.mainThread / 1000)}k`.padStart(12),
         `${Math.round(r.allThreads / 1000)}k`.padStart(12),
         `${ratio(r.mainThread, bare?.mainThread)} / ${ratio(r.allThreads, bare?.allThreads)}`.padStart(
-          19,
+          24,
+        ),
+        `${ratio(r.mainThread, bareUndici?.mainThread)} / ${ratio(r.allThreads, bareUndici?.allThreads)}`.padStart(
+          25,
         ),
         `${ratio(r.mainThread, pass?.mainThread)} / ${ratio(r.allThreads, pass?.allThreads)}`.padStart(
           27,

@@ -14,7 +14,7 @@ export interface Pinning {
   readonly load: number | undefined;
   /** Our proxy (and, in the normal layout, everything else under test). */
   readonly underTest: number | undefined;
-  /** Upstream, bare http-proxy, PostgreSQL: the under-test core, or the load core when profiling. */
+  /** Upstream, the bare forwarders, PostgreSQL: the under-test core, or the load core when profiling. */
   readonly helpers: number | undefined;
   readonly warning: string | undefined;
 }
@@ -65,6 +65,7 @@ export function describeEnvironment(
     loadGenerator: affinity(stack.load?.child),
     upstream: affinity(stack.upstream),
     bareHttpProxy: affinity(stack.bare),
+    bareUndici: affinity(stack.bareUndici),
     proxy: stack.proxy ? affinity(stack.proxy) : 'started per scenario',
     postgres: stack.store?.postmasterPid
       ? (readAffinity(stack.store.postmasterPid) ?? '?')
@@ -113,9 +114,9 @@ export function describeEnvironment(
     pinning.load === undefined
       ? `pinning: none (${pinning.warning ?? ''})`
       : (pinning.helpers === pinning.underTest
-          ? `pinning: load generator → cpu${pinning.load}; upstream, proxy, bare http-proxy${store.embedded ? ', PostgreSQL' : ''} → cpu${pinning.underTest}`
-          : `pinning (profiling layout): proxy alone → cpu${pinning.underTest}; load generator, upstream, bare http-proxy, PostgreSQL → cpu${pinning.load}`) +
-        ` (affinity: load ${verified.loadGenerator}, upstream ${verified.upstream}, bare ${verified.bareHttpProxy}, proxy ${verified.proxy}, postgres ${verified.postgres})`,
+          ? `pinning: load generator → cpu${pinning.load}; upstream, proxy, bare http-proxy, bare undici${store.embedded ? ', PostgreSQL' : ''} → cpu${pinning.underTest}`
+          : `pinning (profiling layout): proxy alone → cpu${pinning.underTest}; load generator, upstream, bare http-proxy, bare undici, PostgreSQL → cpu${pinning.load}`) +
+        ` (affinity: load ${verified.loadGenerator}, upstream ${verified.upstream}, bare ${verified.bareHttpProxy}, bare undici ${verified.bareUndici}, proxy ${verified.proxy}, postgres ${verified.postgres})`,
     `store: ${store.embedded ? 'embedded' : 'external (DATABASE_URL: not pinned, CPU not measured)'} PostgreSQL ${settings.serverVersion}` +
       ` (fsync ${settings.fsync}, synchronous_commit ${settings.synchronousCommit}, wal_sync_method ${settings.walSyncMethod}, shared_buffers ${settings.sharedBuffers});` +
       ` proxy pool ${options.poolSize}; round trips counted with ${stack.probe?.method}` +

@@ -134,7 +134,9 @@ async function measure(
         ? stack.proxy
         : scenario.target === 'bare'
           ? stack.bare
-          : undefined;
+          : scenario.target === 'bareUndici'
+            ? stack.bareUndici
+            : undefined;
     const pids = {
       proxy: underTest?.pid,
       upstream: stack.upstream?.pid,
@@ -264,9 +266,13 @@ function snapshot(pids: SnapshotPids): Snapshot {
     pid === undefined ? undefined : processCpuMicros(pid);
   const postgres = pids.postmaster === undefined ? undefined : treeCpuMicros(pids.postmaster);
   const core = stack.proxy?.core ?? stack.upstream?.core;
-  const onCore = [stack.upstream, stack.bare, stack.proxy, stack.store?.child].filter(
-    (child): child is Child => child !== undefined && child.core === core,
-  );
+  const onCore = [
+    stack.upstream,
+    stack.bare,
+    stack.bareUndici,
+    stack.proxy,
+    stack.store?.child,
+  ].filter((child): child is Child => child !== undefined && child.core === core);
   const ours = onCore
     .map((child) => processCpuMicros(child.pid) ?? 0)
     .reduce(

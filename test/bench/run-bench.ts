@@ -1,7 +1,8 @@
-// `npm run bench`: measures the built proxy against a bare http-proxy script and the upstream itself.
+// `npm run bench`: measures the built proxy against bare http-proxy and undici forwarding scripts and
+// the upstream itself.
 //
 //   core 0: this orchestrator, the load generator (autocannon, its own process)
-//   core 1: upstream, bare http-proxy, our proxy (dist/main.js serve), PostgreSQL (embedded, or
+//   core 1: upstream, bare http-proxy, bare undici, our proxy (dist/main.js serve), PostgreSQL (embedded, or
 //           DATABASE_URL — then neither pinned nor measured)
 //
 // Per scenario: warm-up, then a measured run; CPU per request is each process's utime+stime delta
@@ -13,6 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
+  type Child,
   killAllChildrenNow,
   onUnexpectedExit,
   pinSelf,
@@ -92,7 +94,7 @@ async function main(): Promise<number> {
   const node = process.execPath;
   const bench = (file: string): string => path.join(BENCH_DIR, file);
 
-  say('starting the load generator, the upstream and the bare http-proxy…');
+  say('starting the load generator, the upstream and the bare forwarders (http-proxy, undici)…');
   const loadChild = spawnPinned('load generator', node, [bench('load.js')], {
     core: pinning.load,
     ipc: true,
@@ -107,18 +109,23 @@ async function main(): Promise<number> {
     await waitForMessage<{ type: string; port: number }>(stack.upstream, 'ready', 30_000)
   ).port;
   const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
-  // Under --perf the baseline is profiled too, so the two forwarders compare frame for frame.
-  const bareArgs = options.perf ? ['--perf-basic-prof'] : [];
-  stack.bare = spawnPinned('bare http-proxy', node, [...bareArgs, bench('bare-http-proxy.js')], {
-    core: pinning.helpers,
-    ipc: true,
-    env: { ...process.env, BENCH_TARGET: upstreamUrl },
-  });
-  if (options.perf) stack.profiledPids.push(stack.bare.pid);
-  stack.sampler.watch(stack.bare.pid);
-  const barePort = (
-    await waitForMessage<{ type: string; port: number }>(stack.bare, 'ready', 30_000)
-  ).port;
+  // Under --perf the baselines are profiled too, so the forwarders compare frame for frame.
+  const startBare = async (label: string, script: string): Promise<[Child, number]> => {
+    const child = spawnPinned(
+      label,
+      node,
+      [...(options.perf ? ['--perf-basic-prof'] : []), bench(script)],
+      { core: pinning.helpers, ipc: true, env: { ...process.env, BENCH_TARGET: upstreamUrl } },
+    );
+    if (options.perf) stack.profiledPids.push(child.pid);
+    stack.sampler?.watch(child.pid);
+    const ready = await waitForMessage<{ type: string; port: number }>(child, 'ready', 30_000);
+    return [child, ready.port];
+  };
+  let barePort: number;
+  let bareUndiciPort: number;
+  [stack.bare, barePort] = await startBare('bare http-proxy', 'bare-http-proxy.js');
+  [stack.bareUndici, bareUndiciPort] = await startBare('bare undici', 'bare-undici.js');
 
   stack.store = await startStore(pinning);
   stack.probe = await StoreProbe.open(stack.store.url);
@@ -142,6 +149,7 @@ async function main(): Promise<number> {
   stack.endpoints = {
     upstream: upstreamUrl,
     bare: `http://127.0.0.1:${barePort}`,
+    bareUndici: `http://127.0.0.1:${bareUndiciPort}`,
     proxy: stack.proxyConfig.url,
   };
   if (!options.cpuProf) stack.proxy = await startProxy(options, pinning, stack.proxyConfig);
@@ -184,7 +192,7 @@ async function main(): Promise<number> {
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
     process.stdout.write(
-      `\nTargets (issue 6; informational):\n${formatTargets(checkTargets(run, runs))}\n`,
+      `\nTargets (issues 6 and 15; informational):\n${formatTargets(checkTargets(run, runs))}\n`,
     );
   }
 

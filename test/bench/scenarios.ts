@@ -9,6 +9,7 @@ import { type ProxyConfigFile, stack } from './stack';
 export const ALL_SCENARIOS = [
   'direct',
   'bare',
+  'bare-undici',
   'passthrough',
   'new-key',
   'replay',
@@ -42,6 +43,7 @@ export const UNIQUE_KEY = 'bench-[<id>]';
 export interface Endpoints {
   readonly upstream: string;
   readonly bare: string;
+  readonly bareUndici: string;
   readonly proxy: string;
 }
 
@@ -88,6 +90,15 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     name: 'bare',
     label: 'bare http-proxy',
     target: 'bare',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: false,
+  },
+  'bare-undici': {
+    name: 'bare-undici',
+    label: 'bare undici',
+    target: 'bareUndici',
     path: '/refunds',
     key: 'unique',
     expectedStatus: 201,

@@ -1,4 +1,4 @@
-// Everything the bench starts — load generator, upstream, bare http-proxy, PostgreSQL, our proxy —
+// Everything the bench starts — load generator, upstream, the bare forwarders, PostgreSQL, our proxy —
 // in one registry, so that cleanup (normal end, Ctrl-C, a crash) can stop all of it and remove the
 // temp dir. Also starts the proxy from a generated config and waits until it answers.
 import { execFileSync } from 'node:child_process';
@@ -31,6 +31,7 @@ export interface Stack {
   load?: LoadGenerator;
   upstream?: Child;
   bare?: Child;
+  bareUndici?: Child;
   store?: Store;
   probe?: StoreProbe;
   table?: string;
@@ -43,7 +44,7 @@ export interface Stack {
   variants: Partial<Record<ConfigVariant, ProxyConfigFile>>;
   /** Where --perf recordings go; the proxies' perf maps (/tmp/perf-<pid>.map) are removed at exit. */
   perfDir?: string;
-  /** Processes run with --perf-basic-prof (our proxies, the bare http-proxy under --perf). */
+  /** Processes run with --perf-basic-prof (our proxies, the bare forwarders under --perf). */
   profiledPids: number[];
 }
 
@@ -252,7 +253,7 @@ export function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     stack.sampler?.stop();
     await Promise.allSettled(
-      [stack.proxy, stack.bare, stack.upstream, stack.load?.child].map((child) =>
+      [stack.proxy, stack.bare, stack.bareUndici, stack.upstream, stack.load?.child].map((child) =>
         child?.stop(10_000),
       ),
     );

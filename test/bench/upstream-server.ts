@@ -4,7 +4,7 @@
 // that stays in flight for the whole scenario.
 // Started by run-bench with an IPC channel; sends {type:'ready', port}. Env: BENCH_PORT (0 = any).
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { serveHelper } from './helper-process';
 
 const MAX_HOLD_MS = 10 * 60_000;
 const held = new Set<http.ServerResponse>();
@@ -54,15 +54,4 @@ function release(res: http.ServerResponse): void {
 server.keepAliveTimeout = 65_000;
 server.headersTimeout = 66_000;
 
-server.listen(Number(process.env.BENCH_PORT ?? 0), '127.0.0.1', () => {
-  const port = (server.address() as AddressInfo).port;
-  process.send?.({ type: 'ready', port });
-});
-
-const stop = (): void => {
-  server.closeAllConnections();
-  server.close(() => process.exit(0));
-};
-process.on('SIGTERM', stop);
-process.on('SIGINT', stop);
-process.on('disconnect', stop);
+serveHelper(server);
