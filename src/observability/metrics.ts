@@ -5,6 +5,8 @@ import type { RequestLogEntry } from '../http/request-log';
 import type { ProtectedObserver } from '../idempotency/protected-context';
 
 const PREFIX = 'idempotency_proxy_';
+const MAX_TOOL_LABELS = 100;
+const OTHER_TOOL = '(other)';
 const LATENCY_BUCKETS = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 ];
@@ -22,6 +24,9 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly inFlightClaims: Gauge;
   private readonly pruned: Counter;
   private readonly waitingRequests: Gauge;
+  private readonly toolCalls: Counter<'route' | 'tool' | 'outcome'>;
+  /** Tool names seen as labels; past MAX_TOOL_LABELS they count as OTHER_TOOL. */
+  private readonly toolLabels = new Set<string>();
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -87,6 +92,12 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Requests waiting for an in-flight duplicate (onConcurrent: wait).',
       registers,
     });
+    this.toolCalls = new Counter({
+      name: `${PREFIX}mcp_tool_calls_total`,
+      help: `Protected MCP tools/call requests, by route, tool (the first ${MAX_TOOL_LABELS} names seen; later ones as "${OTHER_TOOL}") and outcome.`,
+      labelNames: ['route', 'tool', 'outcome'],
+      registers,
+    });
     this.pruned = new Counter({
       name: `${PREFIX}pruned_rows_total`,
       help: 'Expired records deleted by this instance.',
@@ -113,6 +124,19 @@ export class ProxyMetrics implements ProtectedObserver {
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
     if (entry.shadow) this.shadow.inc({ route, would: entry.shadow });
     if (entry.upstreamMs > 0) this.upstreamSeconds.observe({ route }, entry.upstreamMs / 1000);
+    if (entry.tool !== undefined)
+      this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
+  }
+
+  /**
+   * Tool names come from clients: a route protecting "*" would let a client mint a label per
+   * request, so only the first MAX_TOOL_LABELS distinct names get their own.
+   */
+  private toolLabel(tool: string): string {
+    if (this.toolLabels.has(tool)) return tool;
+    if (this.toolLabels.size >= MAX_TOOL_LABELS) return OTHER_TOOL;
+    this.toolLabels.add(tool);
+    return tool;
   }
 
   storeCall(operation: string, ms: number, error: unknown): void {
