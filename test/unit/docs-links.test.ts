@@ -1,0 +1,67 @@
+// Every relative link and #anchor in the project's READMEs resolves: a file that moves, or a heading
+// that is renamed, fails here instead of leaving a dead link behind.
+import fs from 'node:fs';
+import path from 'node:path';
+import { headingSlug } from '../../src/config/config-reference';
+
+const ROOT = path.join(__dirname, '../..');
+const SKIP = new Set(['node_modules', 'dist', '.git', '.data', 'coverage', 'bench-results']);
+
+function markdownFiles(dir: string): string[] {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return SKIP.has(entry.name) ? [] : markdownFiles(full);
+    return entry.name.endsWith('.md') ? [full] : [];
+  });
+}
+
+/** The text outside fenced code blocks and code spans, where a `[x](y)` is a link. */
+function prose(markdown: string): string {
+  return markdown.replace(/^```[^\n]*\n[\s\S]*?^```[^\n]*$/gm, '').replace(/`[^`\n]*`/g, '');
+}
+
+/** GitHub's anchors of a file: one per heading, "-1", "-2" … for repeats. */
+function anchorsOf(file: string): Set<string> {
+  const seen = new Map<string, number>();
+  const anchors = new Set<string>();
+  const text = fs.readFileSync(file, 'utf8').replace(/^```[^\n]*\n[\s\S]*?^```[^\n]*$/gm, '');
+  for (const [, heading] of text.matchAll(/^#{1,6} +(.+?) *#*$/gm)) {
+    const slug = headingSlug(heading!.replace(/\[([^\]]*)\]\([^)]*\)/g, '$1'));
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    anchors.add(n === 0 ? slug : `${slug}-${n}`);
+  }
+  return anchors;
+}
+
+function brokenLinks(file: string): string[] {
+  const broken: string[] = [];
+  for (const [, target] of prose(fs.readFileSync(file, 'utf8')).matchAll(/\]\(([^)\s]+)\)/g)) {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(target!)) continue; // https:, mailto: …
+    const [filePart, anchor] = target!.split('#', 2) as [string, string | undefined];
+    const resolved = filePart === '' ? file : path.resolve(path.dirname(file), filePart);
+    const where = `${path.relative(ROOT, file)}: (${target})`;
+    if (!fs.existsSync(resolved)) broken.push(`${where} — no such file`);
+    else if (anchor !== undefined && resolved.endsWith('.md') && !anchorsOf(resolved).has(anchor))
+      broken.push(`${where} — no heading with that anchor in ${path.relative(ROOT, resolved)}`);
+  }
+  return broken;
+}
+
+describe('README links', () => {
+  const files = markdownFiles(ROOT);
+
+  it('finds the READMEs beside the code', () => {
+    const names = files.map((f) => path.relative(ROOT, f));
+    expect(names).toEqual(
+      expect.arrayContaining(['README.md', 'config/README.md', 'src/README.md', 'test/README.md']),
+    );
+  });
+
+  it.each(files.map((f) => [path.relative(ROOT, f), f]))(
+    '%s: every relative link and #anchor resolves',
+    (_name, file) => {
+      expect(brokenLinks(file)).toEqual([]);
+    },
+  );
+});
