@@ -25,7 +25,7 @@ export class Runtime {
       trustsPeer: compileTrustedPeers(config.trustedProxies),
     };
     this.upstreams = new UpstreamPools(config.upstreams.values());
-    this.passThrough = new PassThrough(config.upstreams.values());
+    this.passThrough = new PassThrough(config.upstreams.values(), this.upstreams);
     this.hashesKeys = new Set(
       config.routes.filter((r) => r.idempotency?.logKey === 'hash').map((r) => r.name),
     );

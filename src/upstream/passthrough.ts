@@ -1,40 +1,63 @@
-// Pass-through routes (and safe methods on protected routes) go through http-proxy: streamed both
-// ways, keep-alive agents per upstream, websocket upgrades, transport errors mapped to 502/504.
-// One ProxyServer per upstream, its options fixed at start, so a request costs http-proxy no option
-// merge and no URL parse; the response head is written by us in one call (see writeResponseHead).
+// Pass-through routes (and safe methods on protected routes) forward through undici, on the same
+// per-upstream Pool as protected requests (protected.ts): one upstream engine. Streamed both ways —
+// the request body is piped up as it arrives, the answer written down chunk by chunk with
+// backpressure — and either side going away aborts the other; transport errors map to 502/504.
+// http-proxy is kept for websocket upgrades only, which undici does not relay.
 import http from 'node:http';
 import https from 'node:https';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { parse as urlParse } from 'node:url';
 import httpProxy from 'http-proxy';
+import type { Dispatcher } from 'undici';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
-import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
+import {
+  connectionTokens,
+  EDGE_HEADERS,
+  forwardedHeaders,
+  HOP_BY_HOP,
+  hopByHopNames,
+  keepsEdgeHeader,
+} from '../http/headers';
 import type { RequestTarget } from '../http/router';
 import { sendProblem } from '../http/problem';
+import type { UpstreamPools } from './protected';
 import { classifyTransportError } from './transport-errors';
 
 /**
- * http-proxy's web()/ws() also take (req, res, callback) with no per-call options — then it skips
- * the per-request option merge — but its types do not say so.
+ * A body at least this large (or chunked, length unknown) may still be arriving long after the
+ * request went out; undici's headers timeout would count that upload against the upstream, so such a
+ * request gets an idle timer of ours instead, refreshed by every chunk sent (as a socket timeout
+ * would be). Smaller bodies arrive in a packet or two: undici's own timeout, no timer per request.
  */
-interface UpstreamProxy {
-  close(): void;
-  web(req: http.IncomingMessage, res: http.ServerResponse, callback: (error: Error) => void): void;
-  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, callback: () => void): void;
-}
+const STREAMED_UPLOAD_BYTES = 64 * 1024;
+
+/** Request headers the pass-through sets itself rather than copies. */
+const SET_HERE: ReadonlySet<string> = new Set([
+  // undici writes the upstream's authority (what http-proxy's changeOrigin did).
+  'host',
+  // Node's server has answered the client's 100-continue already (it sends 100 Continue before the
+  // request event); undici does not support the expectation and the body is sent at once anyway.
+  'expect',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+]);
 
 export class PassThrough {
-  private readonly proxies = new Map<string, UpstreamProxy>();
+  private readonly wsProxies = new Map<string, UpstreamProxy>();
   private readonly agents: http.Agent[] = [];
 
-  constructor(upstreams: Iterable<UpstreamConfig>) {
+  constructor(
+    upstreams: Iterable<UpstreamConfig>,
+    private readonly pools: UpstreamPools,
+  ) {
     for (const upstream of upstreams) {
       const settings = { keepAlive: true, keepAliveMsecs: 1_000, maxFreeSockets: 256 };
       const agent = upstream.origin.startsWith('https:')
         ? new https.Agent(settings)
         : new http.Agent(settings);
       this.agents.push(agent);
-      this.proxies.set(upstream.name, createUpstreamProxy(upstream, agent));
+      this.wsProxies.set(upstream.name, createWebSocketProxy(upstream, agent));
     }
   }
 
@@ -44,8 +67,24 @@ export class PassThrough {
     route: RouteConfig,
     target: RequestTarget,
   ): void {
-    prepareRequest(req, target, false);
-    this.proxyFor(route).web(req, res, (error) => this.onError(error, route, res));
+    const upstream = route.upstream;
+    const incoming = req.headers;
+    const length = incoming['content-length'];
+    const chunked = incoming['transfer-encoding'] !== undefined;
+    const hasBody = chunked || (length !== undefined && length !== '0');
+    const watchesUpload = chunked || (hasBody && Number(length) >= STREAMED_UPLOAD_BYTES);
+    const exchange = new Exchange(res, route, watchesUpload ? upstream.timeoutMs : 0);
+    this.pools.dispatcher(upstream).dispatch(
+      {
+        method: req.method as Dispatcher.HttpMethod,
+        path: target.forwardPath,
+        headers: upstreamHeaders(req, target),
+        body: chunked ? chunksOf(req) : hasBody ? req : null,
+        headersTimeout: watchesUpload ? 0 : upstream.timeoutMs,
+        bodyTimeout: upstream.timeoutMs,
+      },
+      exchange,
+    );
   }
 
   ws(
@@ -55,113 +94,218 @@ export class PassThrough {
     route: RouteConfig,
     target: RequestTarget,
   ): void {
-    prepareRequest(req, target, true);
+    prepareUpgrade(req, target);
     this.proxyFor(route).ws(req, socket, head, () => socket.destroy());
   }
 
+  /** Closes the websocket side; the pools are closed with UpstreamPools. */
   close(): void {
-    for (const proxy of this.proxies.values()) proxy.close();
+    for (const proxy of this.wsProxies.values()) proxy.close();
     for (const agent of this.agents) agent.destroy();
   }
 
   private proxyFor(route: RouteConfig): UpstreamProxy {
-    const proxy = this.proxies.get(route.upstream.name);
-    if (!proxy) throw new Error(`no pass-through proxy for upstream ${route.upstream.name}`);
+    const proxy = this.wsProxies.get(route.upstream.name);
+    if (!proxy) throw new Error(`no websocket proxy for upstream ${route.upstream.name}`);
     return proxy;
-  }
-
-  private onError(error: Error, route: RouteConfig, target: http.ServerResponse): void {
-    const failure = classifyTransportError(error, {
-      upstream: route.upstream.name,
-      route: route.name,
-      timeoutMs: route.upstream.timeoutMs,
-    });
-    sendProblem(target, failure.error);
   }
 }
 
-function createUpstreamProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {
+/**
+ * One forwarded request, as undici's dispatch handler. The callback form (onConnect, onHeaders,
+ * onData, onComplete, onError) is the one undici runs internally: the controller form would cost an
+ * adapter object and a parsed header object per request, and we copy the raw header list anyway.
+ */
+class Exchange implements Dispatcher.DispatchHandler {
+  private abortUpstream: ((error?: Error) => void) | undefined;
+  private resumeUpstream: (() => void) | undefined;
+  private settled = false;
+  private clientGone = false;
+  private uploadTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly res: http.ServerResponse,
+    private readonly route: RouteConfig,
+    /** The idle timeout while a large body goes up (STREAMED_UPLOAD_BYTES); 0: undici's. */
+    private readonly uploadTimeoutMs: number,
+  ) {
+    res.once('close', this.onClientClose);
+  }
+
+  /** The client hung up (or the answer is done): stop the upstream request if it still runs. */
+  private readonly onClientClose = (): void => {
+    if (this.settled) return;
+    this.clientGone = true;
+    this.abortUpstream?.();
+  };
+
+  private readonly onUploadIdle = (): void => {
+    const ms = this.uploadTimeoutMs;
+    this.abortUpstream?.(
+      Object.assign(new Error(`upstream sent nothing for ${ms} ms`), { code: 'ETIMEDOUT' }),
+    );
+  };
+
+  onConnect(abort: (error?: Error) => void): void {
+    this.abortUpstream = abort;
+    if (this.clientGone) return abort();
+    if (this.uploadTimeoutMs > 0 && !this.uploadTimer)
+      this.uploadTimer = setTimeout(this.onUploadIdle, this.uploadTimeoutMs);
+  }
+
+  onBodySent(): void {
+    this.uploadTimer?.refresh();
+  }
+
+  onRequestSent(): void {
+    this.uploadTimer?.refresh();
+  }
+
+  onHeaders(status: number, raw: Buffer[], resume: () => void, statusText: string): boolean {
+    // Informational answers (103) are not relayed, as with http-proxy; undici refuses a 100 itself.
+    if (status < 200) return true;
+    if (this.uploadTimer) clearTimeout(this.uploadTimer);
+    this.resumeUpstream = resume;
+    const res = this.res;
+    if (res.destroyed) return true;
+    res.writeHead(status, statusText, responseHeaders(raw, res.shouldKeepAlive));
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const res = this.res;
+    if (res.write(chunk) || res.destroyed) return true;
+    // The client reads slower than the upstream sends: undici stops reading until it drains.
+    res.once('drain', this.resumeUpstream!);
+    return false;
+  }
+
+  onComplete(): void {
+    // Trailers are dropped, as http-proxy's pipe did (TE and Trailer are hop-by-hop here).
+    this.settled = true;
+    this.res.end();
+  }
+
+  onError(error: Error): void {
+    this.settled = true;
+    if (this.uploadTimer) clearTimeout(this.uploadTimer);
+    const upstream = this.route.upstream;
+    const failure = classifyTransportError(error, {
+      upstream: upstream.name,
+      route: this.route.name,
+      timeoutMs: upstream.timeoutMs,
+    });
+    // Before the head: the problem answer. After it (the upstream died mid-body): the client is cut
+    // off rather than left waiting for the rest (sendProblem destroys a started response).
+    sendProblem(this.res, failure.error);
+  }
+}
+
+/**
+ * A chunked body goes up chunked, as it came. Given the stream itself, undici would send a body that
+ * has fully arrived by the time it writes (most small ones) with a Content-Length instead; an
+ * iterator keeps the length unknown. Not destroyed on return: when the upstream fails mid-upload the
+ * client's connection must live on to get its 502. (A chunked DELETE goes up chunked too, so
+ * http-proxy's smuggling bug, #1720, has no way in.) A Content-Length body is the IncomingMessage
+ * itself: undici pipes it with backpressure, and a client that hangs up mid-upload ends it, which
+ * aborts the upstream request — so does the iterator, which throws.
+ */
+function chunksOf(req: http.IncomingMessage): Readable {
+  // dispatch() writes any (async) iterable body (client-h1 writeIterable); its types list streams only.
+  return req.iterator({ destroyOnReturn: false }) as unknown as Readable;
+}
+
+/**
+ * The request's headers as they go upstream, as undici's flat [name, value, …] list: no hop-by-hop
+ * ones, none of the edge's refused ones (headers.ts), framing left to undici (it writes the
+ * Content-Length it was given, or chunks a body of unknown length), the X-Forwarded-* of this hop.
+ */
+function upstreamHeaders(req: http.IncomingMessage, target: RequestTarget): string[] {
+  const incoming = req.headers;
+  const hop = hopByHopNames(incoming);
+  const headers: string[] = [];
+  for (const name in incoming) {
+    if (hop.has(name) || SET_HERE.has(name)) continue;
+    if (EDGE_HEADERS.has(name) && !keepsEdgeHeader(name, target)) continue;
+    const value = incoming[name]!;
+    if (typeof value === 'string') headers.push(name, value);
+    else for (const item of value) headers.push(name, item);
+  }
+  const forwarded = forwardedHeaders(req, target);
+  headers.push(
+    'x-forwarded-for',
+    forwarded['x-forwarded-for'],
+    'x-forwarded-proto',
+    forwarded['x-forwarded-proto'],
+    'x-forwarded-host',
+    forwarded['x-forwarded-host'],
+  );
+  return headers;
+}
+
+/**
+ * The upstream's status line headers for the client, from the raw list (repeated headers stay
+ * repeated, names keep their spelling), without hop-by-hop ones, including those its Connection
+ * header names. Our hop's Connection header is ours to decide: `close` when the client asked for it.
+ */
+function responseHeaders(raw: Buffer[], keepAlive: boolean): string[] {
+  const headers: string[] = [];
+  let connection: string[] | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1');
+    const lower = name.toLowerCase();
+    if (lower === 'connection') (connection ??= []).push(raw[i + 1]!.toString('latin1'));
+    else if (!HOP_BY_HOP.has(lower)) headers.push(name, raw[i + 1]!.toString('latin1'));
+  }
+  const listed = connectionTokens(connection);
+  if (listed.length > 0) {
+    for (let i = headers.length - 2; i >= 0; i -= 2) {
+      if (listed.includes(headers[i]!.toLowerCase())) headers.splice(i, 2);
+    }
+  }
+  headers.push('connection', keepAlive ? 'keep-alive' : 'close');
+  return headers;
+}
+
+// ---- websocket upgrades: http-proxy ----
+
+/**
+ * http-proxy's ws() also takes (req, socket, head, callback) with no per-call options — then it
+ * skips the per-request option merge — but its types do not say so.
+ */
+interface UpstreamProxy {
+  close(): void;
+  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, callback: () => void): void;
+}
+
+function createWebSocketProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {
   const proxy = httpProxy.createProxyServer({
     target: urlParse(upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
     agent,
     ws: true,
     changeOrigin: true,
     prependPath: false,
-    // req.url already holds the upstream path (prepareRequest): use it as is, no url.parse per request.
+    // req.url already holds the upstream path (prepareUpgrade): use it as is.
     toProxy: true,
-    // We write the response head ourselves, in one call, without http-proxy's per-header passes.
-    selfHandleResponse: true,
   });
-  // http-proxy 1.18.1 turns a chunked DELETE/OPTIONS body into `content-length: 0` while still piping
-  // the body upstream, so the body is parsed as a second request (node-http-proxy #1720/#1721:
-  // request smuggling). Drop that pass: a chunked body then stays chunked.
-  const passes = (proxy as unknown as { webPasses: { name: string }[] }).webPasses;
-  const index = passes.findIndex((pass) => pass.name === 'deleteLength');
-  if (index === -1)
-    throw new Error(
-      'http-proxy changed: deleteLength pass not found; re-check the smuggling guard',
-    );
-  passes.splice(index, 1);
-
-  const timeoutMs = upstream.timeoutMs;
-  // An upstream silent for the timeout is a 504, not the 502 a plain abort would look like: the
-  // request is destroyed with an ETIMEDOUT error, which reaches web()'s callback.
-  proxy.on('proxyReq', (proxyReq, req) => {
-    // http-proxy joins paths with its urlJoin, which merges "//" and rewrites "http:/" to "http://"
-    // inside a path: the upstream must get the path the edge decided on (SPEC §8), byte for byte.
-    // The request line is written later, from this field.
-    if (proxyReq.path !== req.url) proxyReq.path = req.url!;
-    proxyReq.setTimeout(timeoutMs, () => proxyReq.destroy(upstreamTimeout(timeoutMs)));
-  });
-  proxy.on('proxyRes', (proxyRes, _req, res) => {
-    writeResponseHead(proxyRes, res as http.ServerResponse);
-    proxyRes.pipe(res);
-    // An upstream that dies mid-body would leave the client waiting for the rest: cut it off too.
-    proxyRes.once('close', () => {
-      if (!proxyRes.complete) res.destroy();
-    });
-  });
-  // Errors reach the per-request callbacks given to web() and ws(), never this emitter.
+  // Errors reach the per-request callback given to ws(), never this emitter.
   return proxy as unknown as UpstreamProxy;
 }
 
-function upstreamTimeout(ms: number): Error {
-  return Object.assign(new Error(`upstream sent nothing for ${ms} ms`), { code: 'ETIMEDOUT' });
-}
-
 /**
- * Copies the upstream's status and headers to the client in one writeHead, from the raw header list
- * (repeated headers stay repeated), leaving out hop-by-hop ones. Our hop's Connection header is ours
- * to decide: `close` when the client asked for it.
+ * Gives a websocket handshake the headers it goes upstream with — a new object, without the
+ * hop-by-hop ones except Connection/Upgrade, with the edge's X-Forwarded-* and decisions
+ * (headers.ts) — and the upstream path.
  */
-function writeResponseHead(proxyRes: http.IncomingMessage, res: http.ServerResponse): void {
-  const hop = hopByHopNames(proxyRes.headers);
-  const raw = proxyRes.rawHeaders;
-  const headers: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (!hop.has(name.toLowerCase())) headers.push(name, raw[i + 1]!);
-  }
-  headers.push('connection', res.shouldKeepAlive ? 'keep-alive' : 'close');
-  res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage, headers);
-}
-
-/**
- * Gives the request the headers it goes upstream with — a new object, without the hop-by-hop ones,
- * with the edge's X-Forwarded-* and decisions (headers.ts) — and the upstream path. A websocket
- * handshake keeps Connection/Upgrade.
- */
-function prepareRequest(req: http.IncomingMessage, target: RequestTarget, upgrade: boolean): void {
+function prepareUpgrade(req: http.IncomingMessage, target: RequestTarget): void {
   const incoming = req.headers;
   const hop = hopByHopNames(incoming);
   const outgoing: http.IncomingHttpHeaders = {};
   for (const name in incoming) {
     if (EDGE_HEADERS.has(name) && !keepsEdgeHeader(name, target)) continue;
-    if (!hop.has(name) || (upgrade && (name === 'connection' || name === 'upgrade')))
+    if (!hop.has(name) || name === 'connection' || name === 'upgrade')
       outgoing[name] = incoming[name];
   }
-  // Node has decoded this request's chunked framing and re-chunks the body on the way out: say so,
-  // and only so (the edge refused any coding but chunked; a client's "identity, chunked" is not ours).
   if (incoming['transfer-encoding'] !== undefined) outgoing['transfer-encoding'] = 'chunked';
   const forwarded = forwardedHeaders(req, target);
   outgoing['x-forwarded-for'] = forwarded['x-forwarded-for'];

@@ -1,5 +1,6 @@
 // Forwards protected requests with undici: one keep-alive Pool per upstream, the body already in
-// memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives.
+// memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives. The same
+// pools carry pass-through requests (passthrough.ts): one upstream engine, one set of sockets.
 import type { IncomingHttpHeaders } from 'node:http';
 import { type Dispatcher, Pool } from 'undici';
 import type { UpstreamConfig } from '../config/types';
@@ -40,6 +41,13 @@ export class UpstreamPools {
         }),
       );
     }
+  }
+
+  /** The upstream's pool, for pass-through forwarding (its own handler, streamed both ways). */
+  dispatcher(upstream: UpstreamConfig): Dispatcher {
+    const pool = this.pools.get(upstream.name);
+    if (!pool) throw new Error(`no pool for upstream ${upstream.name}`);
+    return pool;
   }
 
   /**

@@ -1,5 +1,7 @@
-// Pass-through routes: streamed both ways through http-proxy, hop-by-hop headers stripped,
-// X-Forwarded-* added, base paths and stripPrefix applied, websockets, and 502/504 problems.
+// Pass-through routes: streamed both ways through undici (websockets through http-proxy), hop-by-hop
+// headers stripped, X-Forwarded-* added, base paths and stripPrefix applied, framing kept, either
+// side going away aborting the other, and 502/504 problems.
+import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { WebSocket, WebSocketServer } from 'ws';
 import { send } from '../support/http';
@@ -9,10 +11,41 @@ import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 let upstream: TestUpstream;
 let proxy: TestProxy;
 let wss: WebSocketServer;
+/** Requests the upstream holds without answering, as they arrive (before their body is read). */
+const holding: http.IncomingMessage[] = [];
+const BIG_BYTES = 8 * 1024 * 1024;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res, raw) => {
     if (req.url.includes('slow')) await sleep(1_000);
+    if (req.url.includes('hold')) return; // never answered: the client gives up
+    if (req.url.includes('big')) {
+      res.writeHead(200, {
+        'content-type': 'application/octet-stream',
+        'x-body-bytes': String(req.body.length),
+        'x-body-sha256': createHash('sha256').update(req.body).digest('hex'),
+      });
+      const chunk = Buffer.alloc(64 * 1024, 'a');
+      for (let sent = 0; sent < BIG_BYTES; sent += chunk.length) {
+        if (!res.write(chunk)) await new Promise((resolve) => res.once('drain', resolve));
+      }
+      res.end();
+      return;
+    }
+    if (req.url.includes('cookies')) {
+      res.writeHead(200, [
+        ['content-type', 'text/plain'],
+        ['set-cookie', 'a=1; Path=/'],
+        ['set-cookie', 'b=2; HttpOnly'],
+      ] as unknown as http.OutgoingHttpHeaders);
+      res.end('two cookies');
+      return;
+    }
+    if (req.method === 'HEAD') {
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '42', 'x-head': 'yes' });
+      res.end();
+      return;
+    }
     if (req.url.includes('cut')) {
       res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '100' });
       res.write('only part');
@@ -36,6 +69,9 @@ beforeAll(async () => {
     }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ method: req.method, url: req.url, body: req.body.toString() }));
+  });
+  upstream.server.on('request', (raw: http.IncomingMessage) => {
+    if (raw.url?.includes('hold')) holding.push(raw);
   });
   wss = new WebSocketServer({ server: upstream.server });
   wss.on('connection', (socket, req) => {
@@ -64,7 +100,22 @@ afterAll(async () => {
 
 beforeEach(() => {
   upstream.received.length = 0;
+  holding.length = 0;
 });
+
+/** Resolves when the upstream has a held request, with it. */
+async function heldRequest(): Promise<http.IncomingMessage> {
+  while (holding.length === 0) await sleep(10);
+  return holding[0]!;
+}
+
+/** Resolves when the upstream's side of a held request's connection is closed. */
+function closed(raw: http.IncomingMessage): Promise<void> {
+  return new Promise((resolve) => {
+    if (raw.socket.destroyed) return resolve();
+    raw.socket.once('close', () => resolve());
+  });
+}
 
 test('forwards the method, path, query and body, with the base path and X-Forwarded-* headers', async () => {
   const res = await send(`${proxy.url}/items/42?x=1`, {
@@ -185,4 +236,109 @@ test('honours a client that asks for Connection: close', async () => {
   });
   expect(response.toLowerCase()).toContain('connection: close');
   expect(Date.now() - started).toBeLessThan(2_000); // closed by us, not by an idle timeout (5 s)
+});
+
+test('streams a large body up and a large answer down, intact', async () => {
+  const body = Buffer.alloc(5 * 1024 * 1024);
+  for (let i = 0; i < body.length; i++) body[i] = i % 251;
+  const res = await send(`${proxy.url}/items/big`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/octet-stream' },
+    body,
+  });
+  expect(res.status).toBe(200);
+  expect(res.body.length).toBe(BIG_BYTES);
+  expect(res.headers['x-body-bytes']).toBe(String(body.length));
+  expect(res.headers['x-body-sha256']).toBe(createHash('sha256').update(body).digest('hex'));
+  const seen = upstream.received[0]!;
+  expect(seen.headers['content-length']).toBe(String(body.length));
+  expect(seen.headers['transfer-encoding']).toBeUndefined();
+});
+
+test('keeps a chunked body chunked and a Content-Length body framed by its length', async () => {
+  const chunked = await send(`${proxy.url}/items/7`, {
+    method: 'POST',
+    body: 'abc',
+    chunked: true,
+  });
+  expect(chunked.json()).toMatchObject({ method: 'POST', body: 'abc' });
+  expect(upstream.received[0]!.headers['transfer-encoding']).toBe('chunked');
+  expect(upstream.received[0]!.headers['content-length']).toBeUndefined();
+  const sized = await send(`${proxy.url}/items/7`, { method: 'POST', body: 'abcd' });
+  expect(sized.json()).toMatchObject({ method: 'POST', body: 'abcd' });
+  expect(upstream.received[1]!.headers['content-length']).toBe('4');
+  expect(upstream.received[1]!.headers['transfer-encoding']).toBeUndefined();
+  // A bodiless GET goes up without framing headers.
+  await send(`${proxy.url}/items/7`, { method: 'GET' });
+  expect(upstream.received[2]!.headers['content-length']).toBeUndefined();
+  expect(upstream.received[2]!.headers['transfer-encoding']).toBeUndefined();
+});
+
+test('answers HEAD with the upstream headers and no body', async () => {
+  const res = await send(`${proxy.url}/items/head`, { method: 'HEAD' });
+  expect(res.status).toBe(200);
+  expect(res.headers['content-length']).toBe('42');
+  expect(res.headers['x-head']).toBe('yes');
+  expect(res.body.length).toBe(0);
+  expect(upstream.received[0]!.method).toBe('HEAD');
+});
+
+test('relays every Set-Cookie line of the answer', async () => {
+  const res = await send(`${proxy.url}/items/cookies`, { method: 'GET' });
+  expect(res.headers['set-cookie']).toEqual(['a=1; Path=/', 'b=2; HttpOnly']);
+  expect(res.text()).toBe('two cookies');
+});
+
+test('answers Expect: 100-continue and forwards the body that follows', async () => {
+  const outcome = await new Promise<{ continued: boolean; status: number; body: string }>(
+    (resolve, reject) => {
+      let continued = false;
+      const req = http.request(`${proxy.url}/items/9`, {
+        method: 'POST',
+        headers: { expect: '100-continue', 'content-length': '5', 'content-type': 'text/plain' },
+      });
+      req.on('continue', () => {
+        continued = true;
+        req.end('hello');
+      });
+      req.on('response', (res) => {
+        let body = '';
+        res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+        res.on('end', () => resolve({ continued, status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+    },
+  );
+  expect(outcome.continued).toBe(true);
+  expect(outcome.status).toBe(200);
+  expect(JSON.parse(outcome.body)).toMatchObject({ method: 'POST', body: 'hello' });
+  expect(upstream.received[0]!.body.toString()).toBe('hello');
+});
+
+test('aborts the upstream request when the client hangs up waiting for the answer', async () => {
+  const client = http.get(`${proxy.url}/items/hold`);
+  client.on('error', () => undefined);
+  const held = await heldRequest();
+  client.destroy();
+  await closed(held); // the proxy closed its upstream connection: the request is abandoned
+  expect(held.socket.destroyed).toBe(true);
+});
+
+test('aborts the upload when the client hangs up mid-body', async () => {
+  const client = http.request(`${proxy.url}/items/hold-upload`, {
+    method: 'POST',
+    headers: { 'content-length': String(1024 * 1024) },
+  });
+  client.on('error', () => undefined);
+  client.write(Buffer.alloc(64 * 1024, 'x'));
+  const held = await heldRequest();
+  const aborted = new Promise<boolean>((resolve) => {
+    held.on('aborted', () => resolve(true));
+    held.on('end', () => resolve(false));
+    held.on('error', () => undefined);
+    held.resume();
+  });
+  client.destroy();
+  expect(await aborted).toBe(true); // the upstream never saw a complete body
+  await closed(held);
 });
