@@ -1,5 +1,13 @@
 // The Postgres KeyStore: one named, parameterised statement per operation. Time comes from Postgres
 // (now(), intervals), never from this process's clock, so instances with skewed clocks agree.
+//
+// The same statements run on a Citus distributed table (SPEC §10), which asks three things of them:
+// no function that is not IMMUTABLE in RETURNING (Citus runs RETURNING on the shard), no STABLE
+// function (now(), jsonb_build_object) called with a column of the row (Citus evaluates those once on
+// the coordinator, before it routes the statement), and no NOTIFY inside a statement Citus sends to a
+// worker (the LISTENing sessions are on the coordinator). So "now" reaches RETURNING as last_seen_at,
+// which each claim sets to now(); deadlines are computed from parameters alone; and on Citus the
+// nudge to waiters is a statement of its own, on the coordinator (nudgeWaiters).
 import { createHash, randomUUID } from 'node:crypto';
 import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
@@ -16,6 +24,7 @@ import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 import { SQLSTATE } from './sqlstate';
+import { isDistributed } from './topology';
 
 interface ClaimRow {
   scope: string;
@@ -86,15 +95,40 @@ interface ResponseRow {
 
 const ms = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
 
-/** A one-element jsonb array for the record's history (migration 2). */
+/**
+ * A one-element jsonb array for the record's history (migration 2). The fence, a column expression,
+ * is put in with jsonb_set and casts, which are IMMUTABLE; jsonb_build_* are STABLE, so on Citus they
+ * may only see parameters and now() (see the top of this file).
+ */
 function event(name: string, fence: string, status?: string): string {
   const statusPart = status ? `, 'status', ${status}` : '';
-  return `jsonb_build_array(jsonb_build_object('event', ${name}, 'at', now(), 'fence', ${fence}${statusPart}))`;
+  const built = `jsonb_build_array(jsonb_build_object('event', ${name}, 'at', now()${statusPart}))`;
+  return `jsonb_set(${built}, '{0,fence}', (${fence})::text::jsonb)`;
 }
 
-/** Column assignments of the claim's ON CONFLICT branch: an expired row is claimed afresh. */
+/**
+ * A write that announces the records it changed to their waiters (onConcurrent: wait) with NOTIFY,
+ * but only records another request has seen while they ran (attempts > 1): the common path pays
+ * nothing for it. `write` returns its changed rows with their `attempts`; the statement returns
+ * them too. `notify` is pg_notify's arguments, over `done`'s columns or parameters. On a Citus
+ * distributed table (`notify` undefined) the write goes alone: Citus would send the NOTIFY to the
+ * worker along with it, and the store nudges from the coordinator instead (nudgeWaiters).
+ */
+function withNudge(write: string, notify: string | undefined): string {
+  if (notify === undefined) return write;
+  return `
+      WITH done AS (${write}
+      ), nudge AS (SELECT pg_notify(${notify}) FROM done WHERE attempts > 1)
+      SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
+}
+
+/**
+ * Column assignments of the claim's ON CONFLICT branch: an expired row is claimed afresh. "Now" is
+ * excluded.last_seen_at, the now() of the claim's own VALUES row: Citus allows only IMMUTABLE
+ * functions in DO UPDATE SET.
+ */
 function claimUpsertAssignments(): string {
-  const expired = 'r.expires_at <= now()';
+  const expired = 'r.expires_at <= excluded.last_seen_at';
   const fresh: Record<string, [string, string]> = {
     route: ['excluded.route', 'r.route'],
     fingerprint: ['excluded.fingerprint', 'r.fingerprint'],
@@ -108,7 +142,7 @@ function claimUpsertAssignments(): string {
     body_omitted: ['false', 'r.body_omitted'],
     outcome_unknown: ['false', 'r.outcome_unknown'],
     attempts: ['1', 'r.attempts + 1'],
-    created_at: ['now()', 'r.created_at'],
+    created_at: ['excluded.created_at', 'r.created_at'],
     completed_at: ['NULL', 'r.completed_at'],
     expires_at: ['excluded.expires_at', 'r.expires_at'],
     prune_after: ['excluded.prune_after', 'r.prune_after'],
@@ -124,12 +158,12 @@ function claimUpsertAssignments(): string {
     `replays = CASE WHEN ${expired} THEN 0
                     WHEN r.state = 'completed' AND r.fingerprint = excluded.fingerprint THEN r.replays + 1
                     ELSE r.replays END`,
-    'last_seen_at = now()',
+    'last_seen_at = excluded.last_seen_at',
   );
   return assignments.join(',\n        ');
 }
 
-/** Parameters per completion in the complete statement; $1 is the NOTIFY channel. */
+/** Parameters per completion in the complete statement; on PostgreSQL, $1 is the NOTIFY channel. */
 const COMPLETE_ROW_PARAMS = 11;
 
 /**
@@ -144,12 +178,12 @@ function recordDigestSql(scope: string, tenant: string, key: string): string {
 
 /**
  * Completion: one statement for one or several completions (natural batching, natural-batcher.ts), a
- * VALUES row each with its own fence check. It nudges waiters (onConcurrent: wait) with NOTIFY only
- * for records another request has seen while they ran (attempts > 1). Returns the ordinals of the
- * rows it changed.
+ * VALUES row each with its own fence check; the new expiry is computed in the row, from its
+ * parameter. Nudges waiters (withNudge). Returns the ordinals of the rows it changed.
  */
-export function completeStatement(tableName: string, rows: number): string {
+export function completeStatement(tableName: string, rows: number, distributed = false): string {
   const t = quoteTableName(tableName);
+  // n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown; then ttl_ms.
   const types = [
     'int',
     'text',
@@ -161,28 +195,25 @@ export function completeStatement(tableName: string, rows: number): string {
     'bytea',
     'boolean',
     'boolean',
-    'bigint',
   ];
   const values: string[] = [];
   for (let row = 0; row < rows; row++) {
-    const first = 2 + row * COMPLETE_ROW_PARAMS;
-    values.push(`(${types.map((type, k) => `$${first + k}::${type}`).join(', ')})`);
+    const first = (distributed ? 1 : 2) + row * COMPLETE_ROW_PARAMS;
+    const params = types.map((type, k) => `$${first + k}::${type}`);
+    values.push(`(${params.join(', ')}, now() + ${ms(`$${first + types.length}`)})`);
   }
-  return `
-      WITH done AS (
+  const update = `
         UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
                body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('i.ttl_ms')},
-               prune_after = GREATEST(r.prune_after, now() + ${ms('i.ttl_ms')})
+               lease_expires_at = NULL, expires_at = i.expires_at,
+               prune_after = GREATEST(r.prune_after, i.expires_at)
         FROM (VALUES ${values.join(',\n               ')})
-          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, ttl_ms)
+          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, expires_at)
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
           AND r.state = 'in_progress'
-        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts
-      ), nudge AS (
-        SELECT pg_notify($1::text, ${recordDigestSql('scope', 'tenant', 'key')}) FROM done WHERE attempts > 1
-      )
-      SELECT n, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
+        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
+  const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
+  return withNudge(update, distributed ? undefined : notify);
 }
 
 /** Parameters per claim in the claim statement. */
@@ -193,7 +224,8 @@ const CLAIM_ROW_PARAMS = 8;
  * distinct keys, sorted so that concurrent batches lock rows in one order. A new row, or an expired
  * one, is claimed (its claim_token is the request's); any other row is returned as it stands, with
  * the audit counters bumped. Rows come back keyed by (scope, tenant, key); the request compares the
- * token and fingerprint itself.
+ * token and fingerprint itself. Both branches set last_seen_at to the row's now(): RETURNING measures
+ * the lease and the expiry from it, not from now() itself (see the top of this file).
  */
 export function claimStatement(tableName: string, rows: number): string {
   const values: string[] = [];
@@ -201,12 +233,13 @@ export function claimStatement(tableName: string, rows: number): string {
     const p = (k: number): string => `$${1 + row * CLAIM_ROW_PARAMS + k}`;
     values.push(
       `(${p(0)}::text, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::bytea, 'in_progress', ` +
-        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, now() + ${ms(p(7))})`,
+        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, now() + ${ms(p(7))}, now(), now())`,
     );
   }
   return `
       INSERT INTO ${quoteTableName(tableName)} AS r (scope, tenant, key, route, fingerprint, state,
-                             claim_token, fence, lease_expires_at, expires_at, prune_after)
+                             claim_token, fence, lease_expires_at, expires_at, prune_after,
+                             created_at, last_seen_at)
       VALUES ${values.join(',\n             ')}
       ON CONFLICT (scope, tenant, key) DO UPDATE SET
         ${claimUpsertAssignments()}
@@ -222,24 +255,29 @@ export function claimStatement(tableName: string, rows: number): string {
         r.body_omitted,
         r.outcome_unknown,
         r.attempts,
-        GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - now())) * 1000))::int
+        GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - r.last_seen_at)) * 1000))::int
           AS lease_remaining_ms,
-        floor(extract(epoch FROM (r.expires_at - now())) * 1000)::bigint::float8 AS expires_in_ms`;
+        floor(extract(epoch FROM (r.expires_at - r.last_seen_at)) * 1000)::bigint::float8
+          AS expires_in_ms`;
 }
 
-export function buildStatements(tableName: string) {
+/**
+ * The single-record statements. On a Citus distributed table (`distributed`) release and
+ * settleUnknown take no NOTIFY parameters (withNudge).
+ */
+export function buildStatements(tableName: string, distributed = false) {
   const t = quoteTableName(tableName);
   const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
+  const notify = (channel: string, payload: string): string | undefined =>
+    distributed ? undefined : `${channel}::text, ${payload}::text`;
   return {
-    // Release (like completion, completeStatement) nudges waiters (onConcurrent: wait) with NOTIFY,
-    // but only when another request has seen the key while it ran (attempts > 1): the common path pays
-    // nothing for it.
-    release: `
-      WITH done AS (
+    // Release, like completion (completeStatement), nudges waiters.
+    release: withNudge(
+      `
         DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
-        RETURNING attempts
-      ), nudge AS (SELECT pg_notify($5::text, $6::text) FROM done WHERE attempts > 1)
-      SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT count(*) FROM nudge)::int AS nudged`,
+        RETURNING attempts`,
+      notify('$5', '$6'),
+    ),
     takeOver: `
       UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
              expires_at = GREATEST(expires_at, now() + ${ms('$7')}),
@@ -247,17 +285,17 @@ export function buildStatements(tableName: string) {
              events = events || ${event("'taken_over'", 'fence + 1')}
       WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
       RETURNING fence::text AS fence`,
-    settleUnknown: `
-      WITH done AS (
+    settleUnknown: withNudge(
+      `
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
                body_omitted = false, outcome_unknown = true, completed_at = now(),
                lease_expires_at = NULL, expires_at = now() + ${ms('$8')},
                prune_after = GREATEST(prune_after, now() + ${ms('$8')}), replays = replays + 1,
                events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
         WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts
-      ), nudge AS (SELECT pg_notify($9::text, $10::text) FROM done WHERE attempts > 1)
-      SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`,
+        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
+      notify('$9', '$10'),
+    ),
     // Counter increments gathered by the replay cache, one statement per flush.
     flushCounters: `
       UPDATE ${t} AS r SET attempts = r.attempts + d.attempts, replays = r.replays + d.replays,
@@ -290,6 +328,11 @@ export interface KeyStoreOptions {
   readonly namedStatements?: boolean;
   /** Called once when the store stops naming statements because one did not survive. */
   readonly onNamedStatementsLost?: (error: Error) => void;
+  /**
+   * Whether the table is a Citus distributed table (topology.ts); unset, the store finds out with its
+   * first statement.
+   */
+  readonly distributed?: boolean;
 }
 
 const DEFAULT_LANES = 2;
@@ -331,12 +374,35 @@ function namedStatementLost(error: unknown): boolean {
 
 type Statements = ReturnType<typeof buildStatements>;
 
+/** The statements for where the table lives, and their names. */
+interface Layout {
+  readonly distributed: boolean;
+  readonly sql: Statements;
+  readonly names: Record<keyof Statements, string>;
+}
+
+function layout(tableName: string, distributed: boolean): Layout {
+  // Named statements are parsed and planned once per connection.
+  const sql = buildStatements(tableName, distributed);
+  return {
+    distributed,
+    sql,
+    names: {
+      release: statementName('release', sql.release),
+      takeOver: statementName('take_over', sql.takeOver),
+      settleUnknown: statementName('settle_unknown', sql.settleUnknown),
+      peek: statementName('peek', sql.peek),
+      flushCounters: statementName('flush_counters', sql.flushCounters),
+    },
+  };
+}
+
 /** One call of a named statement (rowMode: 'array' returns rows as arrays). */
 type Statement = QueryConfig & { name: string; rowMode?: 'array' };
 
 export class PostgresKeyStore implements KeyStore {
-  private readonly sql: Statements;
-  private readonly names: Record<keyof Statements, string>;
+  private layout: Layout | undefined;
+  private layoutLoading: Promise<Layout> | undefined;
   private readonly channel: string;
   private named: boolean;
   private readonly onNamedStatementsLost: ((error: Error) => void) | undefined;
@@ -350,7 +416,7 @@ export class PostgresKeyStore implements KeyStore {
     private readonly tableName: string,
     options: KeyStoreOptions = {},
   ) {
-    this.sql = buildStatements(tableName);
+    if (options.distributed !== undefined) this.layout = layout(tableName, options.distributed);
     const lanes = options.lanes ?? DEFAULT_LANES;
     const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
     const retryAlone = (error: unknown): boolean =>
@@ -368,18 +434,41 @@ export class PostgresKeyStore implements KeyStore {
       maxBatch,
       retryAlone,
     });
-    // Named statements are parsed and planned once per connection.
-    const sql = this.sql;
-    this.names = {
-      release: statementName('release', sql.release),
-      takeOver: statementName('take_over', sql.takeOver),
-      settleUnknown: statementName('settle_unknown', sql.settleUnknown),
-      peek: statementName('peek', sql.peek),
-      flushCounters: statementName('flush_counters', sql.flushCounters),
-    };
     this.channel = completionChannel(tableName);
     this.named = options.namedStatements ?? true;
     this.onNamedStatementsLost = options.onNamedStatementsLost;
+    // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
+    if (!this.layout) this.loadLayout().catch(() => undefined);
+  }
+
+  /**
+   * The statements for this table: known from the options, or found out once, by the first call
+   * (one query; a failed one is tried again by the next call).
+   */
+  private loadLayout(): Promise<Layout> {
+    this.layoutLoading ??= isDistributed(this.pool, this.tableName).then(
+      (distributed) => (this.layout = layout(this.tableName, distributed)),
+      (error: unknown) => {
+        this.layoutLoading = undefined;
+        throw error;
+      },
+    );
+    return this.layoutLoading;
+  }
+
+  /**
+   * On a Citus distributed table the statements do not NOTIFY (withNudge): this announces the
+   * changed records that had waiters, from the coordinator, once they are committed. A nudge that
+   * fails loses nothing but time: waiters also poll (wait-for-change.ts).
+   */
+  private async nudgeWaiters(ids: readonly RecordId[]): Promise<void> {
+    if (ids.length === 0) return;
+    await this.pool
+      .query('SELECT pg_notify($1::text, d) FROM unnest($2::text[]) AS d', [
+        this.channel,
+        ids.map(recordDigest),
+      ])
+      .catch(() => undefined);
   }
 
   /** False once statements are sent unnamed (configured so, or a named one did not survive). */
@@ -411,9 +500,17 @@ export class PostgresKeyStore implements KeyStore {
     }
   }
 
-  /** Claims go through the natural batcher: alone when the store keeps up, together when not. */
+  /**
+   * Claims go through the natural batcher: alone when the store keeps up, together when not. On a
+   * Citus distributed table each claim is a statement of its own, which Citus routes to the one
+   * shard of its key: a statement over keys on several shards is a distributed transaction with a
+   * two-phase commit on every worker it touches, and measured slower than the same claims sent side
+   * by side (the pool bounds how many at once). Likewise completions.
+   */
   claim(request: ClaimRequest): Promise<ClaimResult> {
-    return this.claims.submit({ request, token: randomUUID() });
+    const pending = { request, token: randomUUID() };
+    if (this.layout?.distributed) return this.claimBatch([pending]).then(([result]) => result!);
+    return this.claims.submit(pending);
   }
 
   /** How claims and completions were batched so far (statements vs calls carried). */
@@ -462,12 +559,17 @@ export class PostgresKeyStore implements KeyStore {
 
   /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
   complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
-    return this.completions.submit({ id, fence, response, ttlMs });
+    const completion = { id, fence, response, ttlMs };
+    if (this.layout?.distributed) return this.completeBatch([completion]).then(([done]) => done!);
+    return this.completions.submit(completion);
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
-    const statement = this.statement('complete', batch.length, completeStatement);
-    const values: unknown[] = [this.channel];
+    const { distributed } = this.layout ?? (await this.loadLayout());
+    const statement = this.statement('complete', batch.length, (table, rows) =>
+      completeStatement(table, rows, distributed),
+    );
+    const values: unknown[] = distributed ? [] : [this.channel];
     batch.forEach(({ id, fence, response, ttlMs }, n) => {
       values.push(
         n,
@@ -483,9 +585,17 @@ export class PostgresKeyStore implements KeyStore {
         Math.round(ttlMs),
       );
     });
-    const { rows } = await this.sendStatement<{ n: number }>({ ...statement, values });
+    const { rows } = await this.sendStatement<{ n: number; attempts: number }>({
+      ...statement,
+      values,
+    });
     const changed = batch.map(() => false);
     for (const row of rows) changed[row.n] = true;
+    if (distributed) {
+      await this.nudgeWaiters(
+        rows.filter((row) => row.attempts > 1).map((row) => batch[row.n]!.id),
+      );
+    }
     return changed;
   }
 
@@ -506,19 +616,24 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {
-    const result = await this.sendStatement({
-      name: this.names.release,
-      text: this.sql.release,
-      values: [id.scope, id.tenant, id.key, fence, this.channel, recordDigest(id)],
+    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
+    const values = [id.scope, id.tenant, id.key, fence];
+    const { rows } = await this.sendStatement<{ attempts: number }>({
+      name: names.release,
+      text: sql.release,
+      values: distributed ? values : [...values, this.channel, recordDigest(id)],
     });
-    return (result.rows[0] as { changed: number } | undefined)?.changed === 1;
+    const row = rows[0];
+    if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
+    return row !== undefined;
   }
 
   async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
     if (deltas.length === 0) return;
+    const { sql, names } = this.layout ?? (await this.loadLayout());
     await this.sendStatement({
-      name: this.names.flushCounters,
-      text: this.sql.flushCounters,
+      name: names.flushCounters,
+      text: sql.flushCounters,
       values: [
         deltas.map((d) => d.id.scope),
         deltas.map((d) => d.id.tenant),
@@ -530,9 +645,10 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
+    const { sql, names } = this.layout ?? (await this.loadLayout());
     const { rows } = await this.sendStatement<PeekRow>({
-      name: this.names.peek,
-      text: this.sql.peek,
+      name: names.peek,
+      text: sql.peek,
       values: [id.scope, id.tenant, id.key, fingerprint],
     });
     const row = rows[0];
@@ -548,9 +664,10 @@ export class PostgresKeyStore implements KeyStore {
     leaseMs: number,
     claimExpiryMs: number,
   ): Promise<string | null> {
+    const { sql, names } = this.layout ?? (await this.loadLayout());
     const { rows } = await this.sendStatement<{ fence: string }>({
-      name: this.names.takeOver,
-      text: this.sql.takeOver,
+      name: names.takeOver,
+      text: sql.takeOver,
       values: [
         id.scope,
         id.tenant,
@@ -570,23 +687,24 @@ export class PostgresKeyStore implements KeyStore {
     response: StoredResponse,
     ttlMs: number,
   ): Promise<StoredResponse | null> {
-    const { rows } = await this.sendStatement<ResponseRow>({
-      name: this.names.settleUnknown,
-      text: this.sql.settleUnknown,
-      values: [
-        id.scope,
-        id.tenant,
-        id.key,
-        fence,
-        response.status,
-        JSON.stringify(response.headers),
-        response.body,
-        Math.round(ttlMs),
-        this.channel,
-        recordDigest(id),
-      ],
+    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
+    const values = [
+      id.scope,
+      id.tenant,
+      id.key,
+      fence,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      Math.round(ttlMs),
+    ];
+    const { rows } = await this.sendStatement<ResponseRow & { attempts: number }>({
+      name: names.settleUnknown,
+      text: sql.settleUnknown,
+      values: distributed ? values : [...values, this.channel, recordDigest(id)],
     });
     const row = rows[0];
+    if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row ? toResponse(row) : null;
   }
 }

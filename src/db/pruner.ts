@@ -1,8 +1,15 @@
 // Deletes expired records in batches. One instance prunes at a time (a try-lock: the others skip
 // rather than queue), and each batch is a short transaction that skips rows other transactions hold,
 // so pruning a large backlog never blocks claims for long.
+//
+// On a Citus distributed table a batch is the one statement that reaches every shard, and Citus
+// cannot lock rows FOR UPDATE across shards: it picks up to a batch of expired keys first, then
+// deletes those that are still expired (a claim may have taken one afresh in between), waiting for
+// a row a claim holds rather than skipping it. The advisory lock is the coordinator's.
 import type { Pool } from 'pg';
 import { quoteTableName } from './identifier';
+import { isDistributed } from './topology';
+import { inTransaction } from './transaction';
 
 export interface PruneOptions {
   readonly batchSize?: number;
@@ -28,10 +35,13 @@ export async function pruneExpired(
   const batchSize = options.batchSize ?? 1_000;
   const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
   const lockKey = `idempotency-proxy:prune:${tableName}`;
+  const statement = (await isDistributed(pool, tableName))
+    ? distributedBatchStatement(table)
+    : batchStatement(table);
   let deleted = 0;
   let batches = 0;
   while (batches < maxBatches) {
-    const result = await pruneBatch(pool, table, lockKey, batchSize);
+    const result = await pruneBatch(pool, statement, lockKey, batchSize);
     // Another instance holds the lock: it prunes this round (or the rest of it).
     if (result === undefined) return { deleted, batches, skipped: batches === 0 };
     batches++;
@@ -42,6 +52,20 @@ export async function pruneExpired(
   return { deleted, batches, skipped: false };
 }
 
+const EXPIRED = 'prune_after <= now() AND expires_at <= now()';
+
+function batchStatement(table: string): string {
+  return `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
+         SELECT scope, tenant, key FROM ${table} WHERE ${EXPIRED}
+         LIMIT $1::int FOR UPDATE SKIP LOCKED)`;
+}
+
+function distributedBatchStatement(table: string): string {
+  return `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
+         SELECT scope, tenant, key FROM ${table} WHERE ${EXPIRED} LIMIT $1::int)
+       AND ${EXPIRED}`;
+}
+
 /**
  * One batch in one transaction, under a transaction-level try-lock: the lock ends with the
  * transaction, so it never outlives it, even behind a transaction pooler (PgBouncer in transaction
@@ -50,38 +74,20 @@ export async function pruneExpired(
  */
 async function pruneBatch(
   pool: Pool,
-  table: string,
+  statement: string,
   lockKey: string,
   batchSize: number,
 ): Promise<number | undefined> {
-  const client = await pool.connect();
-  let failed: unknown;
-  try {
-    await client.query('BEGIN');
+  return inTransaction(pool, async (client) => {
     const { rows } = await client.query<{ locked: boolean }>(
       'SELECT pg_try_advisory_xact_lock(hashtext($1::text)) AS locked',
       [lockKey],
     );
-    if (!rows[0]?.locked) {
-      await client.query('ROLLBACK');
-      return undefined;
-    }
-    const result = await client.query(
-      `DELETE FROM ${table} WHERE (scope, tenant, key) IN (
-         SELECT scope, tenant, key FROM ${table} WHERE prune_after <= now() AND expires_at <= now()
-         LIMIT $1::int FOR UPDATE SKIP LOCKED)`,
-      [batchSize],
-    );
-    await client.query('COMMIT');
+    // Not locked: this transaction has done nothing, so its COMMIT is as good as a ROLLBACK.
+    if (!rows[0]?.locked) return undefined;
+    const result = await client.query(statement, [batchSize]);
     return result.rowCount ?? 0;
-  } catch (error) {
-    failed = error;
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    // A connection that failed mid-transaction is not handed out again.
-    client.release(failed instanceof Error ? failed : undefined);
-  }
+  });
 }
 
 export interface BackgroundPruner {

@@ -4,6 +4,7 @@ import type { Pool } from 'pg';
 import { type RecordId, recordDigest } from '../idempotency/record';
 import { evictionChannel } from './key-store';
 import { quoteTableName } from './identifier';
+import { inTransaction } from './transaction';
 
 export interface RecordView {
   scope: string;
@@ -88,18 +89,26 @@ export async function findRecordsByKey(
 
 /**
  * Clears a record in any state, so the next request with the key executes, and tells every instance's
- * replay cache to forget it (the NOTIFY is delivered when the DELETE commits).
+ * replay cache to forget it: the NOTIFY is delivered when the DELETE commits, in one transaction. It
+ * is a statement of its own so that it runs on the session's server even on Citus, which would send
+ * a NOTIFY inside the DELETE to the worker that holds the row, where no replay cache LISTENs.
  */
 export async function deleteRecord(pool: Pool, tableName: string, id: RecordId): Promise<boolean> {
-  const { rows } = await pool.query<{ deleted: number }>(
-    `WITH gone AS (
-       DELETE FROM ${quoteTableName(tableName)}
-       WHERE scope = $1::text AND tenant = $2::text AND key = $3::text RETURNING 1
-     ), nudge AS (SELECT pg_notify($4::text, $5::text) FROM gone)
-     SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM nudge)::int AS nudged`,
-    [id.scope, id.tenant, id.key, evictionChannel(tableName), recordDigest(id)],
-  );
-  return rows[0]?.deleted === 1;
+  return inTransaction(pool, async (client) => {
+    const { rowCount } = await client.query(
+      `DELETE FROM ${quoteTableName(tableName)}
+       WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
+      [id.scope, id.tenant, id.key],
+    );
+    const deleted = rowCount === 1;
+    if (deleted) {
+      await client.query('SELECT pg_notify($1::text, $2::text)', [
+        evictionChannel(tableName),
+        recordDigest(id),
+      ]);
+    }
+    return deleted;
+  });
 }
 
 function toView(row: Row, withBody: boolean): RecordView {
