@@ -1,0 +1,345 @@
+// The store on a Citus cluster (SPEC §10, issue 14): CITUS_URL names a coordinator with at least two
+// workers. migrate distributes the keys table by `key`; every statement the proxy runs (claims,
+// completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY) works
+// on it, through a real proxy and a real upstream; and claims for different keys land on different
+// workers. Without CITUS_URL nothing here runs, and the run says so.
+import { randomBytes } from 'node:crypto';
+import { Client, Pool } from 'pg';
+import { createPool } from '../../src/db/pool';
+import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
+import { migrate } from '../../src/db/migrate';
+import { pruneExpired } from '../../src/db/pruner';
+import { deleteRecord, findRecord, findRecordsByKey } from '../../src/db/record-queries';
+import { detectTopology } from '../../src/db/topology';
+import { recordDigest, type RecordId } from '../../src/idempotency/record';
+import { postJson, send } from '../support/http';
+import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+
+const citusUrl = process.env.CITUS_URL;
+const describeIfCitus = citusUrl ? describe : describe.skip;
+if (!citusUrl) {
+  console.warn(
+    'SKIPPED: Citus tests did not run: CITUS_URL is not set (a Citus coordinator with two workers; see the README, "Running on Citus")',
+  );
+  test('SKIPPED: CITUS_URL not set, so nothing here ran against Citus', () => undefined);
+}
+
+const TOKEN = 'citus-admin-token';
+const response = {
+  status: 201,
+  headers: [['content-type', 'text/plain']] as [string, string][],
+  body: Buffer.from('stored'),
+  bodyOmitted: false,
+  outcomeUnknown: false,
+};
+
+describeIfCitus('the store on a Citus distributed table', () => {
+  let pool: Pool;
+  let upstream: TestUpstream;
+  let proxy: TestProxy;
+  let other: TestProxy;
+
+  /** The worker ports that hold the shards of these keys. */
+  async function workersOf(table: string, keys: readonly string[]): Promise<number[]> {
+    const { rows } = await pool.query<{ nodeport: number }>(
+      `SELECT DISTINCT s.nodeport FROM unnest($2::text[]) AS k(key)
+         JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column($1::regclass, k.key)
+        ORDER BY 1`,
+      [table, keys],
+    );
+    return rows.map((row) => row.nodeport);
+  }
+
+  beforeAll(async () => {
+    pool = createPool({ url: citusUrl!, size: 10, onError: () => undefined });
+    const { rows } = await pool.query<{ workers: number }>(
+      'SELECT count(*)::int AS workers FROM citus_get_active_worker_nodes()',
+    );
+    if ((rows[0]?.workers ?? 0) < 2)
+      throw new Error(`CITUS_URL has ${rows[0]?.workers} active worker(s); these tests need two`);
+    upstream = await startUpstream(async (req, res) => {
+      await sleep(Number(req.headers['x-wait'] ?? 0));
+      res.writeHead(201, { 'content-type': 'text/plain' });
+      res.end(`execution ${upstream.executions().length}`);
+    });
+    const table = uniqueTable('citus');
+    const yaml = (onConcurrent: string) => `
+admin:
+  token: ${TOKEN}
+store:
+  table: ${table}
+upstreams: { api: { url: ${upstream.url} } }
+defaults: { onConcurrent: ${onConcurrent}, waitTimeout: 5s }
+routes:
+  - { name: orders, match: { path: /orders }, upstream: api, idempotency: {} }
+`;
+    // Two instances on one table, as behind a load balancer; `other` waits for in-flight keys.
+    proxy = await startProxy({ yaml: yaml('reject'), table, databaseUrl: citusUrl });
+    other = await startProxy({ yaml: yaml('wait'), table, databaseUrl: citusUrl });
+  });
+
+  afterAll(async () => {
+    await other?.close();
+    await proxy?.close();
+    await upstream?.close();
+    await pool?.end();
+  });
+
+  beforeEach(() => {
+    upstream.received.length = 0;
+  });
+
+  test('migrate distributes the table by key, once, with several instances migrating at once', async () => {
+    const table = uniqueTable('citus_migrate');
+    const results = await Promise.all(Array.from({ length: 4 }, () => migrate(pool, table)));
+    expect(results.filter((r) => r.distributed)).toHaveLength(1);
+    expect(results.map((r) => r.current)).toEqual([3, 3, 3, 3]);
+    expect(await migrate(pool, table)).toEqual({ applied: [], current: 3 });
+    const { rows } = await pool.query<{ column: string; shards: number }>(
+      `SELECT column_to_column_name(logicalrelid, partkey) AS column,
+              (SELECT count(*) FROM pg_dist_shard s WHERE s.logicalrelid = p.logicalrelid)::int AS shards
+         FROM pg_dist_partition p WHERE logicalrelid = $1::regclass`,
+      [table],
+    );
+    expect(rows[0]?.column).toBe('key');
+    expect(await detectTopology(pool, table)).toMatchObject({
+      kind: 'citus',
+      distributed: true,
+      nodes: 2,
+      shards: rows[0]?.shards,
+    });
+    await pool.query(`DROP TABLE ${table}, ${table}_migrations`);
+  });
+
+  test('a table that was not distributed yet is distributed by the next migrate, rows and all', async () => {
+    const table = uniqueTable('citus_late');
+    await migrate(pool, table);
+    const store = new PostgresKeyStore(pool, table, { distributed: false });
+    const request = {
+      id: { scope: 's', tenant: '', key: 'late-1' },
+      route: 'r',
+      fingerprint: Buffer.from('f'),
+      leaseMs: 30_000,
+      claimExpiryMs: 60_000,
+    };
+    expect(await store.claim(request)).toMatchObject({ kind: 'claimed' });
+    // As if the table had been migrated before the citus extension was created.
+    await pool.query('SELECT undistribute_table($1::regclass)', [table]);
+    expect(await detectTopology(pool, table)).toMatchObject({ kind: 'citus', distributed: false });
+    expect(await migrate(pool, table)).toEqual({ applied: [], current: 3, distributed: true });
+    expect(await detectTopology(pool, table)).toMatchObject({ distributed: true, nodes: 2 });
+    const distributedStore = new PostgresKeyStore(pool, table);
+    expect(await distributedStore.claim(request)).toMatchObject({ kind: 'in-flight', attempts: 2 });
+    await pool.query(`DROP TABLE ${table}, ${table}_migrations`);
+  });
+
+  test('concurrent duplicates of one key execute once; the repeat after completion is a replay', async () => {
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        postJson(`${proxy.url}/orders`, 'dup-1', { amount: 5 }, { 'x-wait': '300' }),
+      ),
+    );
+    expect(upstream.executions()).toHaveLength(1);
+    const statuses = responses.map((r) => r.status).sort();
+    expect(statuses.filter((s) => s === 201)).toHaveLength(1);
+    expect(statuses.filter((s) => s !== 201).every((s) => s === 409)).toBe(true);
+    const winner = responses.find((r) => r.status === 201)!;
+    const replay = await postJson(`${other.url}/orders`, 'dup-1', { amount: 5 });
+    expect(replay.status).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text()).toBe(winner.text());
+    expect(upstream.executions()).toHaveLength(1);
+  });
+
+  test('many new keys each execute once, and their shards are on both workers', async () => {
+    const keys = Array.from({ length: 40 }, (_, i) => `spread-${i}`);
+    const responses = await Promise.all(
+      keys.map((key) => postJson(`${proxy.url}/orders`, key, {})),
+    );
+    expect(responses.every((r) => r.status === 201)).toBe(true);
+    expect(upstream.executions()).toHaveLength(keys.length);
+    const repeats = await Promise.all(keys.map((key) => postJson(`${other.url}/orders`, key, {})));
+    expect(repeats.every((r) => r.headers['idempotent-replayed'] === 'true')).toBe(true);
+    expect(upstream.executions()).toHaveLength(keys.length);
+    const workers = await citusWorkerPorts(pool);
+    expect(await workersOf(proxy.table, keys)).toEqual(workers);
+    // The rows themselves, read on each worker from its shards.
+    const { rows } = await pool.query<{ nodeport: number; rows: number }>(
+      `SELECT s.nodeport, count(*)::int AS rows FROM ${proxy.table} t
+         JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column($1::regclass, t.key)
+        WHERE t.key = ANY($2::text[]) GROUP BY 1 ORDER BY 1`,
+      [proxy.table, keys],
+    );
+    expect(rows.map((r) => r.nodeport)).toEqual(workers);
+    expect(rows.reduce((sum, r) => sum + r.rows, 0)).toBe(keys.length);
+  });
+
+  test('a repeat waiting on another instance is woken by the NOTIFY the coordinator sends', async () => {
+    const notifications = other.listener.stats.notifications;
+    const first = postJson(`${proxy.url}/orders`, 'wait-1', { w: 1 }, { 'x-wait': '800' });
+    await sleep(150);
+    const started = Date.now();
+    const repeat = await postJson(`${other.url}/orders`, 'wait-1', { w: 1 });
+    const original = await first;
+    expect(repeat.status).toBe(201);
+    expect(repeat.headers['idempotent-replayed']).toBe('true');
+    expect(repeat.text()).toBe(original.text());
+    expect(upstream.executions()).toHaveLength(1);
+    expect(other.listener.stats.notifications).toBeGreaterThan(notifications);
+    expect(Date.now() - started).toBeLessThan(2_000);
+  });
+
+  test('replayed repeats are counted on the record; the admin API reads it and clears it on every instance', async () => {
+    await postJson(`${proxy.url}/orders`, 'admin-1', { a: 1 });
+    await postJson(`${other.url}/orders`, 'admin-1', { a: 1 }); // other learns it from the store …
+    await postJson(`${other.url}/orders`, 'admin-1', { a: 1 }); // … and answers from memory
+    await other.flushCounters();
+    const path = `/keys/orders/admin-1`;
+    const auth = { authorization: `Bearer ${TOKEN}` };
+    const record = (await send(`${proxy.adminUrl}${path}`, { method: 'GET', headers: auth })).json<{
+      attempts: number;
+      replays: number;
+      history: { event: string }[];
+    }>();
+    expect(record).toMatchObject({ attempts: 3, replays: 2 });
+    expect(record.history.map((e) => e.event)).toEqual(['claimed', 'completed']);
+    expect(await findRecordsByKey(pool, proxy.table, 'admin-1')).toHaveLength(1);
+    const cleared = await send(`${proxy.adminUrl}${path}`, { method: 'DELETE', headers: auth });
+    expect(cleared.json()).toMatchObject({ deleted: true });
+    await sleep(100); // the eviction NOTIFY is delivered when the DELETE commits
+    const again = await postJson(`${other.url}/orders`, 'admin-1', { a: 1 });
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(upstream.executions()).toHaveLength(2);
+  });
+
+  test('takeover after a lease ends, then settling as unknown, with the history and NOTIFY of each', async () => {
+    const store = new PostgresKeyStore(pool, proxy.table);
+    const id: RecordId = {
+      scope: 'orders',
+      tenant: '',
+      key: `takeover-${randomBytes(3).toString('hex')}`,
+    };
+    const request = {
+      id,
+      route: 'orders',
+      fingerprint: Buffer.from('fp'),
+      leaseMs: 100,
+      claimExpiryMs: 60_000,
+    };
+    const claimed = await store.claim(request);
+    expect(claimed).toMatchObject({ kind: 'claimed', fence: '1' });
+    const inFlight = await store.claim(request);
+    expect(inFlight).toMatchObject({ kind: 'in-flight', attempts: 2 });
+    if (inFlight.kind === 'in-flight') expect(inFlight.leaseRemainingMs).toBeLessThanOrEqual(100);
+    expect(await store.takeOver(id, '1', 100, 60_000)).toBeNull(); // the lease has not ended
+    expect(await store.peek(id, Buffer.from('fp'))).toMatchObject({ kind: 'in-flight' });
+    await sleep(150);
+    expect(await store.takeOver(id, '1', 100, 60_000)).toBe('2');
+    await sleep(150);
+    const listener = await listen(citusUrl!, completionChannel(proxy.table));
+    try {
+      const settled = await store.settleUnknown(id, '2', response, 60_000);
+      expect(settled).toMatchObject({ status: 201, outcomeUnknown: true });
+      expect(await listener.next(id)).toBe(true); // attempts > 1: waiters are nudged
+    } finally {
+      await listener.close();
+    }
+    const record = await findRecord(pool, proxy.table, id);
+    expect(record?.history.map((e) => [e.event, e.fence])).toEqual([
+      ['claimed', 1],
+      ['taken_over', 2],
+      ['settled_unknown', 2],
+    ]);
+    const replay = await store.claim(request);
+    expect(replay).toMatchObject({ kind: 'completed', attempts: 3 });
+    if (replay.kind === 'completed') expect(replay.expiresInMs).toBeGreaterThan(59_000);
+  });
+
+  test('a release and a completion with waiters nudge them from the coordinator', async () => {
+    const store = new PostgresKeyStore(pool, proxy.table);
+    const listener = await listen(citusUrl!, completionChannel(proxy.table));
+    try {
+      for (const outcome of ['release', 'complete'] as const) {
+        const id: RecordId = { scope: 'orders', tenant: '', key: `nudge-${outcome}` };
+        const request = {
+          id,
+          route: 'orders',
+          fingerprint: Buffer.from('fp'),
+          leaseMs: 5_000,
+          claimExpiryMs: 60_000,
+        };
+        await store.claim(request);
+        await store.claim(request); // a repeat saw it: attempts 2
+        const changed =
+          outcome === 'release'
+            ? await store.release(id, '1')
+            : await store.complete(id, '1', response, 60_000);
+        expect(changed).toBe(true);
+        expect(await listener.next(id)).toBe(true);
+      }
+    } finally {
+      await listener.close();
+    }
+  });
+
+  test('prune deletes expired records on every shard, in batches, and leaves live ones', async () => {
+    const table = uniqueTable('citus_prune');
+    await migrate(pool, table);
+    const store = new PostgresKeyStore(pool, table);
+    const ids = Array.from({ length: 45 }, (_, i) => ({ scope: 's', tenant: '', key: `p${i}` }));
+    for (const id of ids) {
+      const claim = await store.claim({
+        id,
+        route: 'r',
+        fingerprint: Buffer.from('f'),
+        leaseMs: 1_000,
+        claimExpiryMs: 60_000,
+      });
+      if (claim.kind === 'claimed') await store.complete(id, claim.fence, response, 60_000);
+    }
+    await pool.query(
+      `UPDATE ${table} SET expires_at = now() - interval '1 s', prune_after = now() - interval '1 s'
+        WHERE key <> ALL($1::text[])`,
+      [['p0', 'p1', 'p2', 'p3', 'p4']],
+    );
+    expect(await pruneExpired(pool, table, { batchSize: 15 })).toEqual({
+      deleted: 40,
+      batches: 3,
+      skipped: false,
+    });
+    const { rows } = await pool.query<{ key: string }>(`SELECT key FROM ${table} ORDER BY key`);
+    expect(rows.map((r) => r.key)).toEqual(['p0', 'p1', 'p2', 'p3', 'p4']);
+    expect(await deleteRecord(pool, table, ids[0]!)).toBe(true);
+    expect(await deleteRecord(pool, table, ids[0]!)).toBe(false);
+    await pool.query(`DROP TABLE ${table}, ${table}_migrations`);
+  });
+});
+
+/** The active workers' ports, in order. */
+async function citusWorkerPorts(pool: Pool): Promise<number[]> {
+  const { rows } = await pool.query<{ node_port: number }>(
+    'SELECT node_port::int FROM citus_get_active_worker_nodes() ORDER BY 1',
+  );
+  return rows.map((row) => row.node_port);
+}
+
+/** A LISTEN on the coordinator; next(id) says whether id's digest arrives within a second. */
+async function listen(
+  url: string,
+  channel: string,
+): Promise<{ next(id: RecordId): Promise<boolean>; close(): Promise<void> }> {
+  const client = new Client({ connectionString: url });
+  await client.connect();
+  const seen: string[] = [];
+  client.on('notification', (n) => seen.push(n.payload ?? ''));
+  await client.query(`LISTEN "${channel}"`);
+  return {
+    async next(id) {
+      const digest = recordDigest(id);
+      for (let i = 0; i < 50 && !seen.includes(digest); i++) await sleep(20);
+      return seen.includes(digest);
+    },
+    close: () => client.end(),
+  };
+}
