@@ -12,6 +12,7 @@ import { CompletionListener, type EvictionSubscriber } from '../db/completion-li
 import { completionChannel, evictionChannel, PostgresKeyStore } from '../db/key-store';
 import { ReplayCache, startCounterFlush } from '../idempotency/replay-cache';
 import { migrate } from '../db/migrate';
+import { detectTopology } from '../db/topology';
 import { startPruner } from '../db/pruner';
 import { ConfigError } from '../errors';
 import { ProxyMetrics } from '../observability/metrics';
@@ -95,9 +96,17 @@ async function startServing(
 ): Promise<Running> {
   const migration = await database.whenReady(() => migrate(database.pool, config.store.table));
   logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
+  const topology = await detectTopology(database.pool, config.store.table);
+  if (topology.kind === 'citus') {
+    logger.info(
+      { ...topology },
+      `store: a Citus ${topology.distributed ? `distributed table, ${topology.shards} shards on ${topology.nodes} node(s)` : 'database, table not distributed'}`,
+    );
+  }
 
   const metrics = new ProxyMetrics();
   const store = new PostgresKeyStore(database.pool, config.store.table, {
+    distributed: topology.kind === 'citus' && topology.distributed,
     onNamedStatementsLost: (error) =>
       logger.warn(
         { code: (error as { code?: unknown }).code },
