@@ -21,6 +21,8 @@ export class SseReader {
   /** Where in `pending` the next unread line starts. */
   private lineStart = 0;
   private dataLines: string[] = [];
+  /** The last chunk ended in a CR, read as a line end: an LF that comes next is its second half. */
+  private afterCr = false;
 
   /** The events a chunk completes (none, one or many). */
   push(chunk: Buffer): SseEvent[] {
@@ -28,11 +30,17 @@ export class SseReader {
     const events: SseEvent[] = [];
     let eventStart = 0;
     let at = this.lineStart;
+    if (this.afterCr && at < buffer.length) {
+      this.afterCr = false;
+      if (buffer[at] === LF) at += 1; // its bytes go with the next event, passed on unchanged
+    }
     for (let i = at; i < buffer.length; i++) {
       const byte = buffer[i];
       if (byte !== LF && byte !== CR) continue;
-      // A CR at the end of what has arrived may be the first half of a CRLF: wait for the next byte.
-      if (byte === CR && i + 1 === buffer.length) break;
+      // A CR ends its line at once, even as the last byte so far (an event ending there must not
+      // wait for more bytes, which may never come); an LF right after it is skipped, here or in
+      // the next chunk.
+      if (byte === CR && i + 1 === buffer.length) this.afterCr = true;
       const next = byte === CR && buffer[i + 1] === LF ? i + 2 : i + 1;
       if (i === at) {
         events.push({

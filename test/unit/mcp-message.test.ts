@@ -64,6 +64,17 @@ describe('SseReader', () => {
     );
   });
 
+  it('ends an event at a CR that is the last byte so far, and skips an LF that follows in the next chunk', () => {
+    const reader = new SseReader();
+    const [first] = reader.push(Buffer.from('data: 1\r\r'));
+    expect(first).toEqual({ bytes: Buffer.from('data: 1\r\r'), data: '1' });
+    // The LF completes the CRLF: not an empty line, so not an event of its own.
+    expect(reader.push(Buffer.from('\ndata: 2\r'))).toEqual([]);
+    const [second] = reader.push(Buffer.from('\n\r\n'));
+    expect(second).toEqual({ bytes: Buffer.from('\ndata: 2\r\n\r\n'), data: '2' });
+    expect(reader.rest().length).toBe(0);
+  });
+
   it('keeps an unfinished event as the rest, and ignores fields that only start with "data"', () => {
     const reader = new SseReader();
     expect(reader.push(Buffer.from('database: x\ndata: 1\n\ndata: 2'))).toHaveLength(1);
