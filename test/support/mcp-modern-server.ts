@@ -49,6 +49,28 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
     return server;
   });
 
+  const { server, origin } = await serveFetchHandler(handler, received);
+  return {
+    url: `${origin}/mcp`,
+    origin,
+    received,
+    executions: () => runs,
+    async close() {
+      await handler.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/**
+ * Serves an SDK v2 fetch handler on node:http at port 0, recording every request it receives; the
+ * caller closes the handler and the server.
+ */
+export async function serveFetchHandler(
+  handler: { fetch(request: Request): Promise<Response> },
+  received: RecordedRequest[],
+): Promise<{ server: http.Server; origin: string }> {
   const server = http.createServer((req, res) => {
     void (async () => {
       const request = await recordRequest(req);
@@ -73,18 +95,7 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    url: `${origin}/mcp`,
-    origin,
-    received,
-    executions: () => runs,
-    async close() {
-      await handler.close();
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return { server, origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
 /** An SDK v2 client pinned to 2026-07-28 (no fallback to the 2025 handshake). */
