@@ -7,12 +7,12 @@
 //             (route config `key: { derive: [body], window: 10m }`)
 //
 // `node dist/demo/agent-loop.js` runs both against the bundled payments service and the built proxy.
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { idempotentFetch, stepKey } from '../client';
 import { findFreePort } from '../db/embedded';
+import { startBuiltProxy } from './built-proxy';
 import { startPaymentsService } from './payments-service';
 
 export interface AgentLoopOptions {
@@ -174,23 +174,23 @@ routes:
 }
 
 async function main(): Promise<number> {
-  const root = path.resolve(__dirname, '..', '..');
   const payments = await startPaymentsService({ port: await findFreePort() });
   const port = await findFreePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-loop-'));
   const configFile = path.join(dir, 'proxy.yaml');
   fs.writeFileSync(configFile, agentLoopProxyYaml(payments.url, port));
-  const proxy = spawn(
-    process.execPath,
-    [path.join(root, 'dist', 'main.js'), 'serve', '--config', configFile],
-    {
-      cwd: root,
-      env: { ...process.env, LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'inherit', 'inherit'],
-    },
-  );
+  const cleanUp = async () => {
+    await payments.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const proxy = await startBuiltProxy({
+    configFile,
+    readyUrl: `http://127.0.0.1:${port}/health`,
+  }).catch(async (error: unknown) => {
+    await cleanUp();
+    throw error;
+  });
   try {
-    await waitForProxy(`http://127.0.0.1:${port}`, proxy);
     const common = {
       baseUrl: `http://127.0.0.1:${port}`,
       attemptTimeoutMs: 250,
@@ -215,28 +215,9 @@ async function main(): Promise<number> {
     });
     return explicit.refundsForOrder === 1 && derived.refundsForOrder === 1 ? 0 : 1;
   } finally {
-    await new Promise<void>((resolve) => {
-      if (proxy.exitCode !== null) return resolve();
-      proxy.once('exit', () => resolve());
-      proxy.kill('SIGTERM');
-    });
-    await payments.close();
-    fs.rmSync(dir, { recursive: true, force: true });
+    await proxy.close();
+    await cleanUp();
   }
-}
-
-async function waitForProxy(url: string, proxy: ChildProcess): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (proxy.exitCode !== null) throw new Error(`the proxy exited with code ${proxy.exitCode}`);
-    const ok = await fetch(`${url}/health`).then(
-      (response) => response.ok,
-      () => false,
-    );
-    if (ok) return;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  throw new Error('the proxy did not start within 60 s');
 }
 
 if (require.main === module) {
