@@ -69,6 +69,9 @@ export function startStreaming(
   if (typeof contentLength === 'string' && statusHasBody(status))
     flat.push('content-length', contentLength);
   res.writeHead(status, flat);
+  // Node holds a head back until the first body write; an event stream may stay quiet for a while,
+  // and its client is waiting for the head to know the stream is open.
+  res.flushHeaders();
 }
 
 /**

@@ -47,6 +47,7 @@ const METHOD = ['method'];
 const TOOL = ['params', 'name'];
 const ARGUMENTS = ['params', 'arguments'];
 const KEY_PARAM = ['params', 'idempotencyKey'];
+const INPUT_RESPONSES = ['params', 'inputResponses'];
 const ID = ['id'];
 const CANCELLED_ID = ['params', 'requestId'];
 
@@ -116,11 +117,21 @@ export function derivedToolCallKey(call: McpCall, parsed: ParsedJson, mcp: McpPo
   );
 }
 
+/**
+ * Tool, arguments and — for a continuation round of an `input_required` call (2026-07-28) — the
+ * user's answers: round 1 is always released, so it needs no key of its own, but a declined and an
+ * accepted continuation are different calls, and a stored decline must not answer a later
+ * acceptance. `requestState` stays out: a server may mint a new one for each round it asks, and a
+ * retry of the same answers must find the same record.
+ */
 function toolCallHash(domain: string, call: McpCall, parsed: ParsedJson, mcp: McpPolicy): Buffer {
   const ignore = mcp.ignore.map((path) => [...ARGUMENTS, ...path]);
   const args = canonicalizeAt(parsed, ARGUMENTS, ignore);
-  return new FramedHash(domain)
+  const answers = canonicalizeAt(parsed, INPUT_RESPONSES);
+  const hash = new FramedHash(domain)
     .field(call.tool)
-    .optionalList(args === undefined ? undefined : [args])
-    .digest();
+    .optionalList(args === undefined ? undefined : [args]);
+  // Added only when present, so a call without answers hashes as it did before rounds existed.
+  if (answers !== undefined) hash.field('inputResponses').field(answers);
+  return hash.digest();
 }

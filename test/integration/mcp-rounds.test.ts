@@ -64,7 +64,7 @@ async function connectConfirmingClient(): Promise<{ client: Client; elicitations
   return { client, elicitations: () => elicitations };
 }
 
-test('the SDK v2 client confirms and refunds once; a second callTool within the window is replayed without asking again', async () => {
+test('the SDK v2 client confirms and refunds once; a second callTool is asked again and its confirmation replayed', async () => {
   const order = orderId('rounds-sdk');
   const { client, elicitations } = await connectConfirmingClient();
   try {
@@ -75,12 +75,13 @@ test('the SDK v2 client confirms and refunds once; a second callTool within the 
     expect(upstream.refunds(order)).toBe(1);
     expect(elicitations()).toBe(1);
 
-    // The agent repeats the whole call: its first round now carries the continuation's key.
+    // The agent repeats the whole call: round 1 has a key of its own (always released), so the
+    // server asks again; the same answer is the same continuation, replayed without a refund.
     const again = await client.callTool({ name: 'refund', arguments: args });
     expect(resultText(again)).toBe(resultText(first));
-    expect(upstream.asked(order)).toBe(1);
+    expect(upstream.asked(order)).toBe(2);
     expect(upstream.refunds(order)).toBe(1);
-    expect(elicitations()).toBe(1);
+    expect(elicitations()).toBe(2);
   } finally {
     await client.close();
   }
@@ -89,15 +90,24 @@ test('the SDK v2 client confirms and refunds once; a second callTool within the 
       (request.json as { params?: { arguments?: { order_id?: string } } } | undefined)?.params
         ?.arguments?.order_id === order,
   );
-  expect(calls).toHaveLength(2); // round 1 and the continuation; the repeat never reached it
+  expect(calls).toHaveLength(3); // round 1, the continuation, round 1 again; never the continuation again
   expect((calls[1]!.json as { params: Record<string, unknown> }).params).toMatchObject(
     continuation(order),
   );
-  // Three log lines under one derived key: round 1 and the continuation forwarded, the repeat
-  // (whose first round carried the same key) replayed.
-  const lines = (await toolLogLines(proxy, 3)).slice(-3);
-  expect(lines.map((line) => line.outcome)).toEqual(['executed', 'executed', 'replayed']);
-  expect(new Set(lines.map((line) => line.key)).size).toBe(1);
+  const lines = (await toolLogLines(proxy, 4)).slice(-4);
+  expect(lines.map((line) => line.outcome)).toEqual([
+    'executed',
+    'executed',
+    'executed',
+    'replayed',
+  ]);
+  expect(lines.map((line) => line.key)).toEqual([
+    lines[0]!.key,
+    lines[1]!.key,
+    lines[0]!.key,
+    lines[1]!.key,
+  ]);
+  expect(lines[0]!.key).not.toBe(lines[1]!.key);
   expect(lines[0]).toMatchObject({ tool: 'refund', keyDerived: true });
 });
 
@@ -130,24 +140,26 @@ test('raw rounds: the first round is released and runs again; the continuation r
   expect(finalMessage(retried).id).toBe(4);
   expect(resultText(result(retried))).toBe(refund);
 
-  // Same derived key: a first round sent after the continuation stored gets the refund too.
+  // A first round sent after the continuation was stored is a new question, not a replay: its
+  // key has no answers in it. Nothing is refunded until the same answers come back.
   const lateFirst = await round(5, order);
-  expect(lateFirst.headers.get('idempotent-replayed')).toBe('true');
-  expect(resultText(result(lateFirst))).toBe(refund);
-  expect(upstream.asked(order)).toBe(2);
+  expect(lateFirst.headers.get('idempotent-replayed')).toBeNull();
+  expect(result(lateFirst)).toMatchObject({ resultType: 'input_required' });
+  expect(upstream.asked(order)).toBe(3);
   expect(upstream.refunds(order)).toBe(1);
 
-  const keys = proxy.logs
+  const lines = proxy.logs
     .filter((line) => line.msg === 'request' && line.tool === 'refund')
     .slice(-5)
     .map((line) => [line.key, line.outcome]);
-  expect(new Set(keys.map(([key]) => key)).size).toBe(1);
-  expect(keys.map(([, outcome]) => outcome)).toEqual([
-    'executed',
-    'executed',
-    'executed',
-    'replayed',
-    'replayed',
+  const [firstRound, continuationKey] = [lines[0]![0], lines[2]![0]];
+  expect(firstRound).not.toBe(continuationKey);
+  expect(lines).toEqual([
+    [firstRound, 'executed'],
+    [firstRound, 'executed'],
+    [continuationKey, 'executed'],
+    [continuationKey, 'replayed'],
+    [firstRound, 'executed'],
   ]);
 });
 

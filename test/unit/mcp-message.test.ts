@@ -172,6 +172,30 @@ describe('keys and fingerprints of a call', () => {
   });
 });
 
+describe('continuation rounds (input_required, 2026-07-28)', () => {
+  it('key the user’s answers with the call, but never the server’s requestState', () => {
+    const args = { order: 'o1', amount: 5 };
+    const first = readCall(call(1, 'refund', args));
+    const accept = (state: string, id = 2) =>
+      readCall(
+        call(id, 'refund', args, {
+          inputResponses: { confirm: { action: 'accept' } },
+          requestState: state,
+        }),
+      );
+    const decline = readCall(
+      call(3, 'refund', args, { inputResponses: { confirm: { action: 'decline' } } }),
+    );
+    const key = (m: ReturnType<typeof readCall>) => derivedToolCallKey(m.call, m.parsed, mcp);
+    const print = (m: ReturnType<typeof readCall>) =>
+      toolCallFingerprint(m.call, m.parsed, mcp).toString('hex');
+    expect(key(accept('s1'))).toBe(key(accept('s2', 9)));
+    expect(print(accept('s1'))).toBe(print(accept('s2', 9)));
+    expect(new Set([key(first), key(accept('s1')), key(decline)]).size).toBe(3);
+    expect(new Set([print(first), print(accept('s1')), print(decline)]).size).toBe(3);
+  });
+});
+
 describe('stored messages', () => {
   it('are answered under each retry’s own id', () => {
     const stored = storedMessage('result', '{"content":[]}');
