@@ -329,8 +329,8 @@ export interface KeyStoreOptions {
   /** Called once when the store stops naming statements because one did not survive. */
   readonly onNamedStatementsLost?: (error: Error) => void;
   /**
-   * Whether the table is a Citus distributed table (topology.ts); unset, the store finds out with its
-   * first statement.
+   * Whether the table is a Citus distributed table (topology.ts); unset, the store finds out itself
+   * (one query, sent when it is made).
    */
   readonly distributed?: boolean;
 }
