@@ -74,6 +74,9 @@ export class PassThrough {
     const hasBody = chunked || (length !== undefined && length !== '0');
     const watchesUpload = chunked || (hasBody && Number(length) >= STREAMED_UPLOAD_BYTES);
     const exchange = new Exchange(res, route, watchesUpload ? upstream.timeoutMs : 0);
+    // An event-stream subscription (EventSource, an MCP client's GET) is quiet for as long as the
+    // server has nothing to say: the upstream timeout is for an answer, not for such silence.
+    const subscribes = req.method === 'GET' && /text\/event-stream/i.test(incoming.accept ?? '');
     this.pools.dispatcher(upstream).dispatch(
       {
         method: req.method as Dispatcher.HttpMethod,
@@ -81,7 +84,7 @@ export class PassThrough {
         headers: upstreamHeaders(req, target),
         body: chunked ? chunksOf(req) : hasBody ? req : null,
         headersTimeout: watchesUpload ? 0 : upstream.timeoutMs,
-        bodyTimeout: upstream.timeoutMs,
+        bodyTimeout: subscribes ? 0 : upstream.timeoutMs,
       },
       exchange,
     );
@@ -168,7 +171,11 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.resumeUpstream = resume;
     const res = this.res;
     if (res.destroyed) return true;
-    res.writeHead(status, statusText, responseHeaders(raw, res.shouldKeepAlive));
+    const headers = responseHeaders(raw, res.shouldKeepAlive);
+    res.writeHead(status, statusText, headers);
+    // Node holds a head back until the first body write; an event stream's client is waiting for
+    // it to know the stream is open, and the first event may be minutes away.
+    if (isEventStream(headers)) res.flushHeaders();
     return true;
   }
 
@@ -265,6 +272,14 @@ function responseHeaders(raw: Buffer[], keepAlive: boolean): string[] {
   }
   headers.push('connection', keepAlive ? 'keep-alive' : 'close');
   return headers;
+}
+
+function isEventStream(headers: readonly string[]): boolean {
+  for (let i = 0; i < headers.length; i += 2) {
+    if (headers[i]!.toLowerCase() === 'content-type')
+      return /^\s*text\/event-stream/i.test(headers[i + 1]!);
+  }
+  return false;
 }
 
 // ---- websocket upgrades: http-proxy ----
