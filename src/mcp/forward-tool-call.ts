@@ -4,11 +4,11 @@
 // unknown outcome, decided by the route's `unknownOutcome` as on REST routes (SPEC §4, §9).
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
-import { outgoingHeaders, transportFailure } from '../idempotency/forwarding';
-import type { Leader } from '../idempotency/local-keys';
-import type { ProtectedDeps, ProtectedRequest } from '../idempotency/protected-context';
+import { outgoingHeaders, transportFailure } from '../protected/outgoing';
+import type { Leader } from '../protected/local-keys';
+import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
 import type { RecordId, StoredResponse } from '../idempotency/record';
-import { completeRecord, releaseRecord, settleFailure } from '../idempotency/settle';
+import { completeRecord, releaseRecord, settleFailure } from '../protected/settle';
 import { sessionOf } from './in-flight-calls';
 import { JSON_HEADERS, jsonRpcError } from './jsonrpc';
 import { ToolCallAnswer, type ToolCallVerdict } from './tool-call-answer';

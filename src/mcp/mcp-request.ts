@@ -6,10 +6,11 @@ import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
 import { derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
-import { fail } from '../idempotency/answers';
-import type { ProtectedDeps, ProtectedRequest } from '../idempotency/protected-context';
-import { claimAndAnswer } from '../idempotency/protected-request';
-import { forwardUnstored } from '../idempotency/shadow';
+import { problem } from '../protected/answer';
+import { respond } from '../protected/respond';
+import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
+import { answerCall, recordIdOf } from '../protected/decide';
+import { forwardUnstored } from '../protected/shadow';
 import { sessionOf } from './in-flight-calls';
 import { INVALID_REQUEST, writeJsonRpcError } from './jsonrpc';
 import {
@@ -38,13 +39,15 @@ export async function handleMcpRequest(
     // Too large to tell what it is, so it cannot pass as "not a tool call"; the unread rest would
     // be parsed as the next request, so the connection closes.
     res.shouldKeepAlive = false;
-    return fail(
+    return respond(
       { ...request, mcp: UNKNOWN_CALL },
-      'too_large',
-      new ProxyError(
-        'REQUEST_TOO_LARGE',
-        `The message is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller one.`,
-        { route: route.name },
+      problem(
+        'too_large',
+        new ProxyError(
+          'REQUEST_TOO_LARGE',
+          `The message is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller one.`,
+          { route: route.name },
+        ),
       ),
     );
   }
@@ -73,13 +76,15 @@ export async function handleMcpRequest(
         data: { type: 'idempotency_call_not_supported' },
       });
     case 'duplicate-json-key':
-      return fail(
+      return respond(
         { ...request, mcp: UNKNOWN_CALL },
-        'bad_request',
-        new ProxyError(
-          'JSON_DUPLICATE_KEY',
-          'The message has an object with the same key twice, which parsers read differently, so the proxy cannot know which tool or arguments the server would run. Send each key once.',
-          { route: route.name },
+        problem(
+          'bad_request',
+          new ProxyError(
+            'JSON_DUPLICATE_KEY',
+            'The message has an object with the same key twice, which parsers read differently, so the proxy cannot know which tool or arguments the server would run. Send each key once.',
+            { route: route.name },
+          ),
         ),
       );
   }
@@ -94,24 +99,22 @@ export async function handleMcpRequest(
     policy.key.header,
   );
   if (sent !== undefined && !sent.ok)
-    return fail(
+    return respond(
       toolRequest,
-      'invalid_key',
-      new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name }),
+      problem(
+        'invalid_key',
+        new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name }),
+      ),
     );
   const fingerprint = toolCallFingerprint(call, parsed, mcp);
   if (sent !== undefined) {
     log.key = sent.key;
-    return claimAndAnswer(deps, toolRequest, sent.key, fingerprint, body);
+    const id = recordIdOf(toolRequest, sent.key);
+    return answerCall(deps, toolRequest, { id, fingerprint, body });
   }
   const key = derivedToolCallKey(call, parsed, mcp);
   log.key = key;
   log.keyDerived = true;
-  return claimAndAnswer(
-    deps,
-    { ...toolRequest, policy: derivedKeyPolicy(policy) },
-    key,
-    fingerprint,
-    body,
-  );
+  const derived = { ...toolRequest, policy: derivedKeyPolicy(policy) };
+  return answerCall(deps, derived, { id: recordIdOf(derived, key), fingerprint, body });
 }

@@ -18,7 +18,7 @@ import {
   type ParsedJson,
   stringAt,
 } from '../idempotency/canonical-json';
-import { startStreaming, writeChunk } from '../idempotency/forwarding';
+import { startStreaming, writeChunk } from '../protected/outgoing';
 import type { HeaderPairs } from '../idempotency/record';
 import type { ResponseReceiver } from '../upstream/protected';
 import { errorMessage, type JsonRpcErrorObject, storedMessage } from './jsonrpc';

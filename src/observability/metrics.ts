@@ -2,7 +2,7 @@
 // operations, status classes — never a key or a tenant, which would explode cardinality and leak data.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestLogEntry } from '../http/request-log';
-import type { ProtectedObserver } from '../idempotency/protected-context';
+import type { ProtectedObserver } from '../protected/context';
 
 const PREFIX = 'idempotency_proxy_';
 const MAX_TOOL_LABELS = 100;

@@ -2,34 +2,41 @@
 // learnt (local-keys.ts) instead of the store: the answer for each verdict, and the lookup of a large
 // body by its raw fingerprint (the replay cache, then the leader) before any canonical JSON.
 import { performance } from 'node:perf_hooks';
-import { fail, inFlight, replay, reused, storeUnavailableError } from './answers';
-import type { ProtectedDeps, ProtectedRequest } from './protected-context';
-import { type RecordId, recordText } from './record';
+import { type RecordId, recordText } from '../idempotency/record';
+import { type Answer, CLIENT_GONE, inFlight, problem, replayOf, reused } from './answer';
+import type { ProtectedDeps, ProtectedRequest } from './context';
+import { storeUnavailableError } from './store-call';
 import { clientGone } from './wait-for-change';
+
+/** The leader learnt nothing that answers this repeat: claim (after trying to lead, or not). */
+export interface AskStore {
+  readonly kind: 'ask-store';
+  readonly lead: boolean;
+}
 
 /**
  * A large body's repeat answered without its canonical fingerprint: from the replay cache, or from
  * this process's first request of the key, when either has seen exactly these bytes.
  */
-export async function answeredByRaw(
+export async function answerByRaw(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   id: RecordId,
   raw: Buffer,
-): Promise<boolean> {
+): Promise<Answer | undefined> {
   const cached = deps.cache?.lookupRaw(id, raw);
   if (cached) {
     request.log.cached = true;
-    replay(request, cached);
-    return true;
+    return replayOf(cached);
   }
-  if (deps.localKeys === undefined) return false;
-  return (await followLeader(deps, request, id, undefined, raw)) === undefined;
+  if (deps.localKeys === undefined) return undefined;
+  const followed = await followLeader(deps, request, id, undefined, raw);
+  return followed.kind === 'ask-store' ? undefined : followed;
 }
 
 /**
- * Answers a repeat from what this process's first request of its key learnt (local-keys.ts), or
- * returns what to do when that does not answer it: claim, after trying to lead (`lead`) or not.
+ * The answer to a repeat from what this process's first request of its key learnt (local-keys.ts),
+ * or what to do when that does not answer it.
  */
 export async function followLeader(
   deps: ProtectedDeps,
@@ -37,7 +44,7 @@ export async function followLeader(
   id: RecordId,
   fingerprint: Buffer | undefined,
   raw: Buffer | undefined,
-): Promise<{ readonly lead: boolean } | undefined> {
+): Promise<Answer | AskStore> {
   const { policy, log } = request;
   const text = recordText(id);
   const waitStarted = performance.now();
@@ -55,25 +62,20 @@ export async function followLeader(
     log.coalesced = true;
     deps.cache?.count(id, verdict.kind === 'replay', text);
   }
+  const route = request.route.name;
   switch (verdict.kind) {
     case 'replay':
-      replay(request, verdict.response);
-      break;
+      return replayOf(verdict.response);
     case 'mismatch':
-      reused(request, id.key);
-      break;
+      return reused(route, id.key, request.mcp !== undefined);
     case 'in-flight':
     case 'too-many-waiters':
-      inFlight(request, id.key, verdict.leaseRemainingMs);
-      break;
+      return inFlight(route, id.key, verdict.leaseRemainingMs);
     case 'store-down':
-      fail(request, 'store_unavailable', storeUnavailableError(request, undefined));
-      break;
+      return problem('store_unavailable', storeUnavailableError(request, undefined));
     case 'client-gone':
-      log.outcome = 'client_gone';
-      break;
+      return CLIENT_GONE;
     case 'ask-store':
       return verdict;
   }
-  return undefined;
 }

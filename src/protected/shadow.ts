@@ -20,9 +20,9 @@ import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
 import type { UpstreamPools } from '../upstream/protected';
-import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './forwarding';
-import type { ProtectedDeps, ProtectedRequest } from './protected-context';
-import type { ClaimResult } from './record';
+import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './outgoing';
+import type { ProtectedDeps, ProtectedRequest } from './context';
+import type { ClaimResult } from '../idempotency/record';
 
 export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;
 

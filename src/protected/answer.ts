@@ -1,0 +1,73 @@
+// What the proxy answers a protected request with, as a value: the state machine (decide.ts,
+// follow-leader.ts, settle.ts) returns one, and respond.ts alone writes it and sets the log's
+// outcome. Forwarding is not an answer but a decision (decide.ts); what the upstream says is
+// written by the forward itself, as it arrives.
+import { ProxyError } from '../errors';
+import type { Outcome } from '../http/request-log';
+import type { StoredResponse } from '../idempotency/record';
+import { problemBody, problemHeaders } from '../http/problem';
+import type { HeaderPairs } from '../idempotency/record';
+import { storedUnknownOutcome } from '../mcp/jsonrpc';
+import { OUTCOME_HEADER, type ProtectedRequest } from './context';
+
+export type Answer =
+  /** The stored response (or stored unknown outcome) of an earlier request with the key. */
+  | { readonly kind: 'replay'; readonly stored: StoredResponse }
+  /** One of the proxy's own refusals or failures (problem+json, or JSON-RPC on MCP routes). */
+  | { readonly kind: 'problem'; readonly outcome: Outcome; readonly error: ProxyError }
+  /** The answer this request made itself for an upstream that may have acted (SPEC §4). */
+  | { readonly kind: 'unknown-outcome'; readonly stored: StoredResponse }
+  /** A waiting request whose client left: nobody to answer. */
+  | { readonly kind: 'client-gone' };
+
+export function replayOf(stored: StoredResponse): Answer {
+  return { kind: 'replay', stored };
+}
+
+export function problem(outcome: Outcome, error: ProxyError): Answer {
+  return { kind: 'problem', outcome, error };
+}
+
+export const CLIENT_GONE: Answer = { kind: 'client-gone' };
+
+export function inFlight(route: string, key: string, leaseRemainingMs: number): Answer {
+  const seconds = Math.max(1, Math.ceil(leaseRemainingMs / 1000));
+  return problem(
+    'in_flight',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_IN_FLIGHT',
+      `A request with this key is still being processed. Retry after ${seconds} s with the same key to get its result.`,
+      { route, key, retryAfterSeconds: seconds },
+    ),
+  );
+}
+
+export function reused(route: string, key: string, toolCall: boolean): Answer {
+  return problem(
+    'mismatch',
+    new ProxyError(
+      'IDEMPOTENCY_KEY_REUSED',
+      toolCall
+        ? 'This key was already used for a call with another tool or other arguments. Use a new key for a new call, or resend the original call unchanged to get its stored result.'
+        : 'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+      { route, key },
+    ),
+  );
+}
+
+/**
+ * The answer for a request that may have run: stored under `fail`, marked either way. A problem on
+ * REST routes, a JSON-RPC error (without an id: each caller's is spliced in) for a tool call.
+ */
+export function unknownOutcomeResponse(
+  request: ProtectedRequest,
+  error: ProxyError,
+): StoredResponse {
+  if (request.mcp) return storedUnknownOutcome(error, OUTCOME_HEADER);
+  const body = Buffer.from(JSON.stringify(problemBody(error)));
+  const headers: HeaderPairs = [
+    ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+    [OUTCOME_HEADER, 'unknown'],
+  ];
+  return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+}
