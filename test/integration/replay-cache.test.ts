@@ -89,7 +89,7 @@ test('nothing is served from memory while clears cannot be heard, and the cache 
   await postJson(`${a.url}/orders`, 'listener-1', {});
   await postJson(`${a.url}/orders`, 'listener-1', {});
   expect(a.cache!.size).toBeGreaterThan(0);
-  await a.pool.query('SELECT pg_terminate_backend($1)', [a.listener.stats.backendPid]);
+  await a.pool.query('SELECT pg_terminate_backend($1::int)', [a.listener.stats.backendPid]);
   for (let i = 0; i < 20 && a.listener.stats.connected; i++) await sleep(10);
   const during = await postJson(`${a.url}/orders`, 'listener-1', {});
   expect(during.headers['idempotent-replayed']).toBe('true');

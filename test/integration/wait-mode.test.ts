@@ -134,7 +134,7 @@ test('a waiter executes the request itself when the first one is released', asyn
 test('falls back to polling while the listener connection is gone, and reconnects by itself', async () => {
   const pid = proxy.listener.stats.backendPid;
   expect(pid).toBeDefined();
-  await proxy.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+  await proxy.pool.query('SELECT pg_terminate_backend($1::int)', [pid]);
   await sleep(50);
   const first = postJson(`${other.url}/jobs`, 'wait-poll', {}, { 'x-wait': '300' });
   await sleep(50);
