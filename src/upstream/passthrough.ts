@@ -132,7 +132,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     /** The idle timeout while a large body goes up (STREAMED_UPLOAD_BYTES); 0: undici's. */
     private readonly uploadTimeoutMs: number,
   ) {
-    res.once('close', this.onClientClose);
+    res.on('close', this.onClientClose); // emitted once; `once` would wrap it per request
   }
 
   /** The client hung up (or the answer is done): stop the upstream request if it still runs. */
@@ -171,11 +171,11 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.resumeUpstream = resume;
     const res = this.res;
     if (res.destroyed) return true;
-    const headers = responseHeaders(raw, res.shouldKeepAlive);
-    res.writeHead(status, statusText, headers);
+    const head = responseHeaders(raw, res.shouldKeepAlive);
+    res.writeHead(status, statusText, head.headers);
     // Node holds a head back until the first body write; an event stream's client is waiting for
     // it to know the stream is open, and the first event may be minutes away.
-    if (isEventStream(headers)) res.flushHeaders();
+    if (head.eventStream) res.flushHeaders();
     return true;
   }
 
@@ -250,19 +250,30 @@ function upstreamHeaders(req: http.IncomingMessage, target: RequestTarget): stri
   return headers;
 }
 
+interface ResponseHead {
+  readonly headers: string[];
+  /** Content-Type text/event-stream. */
+  readonly eventStream: boolean;
+}
+
 /**
- * The upstream's status line headers for the client, from the raw list (repeated headers stay
+ * The upstream's response headers for the client, from the raw list (repeated headers stay
  * repeated, names keep their spelling), without hop-by-hop ones, including those its Connection
  * header names. Our hop's Connection header is ours to decide: `close` when the client asked for it.
  */
-function responseHeaders(raw: Buffer[], keepAlive: boolean): string[] {
+function responseHeaders(raw: Buffer[], keepAlive: boolean): ResponseHead {
   const headers: string[] = [];
   let connection: string[] | undefined;
+  let eventStream = false;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!.toString('latin1');
     const lower = name.toLowerCase();
-    if (lower === 'connection') (connection ??= []).push(raw[i + 1]!.toString('latin1'));
-    else if (!HOP_BY_HOP.has(lower)) headers.push(name, raw[i + 1]!.toString('latin1'));
+    const value = raw[i + 1]!.toString('latin1');
+    if (lower === 'connection') (connection ??= []).push(value);
+    else if (!HOP_BY_HOP.has(lower)) {
+      headers.push(name, value);
+      if (lower === 'content-type') eventStream = /^\s*text\/event-stream/i.test(value);
+    }
   }
   const listed = connectionTokens(connection);
   if (listed.length > 0) {
@@ -271,15 +282,7 @@ function responseHeaders(raw: Buffer[], keepAlive: boolean): string[] {
     }
   }
   headers.push('connection', keepAlive ? 'keep-alive' : 'close');
-  return headers;
-}
-
-function isEventStream(headers: readonly string[]): boolean {
-  for (let i = 0; i < headers.length; i += 2) {
-    if (headers[i]!.toLowerCase() === 'content-type')
-      return /^\s*text\/event-stream/i.test(headers[i + 1]!);
-  }
-  return false;
+  return { headers, eventStream };
 }
 
 // ---- websocket upgrades: http-proxy ----
