@@ -1,0 +1,135 @@
+// A KeyStore held in a Map, with the PostgreSQL store's semantics (claims, fences, leases,
+// completion, release, takeover, settling an unknown outcome), for unit tests of the state machine
+// (decide.ts). The integration suite runs the same paths against PostgreSQL.
+import type {
+  ClaimRequest,
+  ClaimResult,
+  KeyStore,
+  PeekResult,
+  RecordId,
+  StoredResponse,
+} from '../../src/idempotency/record';
+import { recordText } from '../../src/idempotency/record';
+
+interface Row {
+  fingerprint: Buffer;
+  state: 'in_progress' | 'completed';
+  fence: number;
+  leaseEndsAt: number;
+  expiresAt: number;
+  response: StoredResponse | undefined;
+  attempts: number;
+}
+
+export class MemoryKeyStore implements KeyStore {
+  readonly rows = new Map<string, Row>();
+  /** Store operations in the order they were called, for assertions. */
+  readonly calls: string[] = [];
+  /** When set, every operation rejects with it (a store that went away). */
+  failWith: Error | undefined;
+
+  constructor(readonly now: () => number = () => Date.now()) {}
+
+  /** Seeds a record as another instance would have left it. */
+  seed(id: RecordId, row: Partial<Row> & Pick<Row, 'fingerprint' | 'state'>): void {
+    this.rows.set(recordText(id), {
+      fence: 1,
+      leaseEndsAt: this.now() + 60_000,
+      expiresAt: this.now() + 3_600_000,
+      response: undefined,
+      attempts: 1,
+      ...row,
+    });
+  }
+
+  row(id: RecordId): Row | undefined {
+    return this.rows.get(recordText(id));
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    this.enter('claim');
+    const text = recordText(request.id);
+    const now = this.now();
+    const row = this.rows.get(text);
+    if (row === undefined || row.expiresAt <= now) {
+      this.rows.set(text, {
+        fingerprint: request.fingerprint,
+        state: 'in_progress',
+        fence: 1,
+        leaseEndsAt: now + request.leaseMs,
+        expiresAt: now + request.claimExpiryMs,
+        response: undefined,
+        attempts: 1,
+      });
+      return { kind: 'claimed', fence: '1', attempts: 1 };
+    }
+    row.attempts++;
+    const attempts = row.attempts;
+    if (!row.fingerprint.equals(request.fingerprint)) return { kind: 'mismatch', attempts };
+    if (row.state === 'completed')
+      return {
+        kind: 'completed',
+        response: row.response!,
+        expiresInMs: row.expiresAt - now,
+        attempts,
+      };
+    const leaseRemainingMs = Math.max(0, row.leaseEndsAt - now);
+    return { kind: 'in-flight', fence: String(row.fence), leaseRemainingMs, attempts };
+  }
+
+  async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
+    this.enter('complete');
+    const row = this.current(id, fence);
+    if (row === undefined) return false;
+    Object.assign(row, { state: 'completed', response, expiresAt: this.now() + ttlMs });
+    return true;
+  }
+
+  async release(id: RecordId, fence: string) {
+    this.enter('release');
+    if (this.current(id, fence) === undefined) return false;
+    this.rows.delete(recordText(id));
+    return true;
+  }
+
+  async flushCounters() {
+    this.enter('flushCounters');
+  }
+
+  async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
+    this.enter('peek');
+    const row = this.rows.get(recordText(id));
+    if (row === undefined) return { kind: 'absent' };
+    if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
+    if (row.state === 'completed') return { kind: 'completed' };
+    return { kind: 'in-flight', leaseRemainingMs: Math.max(0, row.leaseEndsAt - this.now()) };
+  }
+
+  async takeOver(id: RecordId, fence: string, leaseMs: number, claimExpiryMs: number) {
+    this.enter('takeOver');
+    const row = this.current(id, fence);
+    if (row === undefined || row.leaseEndsAt > this.now()) return null;
+    row.fence++;
+    row.leaseEndsAt = this.now() + leaseMs;
+    row.expiresAt = Math.max(row.expiresAt, this.now() + claimExpiryMs);
+    return String(row.fence);
+  }
+
+  async settleUnknown(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
+    this.enter('settleUnknown');
+    const row = this.current(id, fence);
+    if (row === undefined || row.leaseEndsAt > this.now()) return null;
+    Object.assign(row, { state: 'completed', response, expiresAt: this.now() + ttlMs });
+    return response;
+  }
+
+  private enter(operation: string): void {
+    this.calls.push(operation);
+    if (this.failWith) throw this.failWith;
+  }
+
+  private current(id: RecordId, fence: string): Row | undefined {
+    const row = this.rows.get(recordText(id));
+    return row?.state === 'in_progress' && String(row.fence) === fence ? row : undefined;
+  }
+}
