@@ -12,6 +12,7 @@ import { StartupError } from './startup-error';
 import { runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
+import { describeStoreTopology } from './cli/check-store';
 
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseCliArgs(argv);
@@ -29,6 +30,7 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${describeConfig(config)}\n`);
     for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
+    process.stdout.write(`${await describeStoreTopology(config)}\n`);
     return 0;
   }
   const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });

@@ -4,6 +4,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { Pool } from 'pg';
+import { detectTopology, type Topology } from '../db/topology';
 import type { ProxyConfig } from '../config/types';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
@@ -66,6 +67,7 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   const config = deps.config();
   const checks: Record<string, string> = {};
   if (deps.draining()) checks.draining = 'shutting down: not accepting new work';
+  let topology: Topology | undefined;
   try {
     const { version, readOnly } = await withTimeout(
       schemaVersion(deps.pool, config.store.table),
@@ -77,12 +79,18 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
     if (readOnly)
       checks.store =
         'PostgreSQL is read-only (a standby, or a primary after failover): claims cannot be written';
+    topology = await withTimeout(
+      detectTopology(deps.pool, config.store.table),
+      READINESS_TIMEOUT_MS,
+    );
   } catch (error) {
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
   const ready = Object.keys(checks).length === 0;
+  // Where the table lives (SPEC §10), for whoever checks a rollout onto Citus or a new primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
+    ...(topology ? { store: topology } : {}),
     ...(ready ? {} : { checks }),
   });
 }

@@ -1,7 +1,7 @@
 // Where the keys table lives (SPEC §10): on one PostgreSQL, or distributed over a Citus cluster whose
 // coordinator the URL reaches. The store and the pruner pick their statements by it; migrate
 // distributes the table when the citus extension is there.
-import type { Pool, PoolClient } from 'pg';
+import type { Client, Pool, PoolClient } from 'pg';
 import { quoteTableName } from './identifier';
 
 export type Topology =
@@ -18,7 +18,7 @@ export type Topology =
 /** Citus's distribution column for the keys table: part of the primary key, and the most selective part. */
 export const DISTRIBUTION_COLUMN = 'key';
 
-type Queryable = Pool | PoolClient;
+type Queryable = Pool | PoolClient | Client;
 
 /** True when the citus extension is installed in this database. */
 export async function hasCitus(db: Queryable): Promise<boolean> {
@@ -58,4 +58,11 @@ export async function detectTopology(db: Queryable, tableName: string): Promise<
     nodes: row?.nodes ?? 0,
     shards: row?.shards ?? 0,
   };
+}
+
+/** One line for people (check, logs): where the table lives. */
+export function describeTopology(topology: Topology): string {
+  if (topology.kind === 'postgres') return 'one PostgreSQL';
+  if (!topology.distributed) return 'Citus, table not distributed yet (migrate distributes it)';
+  return `Citus, table distributed by ${DISTRIBUTION_COLUMN} in ${topology.shards} shards on ${topology.nodes} node(s)`;
 }

@@ -46,7 +46,14 @@ test('healthz and readyz answer 200 while the store is reachable', async () => {
   expect((await admin('/healthz')).json()).toEqual({ status: 'ok' });
   const ready = await admin('/readyz');
   expect(ready.status).toBe(200);
-  expect(ready.json()).toEqual({ status: 'ready' });
+  // Where the table lives: one PostgreSQL here (Citus reports distribution, shards and nodes).
+  expect(ready.json()).toEqual({
+    status: 'ready',
+    store:
+      process.env.CITUS_URL === process.env.DATABASE_URL && process.env.CITUS_URL
+        ? expect.objectContaining({ kind: 'citus' })
+        : { kind: 'postgres' },
+  });
 });
 
 test('metrics count requests by route and outcome, time the store, and never carry a key', async () => {

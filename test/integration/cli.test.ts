@@ -62,6 +62,22 @@ test('check prints the resolved routes and exits 0', async () => {
   expect(result.stdout).toContain('protected');
 });
 
+test('check says where the keys table lives, and reports an unreachable store without failing', async () => {
+  const file = writeConfig('topology.yaml', validConfig());
+  const env = { PROXY_PORT: '1', TABLE: 'keys_ok' };
+  const reached = await runCli(['check', '--config', file], env);
+  expect(reached.code).toBe(0);
+  expect(reached.stdout).toMatch(/^store topology: (one PostgreSQL|Citus, .*)$/m);
+  const closed = await runCli(['check', '--config', file], {
+    ...env,
+    DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none',
+  });
+  expect(closed.code).toBe(0);
+  expect(closed.stdout).toContain(
+    'store topology: not checked, PostgreSQL not reachable (connect ECONNREFUSED 127.0.0.1:1)',
+  );
+});
+
 test('check warns, and still exits 0, when a write to a protected path reaches a pass-through route', async () => {
   const file = writeConfig(
     'fallthrough.yaml',
