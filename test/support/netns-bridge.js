@@ -3,7 +3,7 @@
 // namespace an address: Unix sockets live in the file system, which namespaces share.
 // As a script (run inside a namespace with `ip netns exec`): node netns-bridge.js LISTEN=TARGET ...
 // where each side is tcp:HOST:PORT or unix:PATH; prints "ready" once every listener is up.
-/* global require, module, process */
+/* global require, module, process, setTimeout */
 /* eslint-disable @typescript-eslint/no-require-imports -- a plain CommonJS script */
 'use strict';
 const fs = require('node:fs');
@@ -17,12 +17,32 @@ function address(spec) {
 }
 
 /**
+ * Relays `from` to `to` with every chunk held back `delayMs` ± `jitterMs` (a network's latency, for
+ * kernels without tc netem), in order: a chunk never overtakes the one before it.
+ * @param {import('node:net').Socket} from
+ * @param {import('node:net').Socket} to
+ * @param {{ delayMs: number, jitterMs: number }} delay
+ */
+function relayDelayed(from, to, delay) {
+  let last = 0;
+  from.on('data', (chunk) => {
+    const wanted = Date.now() + delay.delayMs + (Math.random() * 2 - 1) * delay.jitterMs;
+    last = Math.max(last, wanted);
+    setTimeout(() => {
+      if (!to.destroyed) to.write(chunk);
+    }, last - Date.now());
+  });
+  from.on('end', () => setTimeout(() => to.end(), Math.max(0, last - Date.now())));
+}
+
+/**
  * @param {string} listen tcp:HOST:PORT (port 0 picks one) or unix:PATH
  * @param {string | (() => string)} target tcp:HOST:PORT or unix:PATH; a function is asked at each
  *   connection, so the target can be switched (connections made before stay where they are)
+ * @param {{ delayMs: number, jitterMs: number }} [delay] added latency each way
  * @returns {Promise<{ port: number | undefined, close(): Promise<void> }>}
  */
-function startBridge(listen, target) {
+function startBridge(listen, target, delay) {
   const sockets = new Set();
   const pairs = new Set();
   const server = net.createServer((client) => {
@@ -37,6 +57,11 @@ function startBridge(listen, target) {
     };
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
+    if (delay) {
+      relayDelayed(client, upstream, delay);
+      relayDelayed(upstream, client, delay);
+      return;
+    }
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -78,8 +103,14 @@ module.exports = { startBridge };
 if (require.main === module) {
   Promise.all(
     process.argv.slice(2).map((pair) => {
-      const [listen, target] = pair.split('=');
-      return startBridge(listen, target);
+      // LISTEN=TARGET, or LISTEN=TARGET=DELAY_MS:JITTER_MS for added latency each way.
+      const [listen, target, latency] = pair.split('=');
+      const [delayMs, jitterMs] = (latency ?? '').split(':').map(Number);
+      return startBridge(
+        listen,
+        target,
+        latency ? { delayMs, jitterMs: jitterMs || 0 } : undefined,
+      );
     }),
   ).then(
     () => process.stdout.write('ready\n'),
