@@ -1,4 +1,4 @@
-// The idempotency record's lifecycle and the store interface the protected-request state machine
+// The idempotency record's lifecycle and the store interface the protected-request state machine (protected/decide.ts)
 // talks to. The Postgres implementation is db/key-store.ts.
 //
 //   claim ──► in_progress ──► complete ──► completed ──(expires_at)──► absent

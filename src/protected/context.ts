@@ -1,5 +1,5 @@
 // What a protected request is handled with: its dependencies, the request itself, and the headers
-// the proxy adds. Shared by the state machine's modules (protected-request.ts and its helpers).
+// the proxy adds. Shared by the state machine's modules (decide.ts and its helpers).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import type { RequestLogEntry } from '../http/request-log';

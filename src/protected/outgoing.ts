@@ -1,5 +1,5 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
-// state machine (protected-request.ts) and shadow mode's unstored forwarding (shadow.ts).
+// state machine (forward.ts, mcp/forward-tool-call.ts) and shadow mode's unstored forwarding (shadow.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
