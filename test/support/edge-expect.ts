@@ -2,7 +2,7 @@
 // request produced (written just after its response ends, so it is awaited, not assumed).
 import type { TestResponse } from './http';
 import type { TestProxy } from './proxy';
-import { sleep } from './upstream';
+import { until } from './eventually';
 
 /** Codes Node's own HTTP parser answers with before the proxy sees the request. */
 const PARSER_CODES = ['BAD_REQUEST'];
@@ -40,11 +40,7 @@ export function requestLines(proxy: TestProxy): LogLine[] {
 
 /** Waits (bounded, polling) until `condition` holds; throws naming `what` if it never does. */
 export async function awaitCondition(condition: () => boolean, what: string): Promise<void> {
-  for (let waited = 0; waited < 5_000; waited += 10) {
-    if (condition()) return;
-    await sleep(10);
-  }
-  throw new Error(`gave up waiting for ${what}`);
+  await until(condition, what, { intervalMs: 10 });
 }
 
 /** Waits (bounded) until the proxy has written at least `count` request lines, and returns them. */

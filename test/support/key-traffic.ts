@@ -3,6 +3,7 @@
 // a 409 or a dropped connection, and now and then sends a finished key again, as clients retry.
 // Afterwards `settle` sends every key once more until it has a final answer, so every claim that the
 // database lost shows up as a second upstream execution.
+import { until } from './eventually';
 import { postJson, type TestResponse } from './http';
 import { sleep } from './upstream';
 
@@ -72,18 +73,18 @@ export function startKeyTraffic(options: {
     }
   };
   const running = Array.from({ length: options.workers }, (_, w) => worker(w));
-  const until = async (what: string, check: () => boolean, timeoutMs = 60_000): Promise<void> => {
-    const deadline = Date.now() + timeoutMs;
-    while (!check()) {
-      if (Date.now() > deadline) throw new Error(`key traffic: ${what} never happened`);
-      await sleep(20);
-    }
+  const untilTraffic = async (
+    what: string,
+    check: () => boolean,
+    timeoutMs = 60_000,
+  ): Promise<void> => {
+    await until(check, `key traffic: ${what}`, { timeoutMs });
   };
   return {
     answers,
     keys,
     executedAnswers: () => answers.filter((a) => a.status === 201 && !a.replayed).length,
-    until,
+    until: untilTraffic,
     async stop() {
       stopping = true;
       await Promise.all(running);

@@ -2,6 +2,7 @@
 // concurrent duplicate, `/reject-mcp` answers it at once, `/retry-mcp` lets a repeat take over an
 // unknown outcome after a short lease. Every route protects `refund*` and `fail_refund` and leaves
 // `arguments.trace_id` out of fingerprint and derived key.
+import { until } from './eventually';
 import { startProxy, type TestProxy } from './proxy';
 
 export interface McpProxyOptions {
@@ -49,18 +50,22 @@ export function startMcpProxy(
   return startProxy({ yaml: mcpProxyYaml(upstreamOrigin), ...options });
 }
 
-/** The proxy's request log lines that name a tool (a line is written just after its response ends). */
+/**
+ * The proxy's request log lines that name a tool (a line is written just after its response ends),
+ * once there are `count` of them — or, after `timeoutMs`, the ones there are, for the caller's
+ * assertion to report.
+ */
 export async function toolLogLines(
   proxy: TestProxy,
   count: number,
   timeoutMs = 2_000,
 ): Promise<Record<string, unknown>[]> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const lines = proxy.logs.filter((line) => line.msg === 'request' && line.tool !== undefined);
-    if (lines.length >= count || Date.now() > deadline) return lines;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  const lines = () =>
+    proxy.logs.filter((line) => line.msg === 'request' && line.tool !== undefined);
+  await until(() => lines().length >= count, `${count} tool log lines`, { timeoutMs }).catch(
+    () => undefined,
+  );
+  return lines();
 }
 
 let counter = 0;

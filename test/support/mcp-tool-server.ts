@@ -9,6 +9,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import { eventually } from './eventually';
 
 export type ToolName = 'refund' | 'refund_partial' | 'get_balance' | 'fail_refund';
 
@@ -251,12 +252,13 @@ export async function startMcpToolServer(options: ToolServerOptions): Promise<Mc
             (tool === undefined || (body.params as { name?: unknown } | undefined)?.name === tool),
         ),
     async untilExecutions(wanted, tool, timeoutMs = 5_000) {
-      const deadline = Date.now() + timeoutMs;
-      while (count(tool) < wanted) {
-        if (Date.now() > deadline)
-          throw new Error(`${tool ?? 'tools'} ran ${count(tool)} times, not ${wanted}`);
-        await sleep(10);
-      }
+      await eventually(
+        () => {
+          if (count(tool) < wanted)
+            throw new Error(`${tool ?? 'tools'} ran ${count(tool)} times, not ${wanted}`);
+        },
+        { timeoutMs, intervalMs: 10 },
+      );
     },
     async close() {
       await Promise.all([...sessions.values()].map((transport) => transport.close()));

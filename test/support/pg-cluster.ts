@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client, type ClientConfig } from 'pg';
+import { until } from './eventually';
 
 const run = promisify(execFile);
 
@@ -245,12 +246,11 @@ export class PgNode {
 
   /** Until `check` holds (polled every 50 ms, at most `timeoutMs`). */
   async until(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!(await check().catch(() => false))) {
-      if (Date.now() > deadline)
-        throw new Error(`${this.name}: ${what} never happened\n${this.log()}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await until(check, `${this.name}: ${what}`, { timeoutMs, intervalMs: 50 }).catch(
+      (error: unknown) => {
+        throw new Error(`${(error as Error).message}\n${this.log()}`, { cause: error });
+      },
+    );
   }
 
   /** Until the standby `name` streams from this primary (and is synchronous when `sync`). */
