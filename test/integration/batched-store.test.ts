@@ -8,6 +8,7 @@ import { quoteTableName } from '../../src/db/identifier';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import { type RecordId, recordDigest, type StoredResponse } from '../../src/idempotency/record';
+import { until } from '../support/eventually';
 import { sleep } from '../support/upstream';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 
@@ -45,7 +46,7 @@ test('concurrent completions share statements, and each row gets its own respons
 
   // A holder whose claim was taken over: its completion must not land.
   const staleFence = await claim(store, 'stale', 1);
-  await sleep(20);
+  await sleep(20); // the 1 ms lease runs out
   const newFence = await store.takeOver(idFor('stale'), staleFence, 60_000, 3_660_000);
   expect(newFence).not.toBeNull();
 
@@ -107,7 +108,7 @@ test('concurrent completions share statements, and each row gets its own respons
     );
     expect(stale.rows).toEqual([{ state: 'in_progress', status: null }]);
 
-    for (let waited = 0; heard.length === 0 && waited < 2_000; waited += 20) await sleep(20);
+    await until(() => heard.length > 0, 'the completion NOTIFY', { timeoutMs: 2_000 });
     expect(heard).toEqual([recordDigest(idFor('watched'))]);
   } finally {
     await listener.end();
@@ -207,16 +208,14 @@ test('a batch cancelled by a deadlock is retried row by row, and every request s
     const b = request('b');
     await first;
     // Wait until the batch [a, b] holds a and waits for b.
-    for (let waited = 0; ; waited += 20) {
+    await until(async () => {
       const { rows } = await pool.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM pg_stat_activity
          WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ' || $1::text || '%'`,
         [t],
       );
-      if (rows[0]!.n > 0) break;
-      if (waited > 5_000) throw new Error('the batch never waited for row b');
-      await sleep(20);
-    }
+      return rows[0]!.n > 0;
+    }, 'the batch to wait for row b');
     await other.query(`SELECT 1 FROM ${t} WHERE key = 'a' FOR UPDATE`); // deadlock: PostgreSQL cancels the batch
     await other.query('COMMIT');
 

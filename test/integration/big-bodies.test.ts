@@ -2,6 +2,7 @@
 // the proxy has seen for that record is answered from its raw fingerprint (a SHA-256 of the bytes),
 // without canonicalising the JSON again; other spellings still go through canonical JSON.
 import * as canonicalJson from '../../src/idempotency/canonical-json';
+import { until } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -85,11 +86,11 @@ test('the same bytes under another content type are not taken for the JSON body'
 test('repeats of a large body in flight join the first request by its bytes', async () => {
   const body = JSON.stringify(bigArray(5));
   const first = post('/bulk-wait', 'big-5', body, { 'x-wait': '800' });
-  const deadline = Date.now() + 5_000;
-  while (!upstream.received.some((r) => r.headers['idempotency-key'] === 'big-5')) {
-    if (Date.now() > deadline) throw new Error('the first request never arrived');
-    await sleep(10);
-  }
+  await until(
+    () => upstream.received.some((r) => r.headers['idempotency-key'] === 'big-5'),
+    'the first request to arrive',
+    { intervalMs: 10 },
+  );
   const canonicalize = jest.spyOn(canonicalJson, 'canonicalize');
   const repeats = await Promise.all(
     Array.from({ length: 5 }, () => post('/bulk-wait', 'big-5', body)),

@@ -10,8 +10,9 @@ import {
   idempotentFetch,
   stepKey,
 } from '../../src/client';
+import { until } from '../support/eventually';
 import { startProxy, type TestProxy } from '../support/proxy';
-import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
 let proxy: TestProxy;
@@ -25,7 +26,7 @@ function release(key: string): void {
 
 /** Resolves once the upstream holds a request with this key. */
 async function heldUpstream(key: string): Promise<void> {
-  while (!held.has(key)) await sleep(5);
+  await until(() => held.has(key), `the upstream to hold ${key}`, { intervalMs: 5 });
 }
 
 beforeAll(async () => {

@@ -4,6 +4,7 @@
 // and the stored record.
 import { createHash } from 'node:crypto';
 import { deriveKey } from '../../src/idempotency/derived-key';
+import { until } from '../support/eventually';
 import { postJson, send, type TestResponse } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -68,12 +69,12 @@ beforeEach(() => {
 
 /** The request log lines written so far (a line is written just after its response ends). */
 async function requestLines(count: number): Promise<Record<string, unknown>[]> {
-  for (let i = 0; i < 40; i++) {
-    const lines = proxy.logs.filter((line) => line.msg === 'request');
-    if (lines.length >= count) return lines;
-    await sleep(25);
-  }
-  return proxy.logs.filter((line) => line.msg === 'request');
+  const lines = () => proxy.logs.filter((line) => line.msg === 'request');
+  // After 1 s, the lines there are: the caller's assertion reports what is missing.
+  await until(() => lines().length >= count, `${count} request log lines`, {
+    timeoutMs: 1_000,
+  }).catch(() => undefined);
+  return lines();
 }
 
 function expectReplayOfDerived(replay: TestResponse, first: TestResponse): void {
@@ -141,7 +142,7 @@ describe('a route with key.derive', () => {
     );
     expect(rows).toEqual([{ lifetime_ms: 1_000 }]);
 
-    await sleep(1_200);
+    await sleep(1_200); // past the 1 s lifetime
     const after = await postJson(`${proxy.url}/emails`, undefined, email);
     expect(after.status).toBe(201);
     expect(after.headers['idempotent-replayed']).toBeUndefined();

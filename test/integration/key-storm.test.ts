@@ -6,6 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { until } from '../support/eventually';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
@@ -121,11 +122,11 @@ async function storm(path: string): Promise<{ storm: Answer[]; fresh: Answer[] }
   const key = `storm-${path.slice(1)}`;
   const first = post(path, key);
   // The first request holds the claim before the storm starts, as in the incident.
-  const deadline = Date.now() + 5_000;
-  while (!upstream.received.some((r) => r.headers['idempotency-key'] === key)) {
-    if (Date.now() > deadline) throw new Error('the first request never reached the upstream');
-    await sleep(10);
-  }
+  await until(
+    () => upstream.received.some((r) => r.headers['idempotency-key'] === key),
+    'the first request to reach the upstream',
+    { intervalMs: 10 },
+  );
   // In waves of 250 connections, 20 ms apart: all 3000 are in flight together (the first takes 4 s),
   // without overflowing the listen backlog, which would turn the test into one of SYN retries.
   const duplicates: Promise<Answer>[] = [];
@@ -176,11 +177,7 @@ function linesFor(key: string): Record<string, unknown>[] {
 
 /** Resolves once the upstream has received a request with this key. */
 async function reachedUpstream(key: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (executionsOf(key) === 0) {
-    if (Date.now() > deadline) throw new Error(`${key} never reached the upstream`);
-    await sleep(10);
-  }
+  await until(() => executionsOf(key) > 0, `${key} to reach the upstream`, { intervalMs: 10 });
 }
 
 test('repeats of a key this instance is forwarding are answered in memory: 409 with the lease it knows', async () => {

@@ -1,5 +1,6 @@
 // Several proxy processes on one PostgreSQL, and a proxy killed with -9 mid-request: correctness comes
 // from the unique constraint and the lease, never from a process's memory.
+import { until } from '../support/eventually';
 import { postJson, type TestResponse } from '../support/http';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { type ProxyProcess, startProxyProcess } from '../support/proxy-process';
@@ -117,7 +118,7 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
       () => 'connection lost',
     ),
   ];
-  for (let i = 0; i < 50 && upstream.executions().length < 2; i++) await sleep(20);
+  await until(() => upstream.executions().length >= 2, 'both requests to reach the upstream');
   const claimedAt = Date.now();
   expect(await doomed.kill('SIGKILL')).toBeNull();
   expect(await Promise.all(lost)).toEqual(['connection lost', 'connection lost']);

@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import { postJson, send, type TestResponse } from '../support/http';
 import { databaseUrl, uniqueTable } from '../support/proxy';
+import { eventually } from '../support/eventually';
 import { type CliResult, runCli } from '../support/cli-process';
 import { type ProxyProcess, startProxyProcess } from '../support/proxy-process';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -47,11 +48,14 @@ function cli(args: string[]): Promise<CliResult> {
 test('inspect prints a record with its counters and history, and agrees with DELETE /keys', async () => {
   await postJson(`${proxy.url}/orders`, 'inspect-1', { a: 1 }, { 'x-org': 'acme' });
   await postJson(`${proxy.url}/orders`, 'inspect-1', { a: 1 }, { 'x-org': 'acme' });
-  await sleep(1_200); // the repeat's counters reach the row with the next replay-cache flush (1 s)
-  const byKey = await cli(['inspect', 'inspect-1']);
+  // The repeat's counters reach the row with the next replay-cache flush (every 1 s).
+  const byKey = await eventually(async () => {
+    const result = await cli(['inspect', 'inspect-1']);
+    expect(result.stdout).toMatch(/attempts\s+2 \(requests seen\), replays 1, fence 1/);
+    return result;
+  });
   expect(byKey.code).toBe(0);
   expect(byKey.stdout).toContain('key "inspect-1"  scope orders');
-  expect(byKey.stdout).toMatch(/attempts\s+2 \(requests seen\), replays 1, fence 1/);
   expect(byKey.stdout).toMatch(/claimed\s+fence 1/);
   expect(byKey.stdout).toMatch(/completed\s+fence 1\s+status 201/);
   const exact = await cli([
@@ -100,7 +104,7 @@ test('SIGHUP reloads a valid config under traffic without losing a request, and 
       );
     }
   })();
-  await sleep(200);
+  await sleep(200); // traffic under way before the first reload (pacing, not waiting for an event)
   expect((await send(`${proxy.url}/new-route`, { method: 'POST', body: 'x' })).text()).toContain(
     'done /new-route',
   );
@@ -109,20 +113,19 @@ test('SIGHUP reloads a valid config under traffic without losing a request, and 
     config('  - { name: added, match: { path: /new-route }, upstream: api, idempotency: {} }\n'),
   );
   proxy.child.kill('SIGHUP');
-  for (let i = 0; i < 50 && !proxy.output().includes('configuration reloaded'); i++)
-    await sleep(50);
-  expect(proxy.output()).toContain('configuration reloaded');
+  await eventually(() => expect(proxy.output()).toContain('configuration reloaded'));
   const nowProtected = await send(`${proxy.url}/new-route`, { method: 'POST', body: 'x' });
   expect(nowProtected.status).toBe(400); // the added route requires a key
 
   fs.writeFileSync(proxy.configFile, `${config()}\nroutes: [oops`);
   proxy.child.kill('SIGHUP');
-  for (let i = 0; i < 50 && !proxy.output().includes('reload rejected'); i++) await sleep(50);
-  expect(proxy.output()).toContain(
-    'configuration reload rejected; keeping the running configuration',
+  await eventually(() =>
+    expect(proxy.output()).toContain(
+      'configuration reload rejected; keeping the running configuration',
+    ),
   );
   expect((await send(`${proxy.url}/new-route`, { method: 'POST', body: 'x' })).status).toBe(400);
-  await sleep(200);
+  await sleep(200); // and a little after the last
   stop = true;
   await traffic;
   expect(results.length).toBeGreaterThan(10);

@@ -54,7 +54,7 @@ test('claimed, taken over after the lease, completed by the new holder', async (
   const { store, claim, view } = await setup();
   const id = { scope: 'orders', tenant: '', key: 'taken' };
   const first = await claim('taken', 1);
-  await sleep(20);
+  await sleep(20); // the 1 ms lease runs out
   const second = await store.takeOver(id, first, 60_000, 120_000);
   expect(second).toBe('2');
   await store.complete(id, second!, response(201), 60_000);
@@ -71,7 +71,7 @@ test('claimed, then settled as an unknown outcome: no separate completion', asyn
   const { store, claim, view } = await setup();
   const id = { scope: 'orders', tenant: '', key: 'unknown' };
   const fence = await claim('unknown', 1);
-  await sleep(20);
+  await sleep(20); // the 1 ms lease runs out
   expect(await store.settleUnknown(id, fence, response(502), 60_000)).not.toBeNull();
   const record = await view('unknown');
   expect(record.history.map(({ event, fence: f, status }) => [event, f, status])).toEqual([

@@ -1,6 +1,7 @@
 // The replay cache answers repeats of completed keys from memory, and stays correct: operator clears
 // reach every instance, nothing is served while clears cannot be heard, expiry is respected, and the
 // audit counters still add up.
+import { eventually, until } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -73,12 +74,14 @@ test('an operator clear on one instance evicts the record from every instance', 
   await postJson(`${b.url}/orders`, 'cleared-1', {}); // b learns it from the store …
   await postJson(`${b.url}/orders`, 'cleared-1', {});
   expect(lastLine(b, 'cleared-1')).toMatchObject({ cached: true }); // … and then answers from memory
+  const cachedOnB = b.cache!.size;
   const cleared = await send(`${a.adminUrl}/keys/orders/cleared-1`, {
     method: 'DELETE',
     headers: { authorization: `Bearer ${TOKEN}` },
   });
   expect(cleared.status).toBe(200);
-  await sleep(100); // the NOTIFY is delivered when the DELETE commits
+  // The NOTIFY is delivered when the DELETE commits; b evicts the record when it hears it.
+  await eventually(() => expect(b.cache!.size).toBe(cachedOnB - 1));
   const executions = upstream.executions().length;
   const again = await postJson(`${b.url}/orders`, 'cleared-1', {});
   expect(again.headers['idempotent-replayed']).toBeUndefined();
@@ -90,19 +93,20 @@ test('nothing is served from memory while clears cannot be heard, and the cache 
   await postJson(`${a.url}/orders`, 'listener-1', {});
   expect(a.cache!.size).toBeGreaterThan(0);
   await a.pool.query('SELECT pg_terminate_backend($1::int)', [a.listener.stats.backendPid]);
-  for (let i = 0; i < 20 && a.listener.stats.connected; i++) await sleep(10);
+  await until(() => !a.listener.stats.connected, 'the listener to see its connection drop', {
+    intervalMs: 5,
+  });
   const during = await postJson(`${a.url}/orders`, 'listener-1', {});
   expect(during.headers['idempotent-replayed']).toBe('true');
   expect(lastLine(a, 'listener-1')?.cached).toBeUndefined(); // the cache was emptied when the connection dropped
-  for (let i = 0; i < 50 && !a.listener.stats.connected; i++) await sleep(100);
-  expect(a.listener.stats.connected).toBe(true);
+  await eventually(() => expect(a.listener.stats.connected).toBe(true), { intervalMs: 100 });
   expect(a.cache!.size).toBe(0);
 });
 
 test('a cached record is not served past its expiry', async () => {
   await postJson(`${a.url}/brief`, 'brief-1', {});
   await postJson(`${a.url}/brief`, 'brief-1', {});
-  await sleep(1_600);
+  await sleep(1_600); // past the route's 1500ms ttl
   const after = await postJson(`${a.url}/brief`, 'brief-1', {});
   expect(after.headers['idempotent-replayed']).toBeUndefined();
   expect(lastLine(a, 'brief-1')).toMatchObject({ outcome: 'executed' });
