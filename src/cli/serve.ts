@@ -3,25 +3,16 @@
 import type { AddressInfo } from 'node:net';
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { createAdminServer } from '../admin/admin-server';
-import { type App, createApp } from '../app';
+import type { App } from '../app';
+import { composeProxy } from '../compose';
 import { configWarnings } from '../config/warnings';
 import { loadConfigFile } from '../config/load';
 import type { ProxyConfig } from '../config/types';
-import { CompletionListener, type EvictionSubscriber } from '../db/completion-listener';
-import { completionChannel, evictionChannel, PostgresKeyStore } from '../db/key-store';
-import { ReplayCache, startCounterFlush } from '../idempotency/replay-cache';
 import { migrate } from '../db/migrate';
-import { detectTopology } from '../db/topology';
-import { startPruner } from '../db/pruner';
 import { ConfigError } from '../errors';
-import { ProxyMetrics } from '../observability/metrics';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type OpenDatabase, openDatabase } from './database';
-
-/** How often replay-cache hits are added to their records' attempts/replays counters. */
-export const COUNTER_FLUSH_MS = 1_000;
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
   for (const warning of configWarnings(config))
@@ -96,54 +87,15 @@ async function startServing(
 ): Promise<Running> {
   const migration = await database.whenReady(() => migrate(database.pool, config.store.table));
   logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
-  const topology = await detectTopology(database.pool, config.store.table);
-  if (topology.kind === 'citus') {
-    logger.info(
-      { ...topology },
-      `store: a Citus ${topology.distributed ? `distributed table, ${topology.shards} shards on ${topology.nodes} node(s)` : 'database, table not distributed'}`,
-    );
-  }
-
-  const metrics = new ProxyMetrics();
-  const store = new PostgresKeyStore(database.pool, config.store.table, {
-    distributed: topology.kind === 'citus' && topology.distributed,
-    onNamedStatementsLost: (error) =>
-      logger.warn(
-        { code: (error as { code?: unknown }).code },
-        'store: a named statement did not survive between transactions (PgBouncer in transaction mode?); statements are sent unnamed from now on',
-      ),
-  });
-  const cached = replayCacheFor(config, store, logger);
-  if (cached) started.push(() => cached.flush.stop());
-  const listener = new CompletionListener(
-    database.url,
-    completionChannel(config.store.table),
-    logger,
-    cached?.subscriber,
-  );
-  started.push(() => listener.close());
-  await listener.start();
-  const app = createApp({ config, store, logger, waiter: listener, metrics, cache: cached?.cache });
-  started.push(() => app.close(0));
-  const admin = createAdminServer({
-    config: () => app.config(),
+  const proxy = await composeProxy({
+    config,
     pool: database.pool,
-    metrics,
-    draining: () => app.draining(),
-    beforeScrape: () => metrics.waiting(listener.stats.waiting),
+    databaseUrl: database.url,
+    logger,
+    prune: true,
   });
-  started.push(() => closeServer(admin));
-  const pruner = startPruner(database.pool, config.store.table, config.store.pruneIntervalMs, {
-    pruned: (result) => {
-      if (result.deleted > 0) metrics.prunedRows(result.deleted);
-      if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
-    },
-    failed: (error) => {
-      metrics.storeError('prune');
-      logger.warn({ err: error }, 'pruning expired records failed; will retry next round');
-    },
-  });
-  started.push(() => pruner.stop());
+  started.push(() => proxy.close(0));
+  const { app, admin } = proxy;
 
   await listen(app.server, config, 'listen', logger, 'idempotency-proxy');
   await listen(admin, config, 'admin', logger, 'admin');
@@ -152,42 +104,7 @@ async function startServing(
       `admin /keys is off: set ${settingName(config, 'admin.token')} to inspect and clear keys over HTTP`,
     );
   }
-  return {
-    app,
-    async close(graceMs) {
-      await app.close(graceMs);
-      await closeServer(admin);
-      await pruner.stop();
-      await cached?.flush.stop();
-      await listener.close();
-    },
-  };
-}
-
-function closeServer(server: http.Server): Promise<void> {
-  return new Promise<void>((resolve) => server.close(() => resolve()));
-}
-
-/** The replay cache, its clear subscription and its counter flush; undefined when store.replayCache is 0. */
-export function replayCacheFor(config: ProxyConfig, store: PostgresKeyStore, logger: Logger) {
-  if (config.store.replayCacheBytes <= 0) return undefined;
-  const cache = new ReplayCache(config.store.replayCacheBytes);
-  const subscriber: EvictionSubscriber = {
-    channel: evictionChannel(config.store.table),
-    evict: (digest) => cache.evict(digest),
-    live: (connected) => cache.setLive(connected),
-  };
-  const flush = startCounterFlush(
-    cache,
-    (deltas) => store.flushCounters(deltas),
-    COUNTER_FLUSH_MS,
-    (error) =>
-      logger.warn(
-        { err: error },
-        'could not add replay-cache hits to the records; those counts are lost',
-      ),
-  );
-  return { cache, subscriber, flush };
+  return { app, close: (graceMs) => proxy.close(graceMs) };
 }
 
 /** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */

@@ -1,19 +1,17 @@
-// Starts the real proxy (createApp) on port 0 against the suite's PostgreSQL, with its own table so
-// test files never see each other's keys.
+// Starts the real proxy (composeProxy, wired as serve wires it) on port 0 against the suite's PostgreSQL,
+// with its own table so test files never see each other's keys.
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import pino from 'pino';
-import { type App, createApp } from '../../src/app';
+import type { App } from '../../src/app';
+import { composeProxy } from '../../src/compose';
 import { parseConfigText } from '../../src/config/load';
 import type { ProxyConfig } from '../../src/config/types';
-import { createAdminServer } from '../../src/admin/admin-server';
-import { CompletionListener } from '../../src/db/completion-listener';
+import type { CompletionListener } from '../../src/db/completion-listener';
 import { ProxyMetrics } from '../../src/observability/metrics';
-import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
-import { replayCacheFor } from '../../src/cli/serve';
 import type { ReplayCache } from '../../src/idempotency/replay-cache';
 
 export interface TestProxy {
@@ -74,31 +72,15 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     { level: 'info', base: undefined },
     { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) },
   );
-  const store = new PostgresKeyStore(pool, config.store.table);
-  const cached = replayCacheFor(config, store, logger);
-  const listener = new CompletionListener(
-    url,
-    completionChannel(config.store.table),
-    logger,
-    cached?.subscriber,
-  );
-  await listener.start();
-  const metrics = new ProxyMetrics({ defaultMetrics: false });
-  const app = createApp({
+  // The wiring serve runs (src/compose.ts); only the pool, the log and the ports are the test's.
+  const instance = await composeProxy({
     config,
-    store,
-    logger,
-    waiter: listener,
-    metrics,
-    cache: cached?.cache,
-  });
-  const admin = createAdminServer({
-    config: () => app.config(),
     pool,
-    metrics,
-    draining: () => app.draining(),
-    beforeScrape: () => metrics.waiting(listener.stats.waiting),
+    databaseUrl: url,
+    logger,
+    metrics: new ProxyMetrics({ defaultMetrics: false }),
   });
+  const { app, admin, listener, metrics } = instance;
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
   await new Promise<void>((resolve) => admin.listen(0, '127.0.0.1', resolve));
   const port = (app.server.address() as AddressInfo).port;
@@ -113,17 +95,11 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     logs,
     listener,
     metrics,
-    cache: cached?.cache,
-    flushCounters: async () => {
-      if (cached) await store.flushCounters(cached.cache.takePending());
-    },
+    cache: instance.cache,
+    flushCounters: () => instance.flushCounters(),
     adminUrl: `http://127.0.0.1:${adminPort}`,
     async close() {
-      await app.close(1_000);
-      await cached?.flush.stop();
-      admin.closeAllConnections();
-      await new Promise<void>((resolve) => admin.close(() => resolve()));
-      await listener.close();
+      await instance.close(1_000);
       await pool.end();
     },
   };

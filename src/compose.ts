@@ -1,0 +1,141 @@
+// The composition root: one proxy instance's parts wired together — the store (and how the table is
+// laid out), the replay cache and its counter flush, the completion listener, the app, the admin
+// listener and the pruner. `serve` and the test support both build an instance here, so the tests
+// run the wiring production runs. It does not listen and does not own the pool.
+import type http from 'node:http';
+import type { Pool } from 'pg';
+import type { Logger } from 'pino';
+import { createAdminServer } from './admin/admin-server';
+import { type App, createApp } from './app';
+import type { ProxyConfig } from './config/types';
+import { CompletionListener, type EvictionSubscriber } from './db/completion-listener';
+import { completionChannel, evictionChannel, PostgresKeyStore } from './db/key-store';
+import { startPruner } from './db/pruner';
+import { detectTopology, type Topology } from './db/topology';
+import { ReplayCache, startCounterFlush } from './idempotency/replay-cache';
+import { ProxyMetrics } from './observability/metrics';
+
+/** How often replay-cache hits are added to their records' counters. */
+const COUNTER_FLUSH_MS = 1_000;
+
+export interface ComposeOptions {
+  readonly config: ProxyConfig;
+  /** The store's pool (already migrated); the caller owns and ends it. */
+  readonly pool: Pool;
+  /** The URL the completion listener connects to (its own connection, outside the pool). */
+  readonly databaseUrl: string;
+  readonly logger: Logger;
+  readonly metrics?: ProxyMetrics;
+  /** Run the pruner (serve does; tests of other things leave expired rows alone). */
+  readonly prune?: boolean;
+}
+
+export interface ProxyInstance {
+  readonly app: App;
+  readonly admin: http.Server;
+  readonly store: PostgresKeyStore;
+  readonly listener: CompletionListener;
+  readonly metrics: ProxyMetrics;
+  readonly cache: ReplayCache | undefined;
+  readonly topology: Topology;
+  /** Adds replay-cache hits to the records now (otherwise every COUNTER_FLUSH_MS). */
+  flushCounters(): Promise<void>;
+  /** Stops accepting, drains up to graceMs, then closes everything but the pool. */
+  close(graceMs?: number): Promise<void>;
+}
+
+export async function composeProxy(options: ComposeOptions): Promise<ProxyInstance> {
+  const { config, pool, logger } = options;
+  const table = config.store.table;
+  const topology = await detectTopology(pool, table);
+  if (topology.kind === 'citus') {
+    logger.info(
+      { ...topology },
+      `store: a Citus ${topology.distributed ? `distributed table, ${topology.shards} shards on ${topology.nodes} node(s)` : 'database, table not distributed'}`,
+    );
+  }
+  const metrics = options.metrics ?? new ProxyMetrics();
+  const store = new PostgresKeyStore(pool, table, {
+    distributed: topology.kind === 'citus' && topology.distributed,
+    onNamedStatementsLost: (error) =>
+      logger.warn(
+        { code: (error as { code?: unknown }).code },
+        'store: a named statement did not survive between transactions (PgBouncer in transaction mode?); statements are sent unnamed from now on',
+      ),
+  });
+  const cached = replayCacheFor(config, store, logger);
+  const listener = new CompletionListener(
+    options.databaseUrl,
+    completionChannel(table),
+    logger,
+    cached?.subscriber,
+  );
+  try {
+    await listener.start();
+  } catch (error) {
+    await cached?.flush.stop();
+    throw error;
+  }
+  const app = createApp({ config, store, logger, waiter: listener, metrics, cache: cached?.cache });
+  const admin = createAdminServer({
+    config: () => app.config(),
+    pool,
+    metrics,
+    draining: () => app.draining(),
+    beforeScrape: () => metrics.waiting(listener.stats.waiting),
+  });
+  const pruner = options.prune
+    ? startPruner(pool, table, config.store.pruneIntervalMs, {
+        pruned: (result) => {
+          if (result.deleted > 0) metrics.prunedRows(result.deleted);
+          if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
+        },
+        failed: (error) => {
+          metrics.storeError('prune');
+          logger.warn({ err: error }, 'pruning expired records failed; will retry next round');
+        },
+      })
+    : undefined;
+  return {
+    app,
+    admin,
+    store,
+    listener,
+    metrics,
+    cache: cached?.cache,
+    topology,
+    flushCounters: async () => {
+      if (cached) await store.flushCounters(cached.cache.takePending());
+    },
+    async close(graceMs) {
+      await app.close(graceMs);
+      admin.closeAllConnections();
+      await new Promise<void>((resolve) => admin.close(() => resolve()));
+      await pruner?.stop();
+      await cached?.flush.stop();
+      await listener.close();
+    },
+  };
+}
+
+/** The replay cache, its clear subscription and its counter flush; undefined when store.replayCache is 0. */
+function replayCacheFor(config: ProxyConfig, store: PostgresKeyStore, logger: Logger) {
+  if (config.store.replayCacheBytes <= 0) return undefined;
+  const cache = new ReplayCache(config.store.replayCacheBytes);
+  const subscriber: EvictionSubscriber = {
+    channel: evictionChannel(config.store.table),
+    evict: (digest) => cache.evict(digest),
+    live: (connected) => cache.setLive(connected),
+  };
+  const flush = startCounterFlush(
+    cache,
+    (deltas) => store.flushCounters(deltas),
+    COUNTER_FLUSH_MS,
+    (error) =>
+      logger.warn(
+        { err: error },
+        'could not add replay-cache hits to the records; those counts are lost',
+      ),
+  );
+  return { cache, subscriber, flush };
+}
