@@ -4,7 +4,6 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { WebSocket, WebSocketServer } from 'ws';
-import { until } from '../support/eventually';
 import { send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -106,7 +105,8 @@ beforeEach(() => {
 
 /** Resolves when the upstream has a held request, with it. */
 async function heldRequest(): Promise<http.IncomingMessage> {
-  return until(() => holding[0], 'a held request at the upstream', { intervalMs: 10 });
+  while (holding.length === 0) await sleep(10);
+  return holding[0]!;
 }
 
 /** Resolves when the upstream's side of a held request's connection is closed. */
@@ -341,4 +341,15 @@ test('aborts the upload when the client hangs up mid-body', async () => {
   client.destroy();
   expect(await aborted).toBe(true); // the upstream never saw a complete body
   await closed(held);
+});
+
+test('answers 504 when the upstream sits on a large upload without answering', async () => {
+  // A body this large (≥ 64 KiB) is timed by the proxy's own idle timer instead of undici's.
+  const res = await send(`${proxy.url}/items/hold-large`, {
+    method: 'PUT',
+    body: Buffer.alloc(256 * 1024, 'u'),
+  });
+  expect(res.status).toBe(504);
+  expect(res.json()).toMatchObject({ code: 'UPSTREAM_TIMEOUT', route: 'items' });
+  expect((await heldRequest()).headers['content-length']).toBe(String(256 * 1024));
 });
