@@ -16,8 +16,9 @@ import {
   spawnServe,
   startServe,
 } from '../support/cli-process';
+import { until } from '../support/eventually';
 import { postJson } from '../support/http';
-import { sleep, startWaitingUpstream, type TestUpstream } from '../support/upstream';
+import { startWaitingUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
 let workDir: string;
@@ -54,7 +55,7 @@ afterEach(async () => {
 afterAll(async () => {
   const left = runningPostmaster(dataDir);
   if (left) process.kill(left.pid, 'SIGINT');
-  for (let i = 0; i < 100 && runningPostmaster(dataDir); i++) await sleep(50);
+  await until(() => !runningPostmaster(dataDir), 'the server to stop').catch(() => undefined);
   await upstream?.close();
   fs.rmSync(workDir, { recursive: true, force: true });
   fs.rmSync(dataDir, { recursive: true, force: true });
@@ -85,8 +86,13 @@ function processGroupOf(pid: number): number {
 
 /** Whether the server `pid` exits within 20 s (a shutdown checkpoint on a busy disk takes a while). */
 async function gone(pid: number): Promise<boolean> {
-  for (let i = 0; i < 800 && isRunning(pid, 'postgres'); i++) await sleep(25);
-  return !isRunning(pid, 'postgres');
+  return until(() => !isRunning(pid, 'postgres'), `server ${pid} to exit`, {
+    timeoutMs: 20_000,
+    intervalMs: 25,
+  }).then(
+    () => true,
+    () => false,
+  );
 }
 
 test('Ctrl-C (SIGINT to the whole process group) drains the in-flight request, stores it, then stops the server', async () => {
@@ -96,7 +102,10 @@ test('Ctrl-C (SIGINT to the whole process group) drains the in-flight request, s
   expect(processGroupOf(postmaster.pid)).not.toBe(processGroupOf(proxy.pid));
 
   const inFlight = postJson(`${url}/jobs`, 'ctrl-c-1', { refund: 1 }, { 'x-wait': '1500' });
-  await sleep(300);
+  await until(
+    () => upstream.received.some((r) => r.headers['idempotency-key'] === 'ctrl-c-1'),
+    'the request to reach the upstream',
+  );
   process.kill(-proxy.pid, 'SIGINT');
   const response = await inFlight;
   expect(response.status).toBe(201);
@@ -121,7 +130,11 @@ test('Ctrl-C while the embedded server is still starting stops it too (the exit 
   running.push(proxy);
   // postmaster.pid appears as soon as the postmaster runs, before it accepts connections.
   const lockFile = path.join(dataDir, 'postmaster.pid');
-  while (!fs.existsSync(lockFile) && proxy.child.exitCode === null) await sleep(5);
+  await until(
+    () => fs.existsSync(lockFile) || proxy.child.exitCode !== null,
+    'postmaster.pid (or the process to exit)',
+    { timeoutMs: 60_000, intervalMs: 5 },
+  );
   const pid = Number(fs.readFileSync(lockFile, 'utf8').split('\n')[0]);
   process.kill(-proxy.pid, 'SIGINT');
   expect(await proxy.exited()).toBe(1);

@@ -1,4 +1,5 @@
 // SPEC §4, the everyday rows: first request, replay, 409, 422, 400, 413, and what the upstream received.
+import { eventually, until } from '../support/eventually';
 import { send, postJson } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -126,7 +127,7 @@ describe('a protected route', () => {
   test('answers 409 with Retry-After while the first request is in flight, then replays', async () => {
     slowMs = 700;
     const first = postJson(`${proxy.url}/slow`, 'inflight-1', { x: 1 });
-    await sleep(200);
+    await until(() => upstream.received.length > 0, 'the first request to reach the upstream');
     const duplicate = await postJson(`${proxy.url}/slow`, 'inflight-1', { x: 1 });
     expect(duplicate.status).toBe(409);
     expect(duplicate.headers['content-type']).toBe('application/problem+json');
@@ -281,12 +282,15 @@ describe('a protected route', () => {
     proxy.logs.length = 0;
     await postJson(`${proxy.url}/orders`, 'log-1', { a: 1 });
     await postJson(`${proxy.url}/orders`, 'log-1', { a: 1 });
-    await sleep(50);
-    const lines = proxy.logs.filter((line) => line.msg === 'request');
-    expect(lines.map((l) => [l.route, l.key, l.outcome, l.status, l.attempts])).toEqual([
-      ['orders', 'log-1', 'executed', 201, 1],
-      ['orders', 'log-1', 'replayed', 201, 2],
-    ]);
+    // A line is written just after its response ends.
+    const lines = await eventually(() => {
+      const written = proxy.logs.filter((line) => line.msg === 'request');
+      expect(written.map((l) => [l.route, l.key, l.outcome, l.status, l.attempts])).toEqual([
+        ['orders', 'log-1', 'executed', 201, 1],
+        ['orders', 'log-1', 'replayed', 201, 2],
+      ]);
+      return written;
+    });
     expect(typeof lines[0]!.storeMs).toBe('number');
     expect(typeof lines[0]!.upstreamMs).toBe('number');
     expect(typeof lines[0]!.totalMs).toBe('number');

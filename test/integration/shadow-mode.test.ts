@@ -6,6 +6,7 @@ import http from 'node:http';
 import type { RequestLogEntry } from '../../src/http/request-log';
 import { ProxyMetrics } from '../../src/observability/metrics';
 import { createDisposablePostgres, type DisposablePostgres } from '../support/disposable-postgres';
+import { until } from '../support/eventually';
 import { postJson, send, type TestResponse } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -63,12 +64,21 @@ function expectUnaltered(sent: SentResponse[], res: TestResponse): void {
 }
 
 async function requestLines(proxy: TestProxy, count: number): Promise<Record<string, unknown>[]> {
-  for (let i = 0; i < 40; i++) {
-    const lines = proxy.logs.filter((line) => line.msg === 'request');
-    if (lines.length >= count) return lines;
-    await sleep(25);
-  }
-  return proxy.logs.filter((line) => line.msg === 'request');
+  const lines = () => proxy.logs.filter((line) => line.msg === 'request');
+  // After 1 s, the lines there are: the caller's assertion reports what is missing.
+  await until(() => lines().length >= count, `${count} request log lines`, {
+    timeoutMs: 1_000,
+  }).catch(() => undefined);
+  return lines();
+}
+
+/** Resolves once `upstream` has received a request with this key after the `since`th. */
+async function reachedUpstream(upstream: TestUpstream, key: string, since = 0): Promise<void> {
+  await until(
+    () => upstream.received.slice(since).some((r) => r.headers['idempotency-key'] === key),
+    `${key} to reach the upstream`,
+    { intervalMs: 10 },
+  );
 }
 
 describe('shadow mode in front of a running store', () => {
@@ -134,7 +144,7 @@ routes:
     await call(postJson(url, 'order-1', { amount: 10 })); // enforcing: replay
     await call(postJson(url, 'order-1', { amount: 99 })); // enforcing: 422
     const slow = postJson(`${url}?slow=400`, 'order-2', { amount: 20 });
-    await sleep(100);
+    await reachedUpstream(upstream, 'order-2');
     await call(postJson(`${url}?slow=400`, 'order-2', { amount: 20 })); // enforcing: 409
     await call(slow);
     await call(postJson(url, undefined, { amount: 30 })); // enforcing: 400 missing
@@ -257,7 +267,7 @@ routes:
   test('logs would_wait for a duplicate in flight under onConcurrent: wait, without waiting', async () => {
     const url = `${proxy.url}/shadow-wait?slow=400`;
     const first = postJson(url, 'wait-1', {});
-    await sleep(100);
+    await reachedUpstream(upstream, 'wait-1');
     const started = Date.now();
     const duplicate = await postJson(url, 'wait-1', {});
     expectUnaltered(sent, duplicate);
@@ -292,8 +302,9 @@ routes:
       await postJson(`${proxy.url}${path}`, 'same-1', { a: 1 });
       await postJson(`${proxy.url}${path}`, 'same-1', { a: 1 });
       await postJson(`${proxy.url}${path}`, 'same-1', { a: 2 });
+      const since = upstream.received.length; // the sequence runs twice
       const slow = postJson(`${proxy.url}${path}?slow=300`, 'same-2', {});
-      await sleep(100);
+      await reachedUpstream(upstream, 'same-2', since);
       await postJson(`${proxy.url}${path}?slow=300`, 'same-2', {});
       await slow;
       await postJson(`${proxy.url}${path}`, undefined, {});

@@ -1,5 +1,6 @@
 // Postgres goes away mid-test: protected routes fail closed (503, nothing forwarded), pass-through
 // routes keep working, and when Postgres is back the proxy recovers without a restart.
+import { eventually } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { createDisposablePostgres, type DisposablePostgres } from '../support/disposable-postgres';
 import { startProxy, type TestProxy } from '../support/proxy';
@@ -56,12 +57,13 @@ test('answers 503 and forwards nothing while Postgres is down, then recovers on 
   expect(passthrough.status).toBe(201);
 
   await database.start();
-  let recovered = await postJson(`${proxy.url}/payments`, 'after-outage', { a: 1 });
-  for (let i = 0; i < 20 && recovered.status === 503; i++) {
-    await sleep(250);
-    recovered = await postJson(`${proxy.url}/payments`, 'after-outage', { a: 1 });
-  }
-  expect(recovered.status).toBe(201);
+  await eventually(
+    async () => {
+      const recovered = await postJson(`${proxy.url}/payments`, 'after-outage', { a: 1 });
+      expect(recovered.status).toBe(201);
+    },
+    { intervalMs: 250 },
+  );
   expect((await send(`${proxy.adminUrl}/readyz`, { method: 'GET' })).status).toBe(200);
   const replay = await postJson(`${proxy.url}/payments`, 'before-outage', { a: 1 });
   expect(replay.headers['idempotent-replayed']).toBe('true');
@@ -88,21 +90,20 @@ test('under a steady stream with a restart in the middle: nothing runs without a
     }
   };
   const workers = Array.from({ length: 4 }, (_, w) => client(w));
-  await sleep(500);
+  await sleep(500); // traffic under way before the outage
   await database.stop();
-  await sleep(1_000);
+  await sleep(1_000); // the outage
   await database.start();
   const restartedAt = Date.now();
-  let recoveredAfterMs: number | undefined;
-  while (Date.now() - restartedAt < 10_000) {
-    const probe = await postJson(`${proxy.url}/payments`, `probe-${Date.now()}`, {});
-    if (probe.status === 201) {
-      recoveredAfterMs = Date.now() - restartedAt;
-      break;
-    }
-    await sleep(50);
-  }
-  await sleep(500);
+  const recoveredAfterMs = await eventually(
+    async () => {
+      const probe = await postJson(`${proxy.url}/payments`, `probe-${Date.now()}`, {});
+      expect(probe.status).toBe(201);
+      return Date.now() - restartedAt;
+    },
+    { timeoutMs: 10_000, intervalMs: 50 },
+  ).catch(() => undefined);
+  await sleep(500); // traffic keeps running a while after recovery
   stop = true;
   await Promise.all(workers);
 

@@ -3,6 +3,7 @@
 // request runs on another instance (`other`, same table), the repeat waits through the store; a
 // repeat of a key its own instance is forwarding joins that request in memory (key-storm.test.ts).
 import http from 'node:http';
+import { eventually, until } from '../support/eventually';
 import { postJson } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -51,10 +52,19 @@ routes:
 `;
 }
 
+/** Resolves once the upstream has received a request with this key (the first is in flight). */
+async function reachedUpstream(key: string): Promise<void> {
+  await until(
+    () => upstream.received.some((r) => r.headers['idempotency-key'] === key),
+    `${key} to reach the upstream`,
+    { intervalMs: 10 },
+  );
+}
+
 test('a repeat waits for the in-flight request and gets its stored response, woken by NOTIFY', async () => {
   const notifications = statementsBefore();
   const first = postJson(`${other.url}/jobs`, 'wait-1', { a: 1 }, { 'x-wait': '600' });
-  await sleep(100);
+  await reachedUpstream('wait-1');
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-1', { a: 1 });
   const original = await first;
   expect(original.status).toBe(201);
@@ -83,7 +93,7 @@ test('many concurrent repeats all get the identical stored response, with one up
 
 test('answers 409 with Retry-After once waitTimeout passes', async () => {
   const first = postJson(`${proxy.url}/impatient`, 'wait-timeout', {}, { 'x-wait': '1200' });
-  await sleep(100);
+  await reachedUpstream('wait-timeout');
   const repeat = await postJson(`${proxy.url}/impatient`, 'wait-timeout', {});
   expect(repeat.status).toBe(409);
   expect(Number(repeat.headers['retry-after'])).toBeGreaterThanOrEqual(29);
@@ -93,7 +103,7 @@ test('answers 409 with Retry-After once waitTimeout passes', async () => {
 
 test('a waiter whose client hangs up stops waiting and holds nothing', async () => {
   const first = postJson(`${other.url}/jobs`, 'wait-gone', {}, { 'x-wait': '800' });
-  await sleep(100);
+  await reachedUpstream('wait-gone');
   const req = http.request(`${proxy.url}/jobs`, {
     method: 'POST',
     headers: {
@@ -104,15 +114,15 @@ test('a waiter whose client hangs up stops waiting and holds nothing', async () 
   });
   req.on('error', () => undefined);
   req.end('{}');
-  await sleep(150);
-  expect(proxy.listener.stats.waiting).toBe(1);
+  await eventually(() => expect(proxy.listener.stats.waiting).toBe(1));
   req.destroy();
-  await sleep(100);
-  expect(proxy.listener.stats.waiting).toBe(0);
+  await eventually(() => expect(proxy.listener.stats.waiting).toBe(0));
   expect((await first).status).toBe(201);
-  await sleep(50);
-  const gone = proxy.logs.find((l) => l.key === 'wait-gone' && l.outcome === 'client_gone');
-  expect(gone).toBeDefined();
+  await eventually(() =>
+    expect(
+      proxy.logs.find((l) => l.key === 'wait-gone' && l.outcome === 'client_gone'),
+    ).toBeDefined(),
+  );
   expect(upstream.executions()).toHaveLength(1);
 });
 
@@ -123,7 +133,7 @@ test('a waiter executes the request itself when the first one is released', asyn
     {},
     { 'x-wait': '300', 'x-status': '503' },
   );
-  await sleep(100);
+  await reachedUpstream('wait-release');
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-release', {});
   expect((await first).status).toBe(503);
   expect(repeat.status).toBe(201);
@@ -135,19 +145,20 @@ test('falls back to polling while the listener connection is gone, and reconnect
   const pid = proxy.listener.stats.backendPid;
   expect(pid).toBeDefined();
   await proxy.pool.query('SELECT pg_terminate_backend($1::int)', [pid]);
-  await sleep(50);
+  await until(() => !proxy.listener.stats.connected, 'the listener to see its connection drop', {
+    intervalMs: 5,
+  });
   const first = postJson(`${other.url}/jobs`, 'wait-poll', {}, { 'x-wait': '300' });
-  await sleep(50);
+  await reachedUpstream('wait-poll');
   const repeat = await postJson(`${proxy.url}/jobs`, 'wait-poll', {});
   expect(repeat.headers['idempotent-replayed']).toBe('true');
   expect((await first).status).toBe(201);
-  for (let i = 0; i < 50 && !proxy.listener.stats.connected; i++) await sleep(100);
-  expect(proxy.listener.stats.connected).toBe(true);
+  await eventually(() => expect(proxy.listener.stats.connected).toBe(true), { intervalMs: 100 });
   expect(proxy.listener.stats.reconnects).toBeGreaterThanOrEqual(1);
   expect(proxy.listener.stats.backendPid).not.toBe(pid);
   const notifications = proxy.listener.stats.notifications;
   const again = postJson(`${other.url}/jobs`, 'wait-after-reconnect', {}, { 'x-wait': '300' });
-  await sleep(50);
+  await reachedUpstream('wait-after-reconnect');
   await postJson(`${proxy.url}/jobs`, 'wait-after-reconnect', {});
   await again;
   expect(proxy.listener.stats.notifications).toBeGreaterThan(notifications);
