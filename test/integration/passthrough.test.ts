@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { WebSocket, WebSocketServer } from 'ws';
+import { until } from '../support/eventually';
 import { send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -105,8 +106,7 @@ beforeEach(() => {
 
 /** Resolves when the upstream has a held request, with it. */
 async function heldRequest(): Promise<http.IncomingMessage> {
-  while (holding.length === 0) await sleep(10);
-  return holding[0]!;
+  return until(() => holding[0], 'a held request at the upstream', { intervalMs: 10 });
 }
 
 /** Resolves when the upstream's side of a held request's connection is closed. */
