@@ -20,7 +20,7 @@ const citusUrl = process.env.CITUS_URL;
 const describeIfCitus = citusUrl ? describe : describe.skip;
 if (!citusUrl) {
   console.warn(
-    'SKIPPED: Citus tests did not run: CITUS_URL is not set (a Citus coordinator with two workers; see the README, "Running on Citus")',
+    'SKIPPED: Citus tests did not run: CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
   );
   test('SKIPPED: CITUS_URL not set, so nothing here ran against Citus', () => undefined);
 }
