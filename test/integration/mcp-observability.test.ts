@@ -2,6 +2,7 @@
 // `idempotency_proxy_mcp_tool_calls_total{route,tool,outcome}` counting exactly the protected calls
 // made, by outcome; each protected call's request log line has `tool`; a tool the route does not
 // protect (get_balance) passes through and leaves no tool counter and no `tool` in its log line.
+import { eventually, until } from '../support/eventually';
 import { connectMcpClient, postMcp, resultText, toolCall } from '../support/mcp-client';
 import { orderId, startMcpProxy } from '../support/mcp-proxy';
 import { type McpToolServer, startMcpToolServer } from '../support/mcp-tool-server';
@@ -38,32 +39,21 @@ async function toolCounters(): Promise<Map<string, number>> {
 
 /** Polls /metrics until the counters equal `expected` (log lines, hence metrics, follow the answer). */
 async function untilCounters(expected: Record<string, number>, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const actual = Object.fromEntries(await toolCounters());
-    if (JSON.stringify(sorted(actual)) === JSON.stringify(sorted(expected))) return;
-    if (Date.now() > deadline) {
-      expect(actual).toEqual(expected);
-      return;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
-
-function sorted(record: Record<string, number>): [string, number][] {
-  return Object.entries(record).sort(([a], [b]) => a.localeCompare(b));
+  await eventually(async () => expect(Object.fromEntries(await toolCounters())).toEqual(expected), {
+    timeoutMs,
+  });
 }
 
 async function untilLogLines(
   match: (line: Record<string, unknown>) => boolean,
   count: number,
 ): Promise<Record<string, unknown>[]> {
-  const deadline = Date.now() + 3_000;
-  for (;;) {
-    const lines = proxy.logs.filter((line) => line.msg === 'request' && match(line));
-    if (lines.length >= count || Date.now() > deadline) return lines;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  const lines = () => proxy.logs.filter((line) => line.msg === 'request' && match(line));
+  // After 3 s, the lines there are: the caller's assertion reports what is missing.
+  await until(() => lines().length >= count, `${count} log lines`, { timeoutMs: 3_000 }).catch(
+    () => undefined,
+  );
+  return lines();
 }
 
 const HEADERS = { 'mcp-protocol-version': '2025-06-18' };

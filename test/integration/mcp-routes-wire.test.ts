@@ -15,6 +15,7 @@ import {
   MODERN_REVISION,
   startModernToolServer,
 } from '../support/mcp-modern-server';
+import { eventually } from '../support/eventually';
 import { mcpProxyYaml, orderId, startMcpProxy } from '../support/mcp-proxy';
 import { type McpToolServer, startMcpToolServer } from '../support/mcp-tool-server';
 import { databaseUrl, startProxy, type TestProxy } from '../support/proxy';
@@ -46,12 +47,13 @@ function runsOf(target: McpToolServer, order: string): number {
 }
 
 async function untilRuns(target: McpToolServer, order: string, count: number): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (runsOf(target, order) < count) {
-    if (Date.now() > deadline)
-      throw new Error(`${order} ran ${runsOf(target, order)} times, not ${count}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
+  await eventually(
+    () => {
+      if (runsOf(target, order) < count)
+        throw new Error(`${order} ran ${runsOf(target, order)} times, not ${count}`);
+    },
+    { intervalMs: 10 },
+  );
 }
 
 function expectJsonRpcError(
@@ -326,14 +328,16 @@ describe('upstream drops the stream after the tool ran', () => {
     );
     const soon = await postMcp(`${jsonProxy.url}/retry-mcp`, toolCall(2, 'refund', args), HEADERS);
     expectJsonRpcError(soon, 2, 409, 'idempotency_key_in_progress');
-    const deadline = Date.now() + 5_000;
-    while (runsOf(jsonServer, order) < 2 && Date.now() < deadline) {
-      await postMcp(`${jsonProxy.url}/retry-mcp`, toolCall(3, 'refund', args), HEADERS).catch(
-        () => undefined,
-      );
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    expect(runsOf(jsonServer, order)).toBe(2);
+    // Retried until the lease has run out and a retry runs the tool again.
+    await eventually(
+      async () => {
+        await postMcp(`${jsonProxy.url}/retry-mcp`, toolCall(3, 'refund', args), HEADERS).catch(
+          () => undefined,
+        );
+        expect(runsOf(jsonServer, order)).toBe(2);
+      },
+      { intervalMs: 100 },
+    );
   });
 });
 

@@ -11,6 +11,7 @@
 //   runs again.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { until as untilTruthy } from '../support/eventually';
 import { finalMessage, postMcp, toolCall } from '../support/mcp-client';
 import { mcpProxyYaml, orderId } from '../support/mcp-proxy';
 import { type McpToolServer, startMcpToolServer } from '../support/mcp-tool-server';
@@ -23,11 +24,7 @@ const HEADERS = {
 };
 
 async function until(what: string, done: () => boolean, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await untilTruthy(done, what, { timeoutMs, intervalMs: 5 });
 }
 
 /** Resolves after `ms`: the small pauses between chunks, so each goes out as a write of its own. */
