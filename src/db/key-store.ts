@@ -13,6 +13,7 @@ import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
   ClaimRequest,
   ClaimResult,
+  CounterDelta,
   HeaderPairs,
   KeyStore,
   PeekResult,
@@ -20,7 +21,6 @@ import type {
   StoredResponse,
 } from '../idempotency/record';
 import { recordDigest, recordText } from '../idempotency/record';
-import type { CounterDelta } from '../idempotency/replay-cache';
 import { quoteTableName } from './identifier';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 import { SQLSTATE } from './sqlstate';

@@ -8,7 +8,6 @@
 //                       └─ unknownOutcome: retry ──► taken over: fence + 1, forwarded again
 
 import { createHash } from 'node:crypto';
-import type { CounterDelta } from './replay-cache';
 
 export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
 export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
@@ -20,6 +19,13 @@ export interface RecordId {
   /** Hex SHA-256 of the tenant parts, '' when the route is not tenanted. */
   readonly tenant: string;
   readonly key: string;
+}
+
+/** Requests answered without the store (replay cache, local coalescing), added to a record later. */
+export interface CounterDelta {
+  readonly id: RecordId;
+  attempts: number;
+  replays: number;
 }
 
 /** Header pairs in upstream order; repeated names stay repeated. */

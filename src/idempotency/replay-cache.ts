@@ -7,7 +7,13 @@
 // The audit counters stay right: hits are counted here and added to the rows in batches
 // (flushCounters), so `attempts` and `replays` lag by at most one flush interval.
 import { performance } from 'node:perf_hooks';
-import { type RecordId, recordDigest, recordText, type StoredResponse } from './record';
+import {
+  type CounterDelta,
+  type RecordId,
+  recordDigest,
+  recordText,
+  type StoredResponse,
+} from './record';
 
 /** Serve cached entries this long less than the database's expiry, for clock and round-trip skew. */
 const EXPIRY_MARGIN_MS = 1_000;
@@ -27,12 +33,6 @@ interface Entry {
   readonly response: StoredResponse;
   readonly expiresAt: number;
   readonly bytes: number;
-}
-
-export interface CounterDelta {
-  readonly id: RecordId;
-  attempts: number;
-  replays: number;
 }
 
 export type CacheLookup =
