@@ -273,7 +273,9 @@ function responseHeaders(raw: Buffer[], keepAlive: boolean): ResponseHead {
     if (lower === 'connection') (connection ??= []).push(value);
     else if (!HOP_BY_HOP.has(lower)) {
       headers.push(name, value);
-      if (lower === 'content-type') eventStream = /^\s*text\/event-stream/i.test(value);
+      // Most types are application/…: no regular expression for them.
+      if (lower === 'content-type' && !value.startsWith('application/'))
+        eventStream = /^\s*text\/event-stream/i.test(value);
     }
   }
   const listed = connectionTokens(connection);
