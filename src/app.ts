@@ -15,8 +15,8 @@ import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
 import { routeRequest } from './http/route-request';
 import { LocalKeys } from './protected/local-keys';
 import { handleProtectedRequest, type ProtectedDeps } from './protected/handle';
-import type { CompletionWaiter, KeyStore } from './idempotency/record';
-import type { ReplayCache } from './idempotency/replay-cache';
+import type { CompletionWaiter, KeyStore } from './store/record';
+import type { ReplayCache } from './store/replay-cache';
 import { InFlightToolCalls } from './mcp/in-flight-calls';
 import { handleMcpRequest } from './mcp/mcp-request';
 import { infoLineWriter } from './observability/logger';
@@ -28,7 +28,7 @@ export interface AppOptions {
   readonly config: ProxyConfig;
   readonly store: KeyStore;
   readonly logger: Logger;
-  /** Wakes onConcurrent: wait requests (db/completion-listener.ts); without one they poll. */
+  /** Wakes onConcurrent: wait requests (store/postgres/completion-listener.ts); without one they poll. */
   readonly waiter?: CompletionWaiter;
   readonly metrics?: ProxyMetrics;
   /** Completed records answered from memory (replay-cache.ts); without one every repeat asks the store. */

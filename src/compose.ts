@@ -8,11 +8,12 @@ import type { Logger } from 'pino';
 import { createAdminServer } from './admin/admin-server';
 import { type App, createApp } from './app';
 import type { ProxyConfig } from './config/types';
-import { CompletionListener, type EvictionSubscriber } from './db/completion-listener';
-import { completionChannel, evictionChannel, PostgresKeyStore } from './db/key-store';
+import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
+import { PostgresKeyStore } from './store/postgres/key-store';
+import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './db/pruner';
 import { detectTopology, type Topology } from './db/topology';
-import { ReplayCache, startCounterFlush } from './idempotency/replay-cache';
+import { ReplayCache, startCounterFlush } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 
 /** How often replay-cache hits are added to their records' counters. */

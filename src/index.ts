@@ -3,8 +3,8 @@
 export { createApp, type App, type AppOptions } from './app';
 export { loadConfigFile, parseConfigText } from './config/load';
 export type { ProxyConfig, RouteConfig, IdempotencyPolicy } from './config/types';
-export { PostgresKeyStore } from './db/key-store';
+export { PostgresKeyStore } from './store/postgres/key-store';
 export { migrate } from './db/migrate';
 export { createPool } from './db/pool';
-export { CompletionListener } from './db/completion-listener';
+export { CompletionListener } from './store/postgres/completion-listener';
 export { ConfigError, ProxyError, ERROR_TABLE, type ErrorCode } from './errors';

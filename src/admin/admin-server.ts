@@ -11,7 +11,7 @@ import { LATEST_VERSION } from '../db/migrate';
 import { deleteRecord, findRecord } from '../db/record-queries';
 import { ProxyError } from '../errors';
 import { problemBody } from '../http/problem';
-import type { RecordId } from '../idempotency/record';
+import type { RecordId } from '../store/record';
 import { tenantHash } from '../idempotency/tenant';
 import type { ProxyMetrics } from '../observability/metrics';
 

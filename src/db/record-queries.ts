@@ -1,8 +1,8 @@
 // Operator access to records: read one (admin API, `inspect`), find a key across scopes, clear one.
 // Not on the request path; plain parameterised statements.
 import type { Pool } from 'pg';
-import { type RecordId, recordDigest } from '../idempotency/record';
-import { evictionChannel } from './key-store';
+import { type RecordId, recordDigest } from '../store/record';
+import { evictionChannel } from '../store/postgres/statements';
 import { quoteTableName } from './identifier';
 import { inTransaction } from './transaction';
 

@@ -7,7 +7,7 @@ import { ProxyError } from '../errors';
 import { outgoingHeaders, transportFailure } from '../protected/outgoing';
 import type { Leader } from '../protected/local-keys';
 import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
-import type { RecordId, StoredResponse } from '../idempotency/record';
+import type { RecordId, StoredResponse } from '../store/record';
 import { completeRecord, releaseRecord, settleFailure } from '../protected/settle';
 import { sessionOf } from './in-flight-calls';
 import { JSON_HEADERS, jsonRpcError } from './jsonrpc';

@@ -8,7 +8,7 @@
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode, ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
-import type { HeaderPairs, StoredResponse } from '../idempotency/record';
+import type { HeaderPairs, StoredResponse } from '../store/record';
 
 /** Every message the proxy stores for an MCP route begins with these bytes (ids come after). */
 export const STORED_PREFIX = '{"jsonrpc":"2.0",';

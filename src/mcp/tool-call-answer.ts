@@ -19,7 +19,7 @@ import {
   stringAt,
 } from '../idempotency/canonical-json';
 import { startStreaming, writeChunk } from '../protected/outgoing';
-import type { HeaderPairs } from '../idempotency/record';
+import type { HeaderPairs } from '../store/record';
 import type { ResponseReceiver } from '../upstream/protected';
 import { errorMessage, type JsonRpcErrorObject, storedMessage } from './jsonrpc';
 import { SseReader } from './sse';

@@ -4,9 +4,9 @@
 // written by the forward itself, as it arrives.
 import { ProxyError } from '../errors';
 import type { Outcome } from '../http/request-log';
-import type { StoredResponse } from '../idempotency/record';
+import type { StoredResponse } from '../store/record';
 import { problemBody, problemHeaders } from '../http/problem';
-import type { HeaderPairs } from '../idempotency/record';
+import type { HeaderPairs } from '../store/record';
 import { storedUnknownOutcome } from '../mcp/jsonrpc';
 import { OUTCOME_HEADER, type ProtectedRequest } from './context';
 

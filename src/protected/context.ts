@@ -6,9 +6,9 @@ import type { RequestLogEntry } from '../http/request-log';
 import { type RequestTarget } from '../http/router';
 import type { PassThrough } from '../upstream/passthrough';
 import type { UpstreamPools } from '../upstream/protected';
-import { type CompletionWaiter, type KeyStore } from '../idempotency/record';
+import { type CompletionWaiter, type KeyStore } from '../store/record';
 import type { LocalKeys } from './local-keys';
-import type { ReplayCache } from '../idempotency/replay-cache';
+import type { ReplayCache } from '../store/replay-cache';
 import type { McpCall } from '../mcp/tool-call';
 import type { InFlightToolCalls } from '../mcp/in-flight-calls';
 

@@ -14,7 +14,7 @@
 // one place, or in shadow mode the request is forwarded anyway.
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
-import { type RecordId, recordText } from '../idempotency/record';
+import { type RecordId, recordText } from '../store/record';
 import { tenantHash } from '../idempotency/tenant';
 import {
   type Answer,

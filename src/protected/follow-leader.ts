@@ -2,7 +2,7 @@
 // learnt (local-keys.ts) instead of the store: the answer for each verdict, and the lookup of a large
 // body by its raw fingerprint (the replay cache, then the leader) before any canonical JSON.
 import { performance } from 'node:perf_hooks';
-import { type RecordId, recordText } from '../idempotency/record';
+import { type RecordId, recordText } from '../store/record';
 import { type Answer, CLIENT_GONE, inFlight, problem, replayOf, reused } from './answer';
 import type { ProtectedDeps, ProtectedRequest } from './context';
 import { storeUnavailableError } from './store-call';

@@ -5,7 +5,7 @@ import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { ResponseReceiver } from '../upstream/protected';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './outgoing';
-import { type HeaderPairs, type RecordId, type StoredResponse } from '../idempotency/record';
+import { type HeaderPairs, type RecordId, type StoredResponse } from '../store/record';
 import { type ProtectedDeps, type ProtectedRequest } from './context';
 import { completeRecord, releaseRecord, settleFailure } from './settle';
 import { forwardToolCall } from '../mcp/forward-tool-call';

@@ -16,7 +16,7 @@
 // stored answer (complete succeeded, or the claim found it), a mismatch, the lease of a claim held
 // elsewhere, the store being down, or "ask the store" (released, or anything else).
 import { performance } from 'node:perf_hooks';
-import type { StoredResponse } from '../idempotency/record';
+import type { StoredResponse } from '../store/record';
 
 export type LeaderResult =
   | { readonly kind: 'stored'; readonly response: StoredResponse }

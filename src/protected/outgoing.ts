@@ -6,7 +6,7 @@ import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '
 import type { RequestTarget } from '../http/router';
 import { statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
-import type { HeaderPairs } from '../idempotency/record';
+import type { HeaderPairs } from '../store/record';
 
 /**
  * Request headers sent upstream: no hop-by-hop, no framing, the edge's X-Forwarded-* and decisions

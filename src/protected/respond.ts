@@ -4,7 +4,7 @@
 import { sendProblem } from '../http/problem';
 import { writeWhole } from '../http/response';
 import { DERIVED_KEY_HEADER } from '../idempotency/derived-key';
-import type { HeaderPairs, StoredResponse } from '../idempotency/record';
+import type { HeaderPairs, StoredResponse } from '../store/record';
 import { JSON_HEADERS, jsonRpcError, withId, writeJsonRpcError } from '../mcp/jsonrpc';
 import type { Answer } from './answer';
 import { BODY_OMITTED_HEADER, OUTCOME_HEADER, type ProtectedRequest } from './context';

@@ -22,7 +22,7 @@ import { responseHeaderPairs } from '../http/response';
 import type { UpstreamPools } from '../upstream/protected';
 import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './outgoing';
 import type { ProtectedDeps, ProtectedRequest } from './context';
-import type { ClaimResult } from '../idempotency/record';
+import type { ClaimResult } from '../store/record';
 
 export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;
 

@@ -1,7 +1,7 @@
 // onConcurrent: wait — blocking a repeat until the in-flight record it repeats changes.
 import type { ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { type RecordId, recordDigest } from '../idempotency/record';
+import { type RecordId, recordDigest } from '../store/record';
 import { type ProtectedDeps, type ProtectedRequest } from './context';
 
 /** How often a waiting request looks at its record when no notification comes. */

@@ -146,7 +146,7 @@ export class StoreProbe {
 const marked = (text: string): string => text.replace(/^(\s*\w+)/, `$1 ${PROBE_MARK}`);
 
 /**
- * Names a statement by what the proxy uses it for (see src/db/key-store.ts), from the text
+ * Names a statement by what the proxy uses it for (see src/store/postgres/statements.ts), from the text
  * pg_stat_statements keeps — where constants are already replaced by $n, so only the shape counts.
  */
 export function statementKind(query: string): string {

@@ -3,11 +3,12 @@
 // and fence check; waiters are nudged; a deadlock between batches is retried row by row — against
 // the real PostgreSQL.
 import { Client } from 'pg';
-import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import { completionChannel } from '../../src/store/postgres/statements';
 import { quoteTableName } from '../../src/db/identifier';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
-import { type RecordId, recordDigest, type StoredResponse } from '../../src/idempotency/record';
+import { type RecordId, recordDigest, type StoredResponse } from '../../src/store/record';
 import { until } from '../support/eventually';
 import { sleep } from '../support/upstream';
 import { databaseUrl, uniqueTable } from '../support/proxy';

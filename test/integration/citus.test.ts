@@ -6,12 +6,13 @@
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';
-import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import { completionChannel } from '../../src/store/postgres/statements';
 import { migrate } from '../../src/db/migrate';
 import { pruneExpired } from '../../src/db/pruner';
 import { deleteRecord, findRecord, findRecordsByKey } from '../../src/db/record-queries';
 import { detectTopology } from '../../src/db/topology';
-import { recordDigest, type RecordId } from '../../src/idempotency/record';
+import { recordDigest, type RecordId } from '../../src/store/record';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';

@@ -1,6 +1,6 @@
 // Migrations: applied once, safe when many replicas start at the same moment, never with SQL in a name.
 import { quoteTableName } from '../../src/db/identifier';
-import { PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { LATEST_VERSION, migrate } from '../../src/db/migrate';
 import { MIGRATIONS } from '../../src/db/migrations';
 import { createPool } from '../../src/db/pool';

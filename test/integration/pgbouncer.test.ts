@@ -3,7 +3,8 @@
 // lock must not outlive its transaction and LISTEN is never delivered: claims, completions, waits,
 // migrations and pruning still work, wait mode polls and says so. Session mode keeps LISTEN.
 import { Pool } from 'pg';
-import { completionChannel, PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import { completionChannel } from '../../src/store/postgres/statements';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import { pruneExpired } from '../../src/db/pruner';

@@ -3,7 +3,7 @@
 import { once } from 'node:events';
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';

@@ -1,10 +1,10 @@
 // A record's history (inspect, GET /keys): the claim and the completion come from the row itself,
 // the exceptional events (takeovers, unknown-outcome settlements) from what the store wrote.
-import { PostgresKeyStore } from '../../src/db/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import { findRecord } from '../../src/db/record-queries';
-import type { StoredResponse } from '../../src/idempotency/record';
+import type { StoredResponse } from '../../src/store/record';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { sleep } from '../support/upstream';
 

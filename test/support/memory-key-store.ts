@@ -8,8 +8,8 @@ import type {
   PeekResult,
   RecordId,
   StoredResponse,
-} from '../../src/idempotency/record';
-import { recordText } from '../../src/idempotency/record';
+} from '../../src/store/record';
+import { recordText } from '../../src/store/record';
 
 interface Row {
   fingerprint: Buffer;

@@ -8,11 +8,11 @@ import type { App } from '../../src/app';
 import { composeProxy } from '../../src/compose';
 import { parseConfigText } from '../../src/config/load';
 import type { ProxyConfig } from '../../src/config/types';
-import type { CompletionListener } from '../../src/db/completion-listener';
+import type { CompletionListener } from '../../src/store/postgres/completion-listener';
 import { ProxyMetrics } from '../../src/observability/metrics';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
-import type { ReplayCache } from '../../src/idempotency/replay-cache';
+import type { ReplayCache } from '../../src/store/replay-cache';
 
 export interface TestProxy {
   readonly url: string;

@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseConfigText } from '../../src/config/load';
 import type { IdempotencyPolicy, RouteConfig } from '../../src/config/types';
 import { newLogEntry } from '../../src/http/request-log';
-import type { RecordId, StoredResponse } from '../../src/idempotency/record';
+import type { RecordId, StoredResponse } from '../../src/store/record';
 import type { ProtectedDeps, ProtectedRequest } from '../../src/protected/context';
 import { type Call, decide, type Decision } from '../../src/protected/decide';
 import { StoreUnavailable } from '../../src/protected/store-call';

@@ -1,6 +1,6 @@
 // The natural batcher: a lone call runs at once and alone; calls that arrive while every lane is busy
 // go together, up to the batch limit; results map back in order; a failed batch fails only its items.
-import { NaturalBatcher } from '../../src/db/natural-batcher';
+import { NaturalBatcher } from '../../src/store/postgres/natural-batcher';
 
 /** A run function whose statements finish only when the test says so. */
 function controlledRun() {

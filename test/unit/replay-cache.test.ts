@@ -1,5 +1,5 @@
-import { ReplayCache } from '../../src/idempotency/replay-cache';
-import { recordDigest, type StoredResponse } from '../../src/idempotency/record';
+import { ReplayCache } from '../../src/store/replay-cache';
+import { recordDigest, type StoredResponse } from '../../src/store/record';
 
 const id = (key: string) => ({ scope: 's', tenant: '', key });
 const fp = Buffer.from('fingerprint');

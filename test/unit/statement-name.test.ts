@@ -1,7 +1,8 @@
 // Statement names are digests of their text: two sessions that meet on one server connection (a
 // transaction pooler) can only share a name when they share the statement, and every name fits in
 // PostgreSQL's 63 bytes whatever the table is called.
-import { buildStatements, claimStatement, statementName } from '../../src/db/key-store';
+import { statementName } from '../../src/store/postgres/key-store';
+import { buildStatements, claimStatement } from '../../src/store/postgres/statements';
 
 test('a name follows the text: another table or another text is another name', () => {
   const long = 'k'.repeat(50);

@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import type { Logger } from 'pino';
-import type { CompletionWaiter } from '../idempotency/record';
+import type { CompletionWaiter } from '../record';
 
 const RECONNECT_MIN_MS = 200;
 const RECONNECT_MAX_MS = 5_000;

@@ -1,316 +1,34 @@
-// The Postgres KeyStore: one named, parameterised statement per operation. Time comes from Postgres
-// (now(), intervals), never from this process's clock, so instances with skewed clocks agree.
-//
-// The same statements run on a Citus distributed table (SPEC §10), which asks three things of them:
-// no function that is not IMMUTABLE in RETURNING (Citus runs RETURNING on the shard), no STABLE
-// function (now(), jsonb_build_object) called with a column of the row (Citus evaluates those once on
-// the coordinator, before it routes the statement), and no NOTIFY inside a statement Citus sends to a
-// worker (the LISTENing sessions are on the coordinator). So "now" reaches RETURNING as last_seen_at,
-// which each claim sets to now(); deadlines are computed from parameters alone; and on Citus the
-// nudge to waiters is a statement of its own, on the coordinator (nudgeWaiters).
+// The PostgreSQL KeyStore: claims and completions batched naturally under load (natural-batcher.ts),
+// each operation one named, parameterised statement (statements.ts) whose rows rows.ts reads.
 import { createHash, randomUUID } from 'node:crypto';
 import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
   ClaimRequest,
   ClaimResult,
   CounterDelta,
-  HeaderPairs,
   KeyStore,
   PeekResult,
   RecordId,
   StoredResponse,
-} from '../idempotency/record';
-import { recordDigest, recordText } from '../idempotency/record';
-import { quoteTableName } from './identifier';
+} from '../record';
+import { recordDigest, recordText } from '../record';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
-import { SQLSTATE } from './sqlstate';
-import { isDistributed } from './topology';
-
-interface ClaimRow {
-  scope: string;
-  tenant: string;
-  key: string;
-  claim_token: string;
-  state: string;
-  fence: string;
-  fingerprint: Buffer;
-  status: number | null;
-  headers: [string, string][] | null;
-  body: Buffer | null;
-  body_omitted: boolean;
-  outcome_unknown: boolean;
-  lease_remaining_ms: number;
-  attempts: number;
-  expires_in_ms: number;
-}
-
-/** The claim statement's RETURNING list, in order (rowMode: 'array'). */
-type ClaimRowValues = [
-  scope: string,
-  tenant: string,
-  key: string,
-  claim_token: string,
-  state: string,
-  fence: string,
-  fingerprint: Buffer,
-  status: number | null,
-  headers: [string, string][] | null,
-  body: Buffer | null,
-  body_omitted: boolean,
-  outcome_unknown: boolean,
-  attempts: number,
-  lease_remaining_ms: number,
-  expires_in_ms: number,
-];
-
-function claimRow(values: ClaimRowValues): ClaimRow {
-  const [scope, tenant, key, claim_token, state, fence, fingerprint, status, headers, body] =
-    values;
-  return {
-    scope,
-    tenant,
-    key,
-    claim_token,
-    state,
-    fence,
-    fingerprint,
-    status,
-    headers,
-    body,
-    body_omitted: values[10],
-    outcome_unknown: values[11],
-    attempts: values[12],
-    lease_remaining_ms: values[13],
-    expires_in_ms: values[14],
-  };
-}
-
-interface ResponseRow {
-  status: number;
-  headers: [string, string][];
-  body: Buffer | null;
-  body_omitted: boolean;
-  outcome_unknown: boolean;
-}
-
-const ms = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
-
-/**
- * A one-element jsonb array for the record's history (migration 2). The fence, a column expression,
- * is put in with jsonb_set and casts, which are IMMUTABLE; jsonb_build_* are STABLE, so on Citus they
- * may only see parameters and now() (see the top of this file).
- */
-function event(name: string, fence: string, status?: string): string {
-  const statusPart = status ? `, 'status', ${status}` : '';
-  const built = `jsonb_build_array(jsonb_build_object('event', ${name}, 'at', now()${statusPart}))`;
-  return `jsonb_set(${built}, '{0,fence}', (${fence})::text::jsonb)`;
-}
-
-/**
- * A write that announces the records it changed to their waiters (onConcurrent: wait) with NOTIFY,
- * but only records another request has seen while they ran (attempts > 1): the common path pays
- * nothing for it. `write` returns its changed rows with their `attempts`; the statement returns
- * them too. `notify` is pg_notify's arguments, over `done`'s columns or parameters. On a Citus
- * distributed table (`notify` undefined) the write goes alone: Citus would send the NOTIFY to the
- * worker along with it, and the store nudges from the coordinator instead (nudgeWaiters).
- */
-function withNudge(write: string, notify: string | undefined): string {
-  if (notify === undefined) return write;
-  return `
-      WITH done AS (${write}
-      ), nudge AS (SELECT pg_notify(${notify}) FROM done WHERE attempts > 1)
-      SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
-}
-
-/**
- * Column assignments of the claim's ON CONFLICT branch: an expired row is claimed afresh. "Now" is
- * excluded.last_seen_at, the now() of the claim's own VALUES row: Citus allows only IMMUTABLE
- * functions in DO UPDATE SET.
- */
-function claimUpsertAssignments(): string {
-  const expired = 'r.expires_at <= excluded.last_seen_at';
-  const fresh: Record<string, [string, string]> = {
-    route: ['excluded.route', 'r.route'],
-    fingerprint: ['excluded.fingerprint', 'r.fingerprint'],
-    state: ["'in_progress'", 'r.state'],
-    claim_token: ['excluded.claim_token', 'r.claim_token'],
-    fence: ['r.fence + 1', 'r.fence'],
-    lease_expires_at: ['excluded.lease_expires_at', 'r.lease_expires_at'],
-    status: ['NULL', 'r.status'],
-    headers: ['NULL', 'r.headers'],
-    body: ['NULL', 'r.body'],
-    body_omitted: ['false', 'r.body_omitted'],
-    outcome_unknown: ['false', 'r.outcome_unknown'],
-    attempts: ['1', 'r.attempts + 1'],
-    created_at: ['excluded.created_at', 'r.created_at'],
-    completed_at: ['NULL', 'r.completed_at'],
-    expires_at: ['excluded.expires_at', 'r.expires_at'],
-    prune_after: ['excluded.prune_after', 'r.prune_after'],
-    // The claim and the completion are read from created_at/completed_at (record-queries.ts): only
-    // the exceptional events are written.
-    events: ["'[]'::jsonb", 'r.events'],
-  };
-  const assignments = Object.entries(fresh).map(
-    ([column, [whenExpired, otherwise]]) =>
-      `${column} = CASE WHEN ${expired} THEN ${whenExpired} ELSE ${otherwise} END`,
-  );
-  assignments.push(
-    `replays = CASE WHEN ${expired} THEN 0
-                    WHEN r.state = 'completed' AND r.fingerprint = excluded.fingerprint THEN r.replays + 1
-                    ELSE r.replays END`,
-    'last_seen_at = excluded.last_seen_at',
-  );
-  return assignments.join(',\n        ');
-}
-
-/** Parameters per completion in the complete statement; on PostgreSQL, $1 is the NOTIFY channel. */
-const COMPLETE_ROW_PARAMS = 11;
-
-/**
- * recordDigest (record.ts) computed by PostgreSQL: base64url of the SHA-256 of
- * "scope\ntenant\nkey", no padding. Completions use it for the rare rows they announce, so the
- * request path hashes nothing for it.
- */
-function recordDigestSql(scope: string, tenant: string, key: string): string {
-  const text = `${scope} || E'\\n' || ${tenant} || E'\\n' || ${key}`;
-  return `translate(rtrim(encode(sha256(convert_to(${text}, 'UTF8')), 'base64'), '='), '+/', '-_')`;
-}
-
-/**
- * Completion: one statement for one or several completions (natural batching, natural-batcher.ts), a
- * VALUES row each with its own fence check; the new expiry is computed in the row, from its
- * parameter. Nudges waiters (withNudge). Returns the ordinals of the rows it changed.
- */
-export function completeStatement(tableName: string, rows: number, distributed = false): string {
-  const t = quoteTableName(tableName);
-  // n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown; then ttl_ms.
-  const types = [
-    'int',
-    'text',
-    'text',
-    'text',
-    'bigint',
-    'smallint',
-    'jsonb',
-    'bytea',
-    'boolean',
-    'boolean',
-  ];
-  const values: string[] = [];
-  for (let row = 0; row < rows; row++) {
-    const first = (distributed ? 1 : 2) + row * COMPLETE_ROW_PARAMS;
-    const params = types.map((type, k) => `$${first + k}::${type}`);
-    values.push(`(${params.join(', ')}, now() + ${ms(`$${first + types.length}`)})`);
-  }
-  const update = `
-        UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
-               body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
-               lease_expires_at = NULL, expires_at = i.expires_at,
-               prune_after = GREATEST(r.prune_after, i.expires_at)
-        FROM (VALUES ${values.join(',\n               ')})
-          AS i(n, scope, tenant, key, fence, status, headers, body, body_omitted, outcome_unknown, expires_at)
-        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
-          AND r.state = 'in_progress'
-        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
-  const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
-  return withNudge(update, distributed ? undefined : notify);
-}
-
-/** Parameters per claim in the claim statement. */
-const CLAIM_ROW_PARAMS = 8;
-
-/**
- * Claim-or-read, for one or several requests in one statement (natural batching): a VALUES row each,
- * distinct keys, sorted so that concurrent batches lock rows in one order. A new row, or an expired
- * one, is claimed (its claim_token is the request's); any other row is returned as it stands, with
- * the audit counters bumped. Rows come back keyed by (scope, tenant, key); the request compares the
- * token and fingerprint itself. Both branches set last_seen_at to the row's now(): RETURNING measures
- * the lease and the expiry from it, not from now() itself (see the top of this file).
- */
-export function claimStatement(tableName: string, rows: number): string {
-  const values: string[] = [];
-  for (let row = 0; row < rows; row++) {
-    const p = (k: number): string => `$${1 + row * CLAIM_ROW_PARAMS + k}`;
-    values.push(
-      `(${p(0)}::text, ${p(1)}::text, ${p(2)}::text, ${p(3)}::text, ${p(4)}::bytea, 'in_progress', ` +
-        `${p(5)}::uuid, 1, now() + ${ms(p(6))}, now() + ${ms(p(7))}, now() + ${ms(p(7))}, now(), now())`,
-    );
-  }
-  return `
-      INSERT INTO ${quoteTableName(tableName)} AS r (scope, tenant, key, route, fingerprint, state,
-                             claim_token, fence, lease_expires_at, expires_at, prune_after,
-                             created_at, last_seen_at)
-      VALUES ${values.join(',\n             ')}
-      ON CONFLICT (scope, tenant, key) DO UPDATE SET
-        ${claimUpsertAssignments()}
-      RETURNING
-        r.scope, r.tenant, r.key,
-        r.claim_token::text AS claim_token,
-        r.state,
-        r.fence::text AS fence,
-        r.fingerprint,
-        r.status,
-        r.headers,
-        r.body,
-        r.body_omitted,
-        r.outcome_unknown,
-        r.attempts,
-        GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - r.last_seen_at)) * 1000))::int
-          AS lease_remaining_ms,
-        floor(extract(epoch FROM (r.expires_at - r.last_seen_at)) * 1000)::bigint::float8
-          AS expires_in_ms`;
-}
-
-/**
- * The single-record statements. On a Citus distributed table (`distributed`) release and
- * settleUnknown take no NOTIFY parameters (withNudge).
- */
-export function buildStatements(tableName: string, distributed = false) {
-  const t = quoteTableName(tableName);
-  const where = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
-  const notify = (channel: string, payload: string): string | undefined =>
-    distributed ? undefined : `${channel}::text, ${payload}::text`;
-  return {
-    // Release, like completion (completeStatement), nudges waiters.
-    release: withNudge(
-      `
-        DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
-        RETURNING attempts`,
-      notify('$5', '$6'),
-    ),
-    takeOver: `
-      UPDATE ${t} SET claim_token = $5::uuid, fence = fence + 1, lease_expires_at = now() + ${ms('$6')},
-             expires_at = GREATEST(expires_at, now() + ${ms('$7')}),
-             prune_after = GREATEST(prune_after, now() + ${ms('$7')}),
-             events = events || ${event("'taken_over'", 'fence + 1')}
-      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-      RETURNING fence::text AS fence`,
-    settleUnknown: withNudge(
-      `
-        UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
-               body_omitted = false, outcome_unknown = true, completed_at = now(),
-               lease_expires_at = NULL, expires_at = now() + ${ms('$8')},
-               prune_after = GREATEST(prune_after, now() + ${ms('$8')}), replays = replays + 1,
-               events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
-        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
-      notify('$9', '$10'),
-    ),
-    // Counter increments gathered by the replay cache, one statement per flush.
-    flushCounters: `
-      UPDATE ${t} AS r SET attempts = r.attempts + d.attempts, replays = r.replays + d.replays,
-             last_seen_at = now()
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
-        AS d(scope, tenant, key, attempts, replays)
-      WHERE r.scope = d.scope AND r.tenant = d.tenant AND r.key = d.key AND r.state = 'completed'`,
-    // Read-only look for waiters: no counters bumped, nothing locked.
-    peek: `
-      SELECT state, fingerprint = $4::bytea AS same_fingerprint, expires_at <= now() AS expired,
-             GREATEST(0, ceil(extract(epoch FROM (lease_expires_at - now())) * 1000))::int
-               AS lease_remaining_ms
-      FROM ${t} WHERE ${where}`,
-  } as const;
-}
+import { SQLSTATE } from '../../db/sqlstate';
+import { isDistributed } from '../../db/topology';
+import {
+  claimRow,
+  type ClaimRowValues,
+  type PeekRow,
+  type ResponseRow,
+  toClaimResult,
+  toResponse,
+} from './rows';
+import {
+  buildStatements,
+  claimStatement,
+  completeStatement,
+  completionChannel,
+} from './statements';
 
 export interface KeyStoreOptions {
   /**
@@ -707,51 +425,4 @@ export class PostgresKeyStore implements KeyStore {
     if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row ? toResponse(row) : null;
   }
-}
-
-interface PeekRow {
-  state: string;
-  same_fingerprint: boolean;
-  expired: boolean;
-  lease_remaining_ms: number;
-}
-
-/** The NOTIFY channel operator clears are announced on, so every replay cache evicts the record. */
-export function evictionChannel(tableName: string): string {
-  return `ip_evict_${tableName}`;
-}
-
-/** The NOTIFY channel that completions and releases of this table are announced on. */
-export function completionChannel(tableName: string): string {
-  return `ip_done_${tableName}`;
-}
-
-function toResponse(row: ResponseRow): StoredResponse {
-  return {
-    status: row.status,
-    headers: (row.headers ?? []) as HeaderPairs,
-    body: row.body ?? Buffer.alloc(0),
-    bodyOmitted: row.body_omitted,
-    outcomeUnknown: row.outcome_unknown,
-  };
-}
-
-function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): ClaimResult {
-  const attempts = row.attempts;
-  if (row.claim_token === token) return { kind: 'claimed', fence: row.fence, attempts };
-  if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch', attempts };
-  if (row.state === 'completed') {
-    return {
-      kind: 'completed',
-      response: toResponse(row as ResponseRow),
-      expiresInMs: row.expires_in_ms,
-      attempts,
-    };
-  }
-  return {
-    kind: 'in-flight',
-    fence: row.fence,
-    leaseRemainingMs: row.lease_remaining_ms,
-    attempts,
-  };
 }
