@@ -55,10 +55,10 @@ export async function handleMcpRequest(
   const message = readMcpMessage(body, mcp);
   switch (message.kind) {
     case 'pass':
-      return forwardUnstored(deps.upstreams, request, undefined, body, undefined);
+      return forwardUnstored(deps.upstreams, request, sentKeyHeader(request), body, undefined);
     case 'cancel':
       if (!deps.toolCalls?.has(sessionOf(req.headers), message.requestIdText))
-        return forwardUnstored(deps.upstreams, request, undefined, body, undefined);
+        return forwardUnstored(deps.upstreams, request, sentKeyHeader(request), body, undefined);
       log.outcome = 'cancel_held';
       res.writeHead(202, { 'content-length': '0' });
       res.end();
@@ -117,4 +117,13 @@ export async function handleMcpRequest(
   log.keyDerived = true;
   const derived = { ...toolRequest, policy: derivedKeyPolicy(policy) };
   return answerCall(deps, derived, { id: recordIdOf(derived, key), fingerprint, body });
+}
+
+/**
+ * A message the route does not protect goes up with the key header it was sent with (an unlisted
+ * tool's server may dedupe on it itself), under forwardKeyAs like a claimed call's key.
+ */
+function sentKeyHeader(request: ProtectedRequest): string | undefined {
+  const value = request.req.headers[request.policy.key.header];
+  return typeof value === 'string' ? value : undefined;
 }

@@ -297,6 +297,30 @@ test('a batch without a protected tools/call passes through', async () => {
   expect(server.runs.filter((run) => run.args.account === account)).toHaveLength(1);
 });
 
+test('an unlisted tool runs on every call, and gets its Idempotency-Key header as sent', async () => {
+  const account = orderId('unlisted-key');
+  const headers = { ...HEADERS, 'idempotency-key': `key-${account}` };
+  for (const id of [1, 2]) {
+    const res = await postMcp(
+      `${proxy.url}/mcp`,
+      toolCall(id, 'get_balance', { account }),
+      headers,
+    );
+    expect(finalMessage(res)).toMatchObject({ id, result: {} });
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+  }
+  expect(server.runs.filter((run) => run.args.account === account)).toHaveLength(2);
+  const calls = server.received.filter(
+    (r) =>
+      (r.json as { params?: { arguments?: { account?: string } } })?.params?.arguments?.account ===
+      account,
+  );
+  expect(calls.map((r) => r.headers['idempotency-key'])).toEqual([
+    `key-${account}`,
+    `key-${account}`,
+  ]);
+});
+
 describe('upstream drops the stream after the tool ran', () => {
   test('unknownOutcome: fail (JSON answer) → 502 idempotency_outcome_unknown, stored and replayed, never forwarded again', async () => {
     const order = orderId('drop-json');
