@@ -84,6 +84,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     metrics,
     draining: () => app.draining(),
     beforeScrape: () => metrics.waiting(listener.stats.waiting),
+    logger,
   });
   const pruner = options.prune
     ? startPruner(pool, table, config.store.pruneIntervalMs, {

@@ -1,19 +1,21 @@
 // The admin listener (SPEC §6), on its own port: health, readiness, Prometheus metrics, and key
-// inspection/clearing behind a bearer token. No token configured → the /keys endpoints are off (404),
-// never open.
-import { createHash, timingSafeEqual } from 'node:crypto';
+// inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and its JSON
+// API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and /ui are off
+// (404), never open.
 import http from 'node:http';
+import { hashKey } from '../app';
+import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import type { ProxyConfig } from '../config/types';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
 import { deleteRecord, findRecord } from '../db/record-queries';
-import { ProxyError } from '../errors';
-import { problemBody } from '../http/problem';
 import type { RecordId } from '../store/record';
-import { tenantHash } from '../idempotency/tenant';
 import type { ProxyMetrics } from '../observability/metrics';
+import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
+import { handleApi } from './admin-api';
+import { sendConsolePage } from './console-page';
 
 export interface AdminDeps {
   /** The config in force (it changes on reload). */
@@ -23,6 +25,8 @@ export interface AdminDeps {
   readonly draining: () => boolean;
   /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
   readonly beforeScrape?: () => void;
+  /** Where operator actions (a clear) are logged; never with the token. */
+  readonly logger?: Pick<Logger, 'info'>;
 }
 
 const READINESS_TIMEOUT_MS = 2_000;
@@ -51,6 +55,12 @@ async function handle(
     res.end(text);
     return;
   }
+  if ((url.pathname === '/ui' || url.pathname === '/ui/') && method === 'GET') {
+    return sendConsolePage(res, deps.config().admin.token !== undefined);
+  }
+  if (url.pathname === '/api' || url.pathname.startsWith('/api/')) {
+    return handleApi(deps, req, res, method, url);
+  }
   const keyPath = /^\/keys\/([^/]+)\/([^/]+)$/.exec(url.pathname);
   if (keyPath && (method === 'GET' || method === 'DELETE')) {
     return keys(deps, req, res, method, url, decode(keyPath[1]!), decode(keyPath[2]!));
@@ -59,7 +69,7 @@ async function handle(
     res,
     404,
     'Not found',
-    `No admin endpoint ${method} ${url.pathname}. Try /healthz, /readyz, /metrics or /keys/{route}/{key}.`,
+    `No admin endpoint ${method} ${url.pathname}. Try /healthz, /readyz, /metrics, /keys/{route}/{key}, /api/records or /ui.`,
   );
 }
 
@@ -115,19 +125,13 @@ async function keys(
   key: string,
 ): Promise<void> {
   const config = deps.config();
-  const token = config.admin.token;
-  if (token === undefined) {
-    return problem(
-      res,
-      404,
-      'Key inspection is off',
-      'Set admin.token (e.g. ADMIN_TOKEN) to enable /keys.',
-    );
-  }
-  if (!bearerMatches(req.headers.authorization, token)) {
-    res.setHeader('www-authenticate', 'Bearer realm="idempotency-proxy admin"');
-    return problem(res, 401, 'Unauthorized', 'Send Authorization: Bearer <admin.token>.');
-  }
+  if (
+    !authorized(req, res, config.admin.token, {
+      title: 'Key inspection is off',
+      endpoints: '/keys',
+    })
+  )
+    return;
   const route = config.routes.find((r) => r.idempotency?.scope === scope);
   if (!route?.idempotency) {
     return problem(res, 404, 'Unknown route', `No protected route or group is named "${scope}".`);
@@ -148,66 +152,21 @@ async function keys(
     const deleted = await deleteRecord(deps.pool, table, id);
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
+    deps.logger?.info(
+      {
+        admin: 'clear',
+        scope,
+        tenant: id.tenant,
+        key: route.idempotency.logKey === 'hash' ? hashKey(key) : key,
+      },
+      'admin: cleared a record; the next request with its key executes',
+    );
     return json(res, 200, { deleted: true, scope, key });
   }
   const record = await findRecord(deps.pool, table, id, url.searchParams.get('body') === '1');
   if (!record)
     return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
   json(res, 200, record);
-}
-
-/** The tenant hash for raw values given in the order of the route's tenant parts. */
-export function tenantOf(parts: readonly string[], values: readonly string[]): string {
-  if (parts.length === 0) return '';
-  const headers: http.IncomingHttpHeaders = {};
-  parts.forEach((part, i) => {
-    const value = values[i];
-    if (value !== undefined) headers[part.slice('header:'.length)] = value;
-  });
-  return tenantHash(headers, parts);
-}
-
-/** Constant-time comparison of the presented bearer token with the configured one. */
-function bearerMatches(header: string | undefined, token: string): boolean {
-  const match = /^Bearer\s+(.+)$/i.exec(header ?? '');
-  const presented = createHash('sha256')
-    .update(match?.[1]?.trim() ?? '')
-    .digest();
-  const expected = createHash('sha256').update(token).digest();
-  return timingSafeEqual(presented, expected) && match !== null;
-}
-
-function decode(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return segment;
-  }
-}
-
-function json(res: http.ServerResponse, status: number, value: unknown): void {
-  const body = JSON.stringify(value, null, 2);
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-  });
-  res.end(body);
-}
-
-function problem(res: http.ServerResponse, status: number, title: string, detail: string): void {
-  const error = new ProxyError('BAD_REQUEST', detail);
-  const body = JSON.stringify({
-    ...problemBody(error),
-    type: 'about:blank',
-    title,
-    status,
-    code: `ADMIN_${status}`,
-  });
-  res.writeHead(status, {
-    'content-type': 'application/problem+json',
-    'content-length': Buffer.byteLength(body),
-  });
-  res.end(body);
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {

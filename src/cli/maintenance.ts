@@ -1,6 +1,6 @@
 // `idempotency-proxy prune` and `idempotency-proxy inspect`: one-shot operator commands on the store.
 import type { Logger } from 'pino';
-import { tenantOf } from '../admin/admin-server';
+import { tenantOf } from '../admin/admin-http';
 import type { ProxyConfig } from '../config/types';
 import { pruneExpired } from '../db/pruner';
 import { findRecord, findRecordsByKey, type RecordView } from '../db/record-queries';

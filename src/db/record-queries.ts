@@ -34,7 +34,8 @@ const COLUMNS = `scope, tenant, key, route, state, fence::text AS fence, status,
   body_omitted, octet_length(body) AS body_bytes, attempts, replays, created_at, completed_at,
   last_seen_at, expires_at, lease_expires_at, expires_at <= now() AS expired, headers, events`;
 
-interface Row {
+/** A record row as the admin queries select it (record-listing.ts picks from it too). */
+export interface RecordRow {
   scope: string;
   tenant: string;
   key: string;
@@ -64,7 +65,7 @@ export async function findRecord(
   id: RecordId,
   withBody = false,
 ): Promise<RecordView | undefined> {
-  const { rows } = await pool.query<Row>(
+  const { rows } = await pool.query<RecordRow>(
     `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)}
      WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
     [id.scope, id.tenant, id.key],
@@ -79,7 +80,7 @@ export async function findRecordsByKey(
   key: string,
   withBody = false,
 ): Promise<RecordView[]> {
-  const { rows } = await pool.query<Row>(
+  const { rows } = await pool.query<RecordRow>(
     `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)} WHERE key = $1::text
      ORDER BY scope, tenant`,
     [key],
@@ -111,18 +112,51 @@ export async function deleteRecord(pool: Pool, tableName: string, id: RecordId):
   });
 }
 
-function toView(row: Row, withBody: boolean): RecordView {
-  const view: RecordView = {
+/** What a listing shows of a record too (record-listing.ts): who it is, its state, counters and times. */
+export type RecordBasics = Pick<
+  RecordView,
+  | 'scope'
+  | 'tenant'
+  | 'key'
+  | 'route'
+  | 'state'
+  | 'status'
+  | 'outcomeUnknown'
+  | 'attempts'
+  | 'replays'
+  | 'createdAt'
+  | 'completedAt'
+  | 'lastSeenAt'
+  | 'expiresAt'
+  | 'leaseExpiresAt'
+>;
+export type RecordBasicsRow = Pick<
+  RecordRow,
+  | 'scope'
+  | 'tenant'
+  | 'key'
+  | 'route'
+  | 'state'
+  | 'status'
+  | 'outcome_unknown'
+  | 'attempts'
+  | 'replays'
+  | 'created_at'
+  | 'completed_at'
+  | 'last_seen_at'
+  | 'expires_at'
+  | 'lease_expires_at'
+>;
+
+export function recordBasics(row: RecordBasicsRow): RecordBasics {
+  return {
     scope: row.scope,
     tenant: row.tenant,
     key: row.key,
     route: row.route,
     state: row.state,
-    fence: row.fence,
     status: row.status,
     outcomeUnknown: row.outcome_unknown,
-    bodyOmitted: row.body_omitted,
-    bodyBytes: row.body_bytes,
     attempts: row.attempts,
     replays: row.replays,
     createdAt: row.created_at.toISOString(),
@@ -130,6 +164,15 @@ function toView(row: Row, withBody: boolean): RecordView {
     lastSeenAt: row.last_seen_at.toISOString(),
     expiresAt: row.expires_at.toISOString(),
     leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
+  };
+}
+
+function toView(row: RecordRow, withBody: boolean): RecordView {
+  const view: RecordView = {
+    ...recordBasics(row),
+    fence: row.fence,
+    bodyOmitted: row.body_omitted,
+    bodyBytes: row.body_bytes,
     expired: row.expired,
     headers: row.headers,
     history: history(row),
@@ -145,7 +188,7 @@ type HistoryEvent = RecordView['history'][number];
  * `events`; the claim and the completion are read from the row (created_at, completed_at, the fence
  * less its takeovers). Rows written before migration 3 carry every event themselves.
  */
-function history(row: Row): HistoryEvent[] {
+function history(row: RecordRow): HistoryEvent[] {
   const stored = row.events.map((event) => ({ ...event, at: new Date(event.at).toISOString() }));
   if (stored.some((event) => event.event === 'claimed')) return stored;
   const takeovers = stored.filter((event) => event.event === 'taken_over').length;

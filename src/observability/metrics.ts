@@ -3,6 +3,7 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestLogEntry } from '../http/request-log';
 import type { ProtectedObserver } from '../protected/context';
+import { OutcomeRing } from './outcome-ring';
 
 const PREFIX = 'idempotency_proxy_';
 const MAX_TOOL_LABELS = 100;
@@ -27,6 +28,8 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly toolCalls: Counter<'route' | 'tool' | 'outcome'>;
   /** Tool names seen as labels; past MAX_TOOL_LABELS they count as OTHER_TOOL. */
   private readonly toolLabels = new Set<string>();
+  /** Requests per outcome in 10 s buckets over 15 minutes, for the admin console's chart. */
+  readonly recentOutcomes = new OutcomeRing();
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -119,6 +122,7 @@ export class ProxyMetrics implements ProtectedObserver {
       this.requestChildren.set(childKey, child);
     }
     child.inc();
+    this.recentOutcomes.add(entry.outcome);
     if (entry.outcome === 'replayed') this.replays.inc({ route });
     if (entry.cached) this.cacheHits.inc({ route });
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });

@@ -70,7 +70,7 @@ test('migration 3 gives existing rows their prune_after and moves the pruner ind
     `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at)
      VALUES ('orders', 'old', 'orders', '\\x00', 'completed', gen_random_uuid(), '2030-01-02T03:04:05Z')`,
   );
-  expect(await migrate(pool, table)).toEqual({ applied: [3], current: 3 });
+  expect(await migrate(pool, table)).toEqual({ applied: [3, 4], current: 4 });
   const { rows } = await pool.query<{ same: boolean }>(
     `SELECT prune_after = expires_at AS same FROM ${t} WHERE key = 'old'`,
   );
@@ -82,10 +82,11 @@ test('migration 3 gives existing rows their prune_after and moves the pruner ind
   expect(indexes.rows.map((r) => r.indexname)).toEqual([
     `${table}_pkey`,
     `${table}_prune_after_idx`,
+    `${table}_unknown_idx`,
   ]);
 });
 
-test('a completion within its lease touches no indexed column, so PostgreSQL updates the row in place', async () => {
+test('a completion within its lease and a replay touch no indexed column, so PostgreSQL updates the row in place', async () => {
   const table = uniqueTable('hot');
   const single = createPool({ url: databaseUrl(), size: 1, onError: () => undefined });
   try {
@@ -109,6 +110,16 @@ test('a completion within its lease touches no indexed column, so PostgreSQL upd
         outcomeUnknown: false,
       };
       expect(await store.complete(id(n), claim.fence, response, 3_600_000)).toBe(true);
+      // A repeat bumps attempts, replays and last_seen_at: none indexed (the console's index of
+      // unknown outcomes, migration 4, is on created_at where outcome_unknown).
+      const repeat = await store.claim({
+        id: id(n),
+        route: 'orders',
+        fingerprint: Buffer.alloc(32, n),
+        leaseMs: 60_000,
+        claimExpiryMs: 60_000 + 3_600_000,
+      });
+      expect(repeat.kind).not.toBe('claimed');
     }
     // The pool's one session did the updates: make it publish its statistics now.
     await single.query('SELECT pg_stat_force_next_flush()');
@@ -117,7 +128,7 @@ test('a completion within its lease touches no indexed column, so PostgreSQL upd
       `SELECT n_tup_upd AS updates, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE relname = $1`,
       [table],
     );
-    expect(rows).toEqual([{ updates: '10', hot: '10' }]);
+    expect(rows).toEqual([{ updates: '20', hot: '20' }]);
   } finally {
     await single.end();
   }
