@@ -363,7 +363,7 @@ const sha256 = (text: string) => `'sha256-${createHash('sha256').update(text).di
 const PAGE = Buffer.from(
   `<!doctype html>\n<html lang="en"><head><meta charset="utf-8">` +
     `<meta name="viewport" content="width=device-width, initial-scale=1">` +
-    `<title>idempotency-proxy console</title><style>${STYLE}</style></head>` +
+    `<link rel="icon" href="data:,"><title>idempotency-proxy console</title><style>${STYLE}</style></head>` +
     `<body>${BODY}<script>${SCRIPT}</script></body></html>\n`,
 );
 
