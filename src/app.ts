@@ -22,6 +22,7 @@ import { handleMcpRequest } from './mcp/mcp-request';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import type { ProxyMetrics } from './observability/metrics';
+import type { RequestTrace, Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
 
 export interface AppOptions {
@@ -33,6 +34,8 @@ export interface AppOptions {
   readonly metrics?: ProxyMetrics;
   /** Completed records answered from memory (replay-cache.ts); without one every repeat asks the store. */
   readonly cache?: ReplayCache;
+  /** Spans per request (observability/tracing.ts); without one (the default) nothing is traced. */
+  readonly tracing?: Tracing;
 }
 
 export interface App {
@@ -53,7 +56,7 @@ export interface App {
 }
 
 export function createApp(options: AppOptions): App {
-  const { store, logger, metrics } = options;
+  const { store, logger, metrics, tracing } = options;
   let runtime = new Runtime(options.config);
   let active = 0;
   let closing = false;
@@ -80,12 +83,17 @@ export function createApp(options: AppOptions): App {
       );
       if (!(edge instanceof ProxyError) && edge.rawTarget !== undefined)
         entry.rawTarget = edge.rawTarget;
+      const trace = tracing?.startRequest(
+        req,
+        entry.method,
+        routed instanceof ProxyError ? undefined : routed.route,
+      );
       // A request is done when its response closed AND (for protected ones) its handler settled: a client
       // that hangs up does not end the upstream call or the store write, and shutdown waits for those.
       let pending = 2;
       const done = (): void => {
         if (--pending > 0) return;
-        finish(entry, res, performance.now() - started, current);
+        finish(entry, res, performance.now() - started, current, trace);
         current.leave();
         if (--active === 0) for (const resolve of idle.splice(0)) resolve();
       };
@@ -104,7 +112,7 @@ export function createApp(options: AppOptions): App {
       const policy = route.idempotency;
       if (!policy || !routed.protected) {
         entry.outcome = 'passthrough';
-        current.passThrough.web(req, res, route, target);
+        current.passThrough.web(req, res, route, target, trace);
         return done();
       }
       const deps: ProtectedDeps = {
@@ -119,7 +127,7 @@ export function createApp(options: AppOptions): App {
         onStoreError,
       };
       const handle = policy.mcp ? handleMcpRequest : handleProtectedRequest;
-      handle(deps, { req, res, route, policy, target, log: entry })
+      handle(deps, { req, res, route, policy, target, log: entry, trace })
         .catch((error: unknown) => {
           logger.error(
             { err: error, route: route.name },
@@ -144,6 +152,7 @@ export function createApp(options: AppOptions): App {
     res: http.ServerResponse,
     totalMs: number,
     current: Runtime,
+    trace: RequestTrace | undefined,
   ): void => {
     entry.status = res.statusCode;
     entry.totalMs = roundMs(totalMs);
@@ -155,6 +164,7 @@ export function createApp(options: AppOptions): App {
     if (entry.key !== undefined && current.hashesKeys.has(entry.route ?? ''))
       entry.key = hashKey(entry.key);
     if (!res.writableFinished) entry.clientClosedEarly = true;
+    trace?.end(entry);
     logRequest(entry);
   };
 

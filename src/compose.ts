@@ -1,6 +1,6 @@
 // The composition root: one proxy instance's parts wired together — the store (and how the table is
 // laid out), the replay cache and its counter flush, the completion listener, the app, the admin
-// listener and the pruner. `serve` and the test support both build an instance here, so the tests
+// listener, the pruner, and — when the OpenTelemetry variables ask for it — tracing. `serve` and the test support both build an instance here, so the tests
 // run the wiring production runs. It does not listen and does not own the pool.
 import type http from 'node:http';
 import type { Pool } from 'pg';
@@ -15,6 +15,7 @@ import { startPruner } from './db/pruner';
 import { detectTopology, type Topology } from './db/topology';
 import { ReplayCache, startCounterFlush } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
+import { startTracing, type Tracing } from './observability/tracing';
 
 /** How often replay-cache hits are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;
@@ -29,6 +30,11 @@ export interface ComposeOptions {
   readonly metrics?: ProxyMetrics;
   /** Run the pruner (serve does; tests of other things leave expired rows alone). */
   readonly prune?: boolean;
+  /**
+   * Where the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT, …) are read; process.env by
+   * default. Tracing is off unless they name an endpoint.
+   */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 export interface ProxyInstance {
@@ -39,6 +45,8 @@ export interface ProxyInstance {
   readonly metrics: ProxyMetrics;
   readonly cache: ReplayCache | undefined;
   readonly topology: Topology;
+  /** Spans per request, when tracing is on. */
+  readonly tracing: Tracing | undefined;
   /** Adds replay-cache hits to the records now (otherwise every COUNTER_FLUSH_MS). */
   flushCounters(): Promise<void>;
   /** Stops accepting, drains up to graceMs, then closes everything but the pool. */
@@ -77,7 +85,16 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     await cached?.flush.stop();
     throw error;
   }
-  const app = createApp({ config, store, logger, waiter: listener, metrics, cache: cached?.cache });
+  const tracing = await startTracing(options.env ?? process.env, logger);
+  const app = createApp({
+    config,
+    store,
+    logger,
+    waiter: listener,
+    metrics,
+    cache: cached?.cache,
+    tracing,
+  });
   const admin = createAdminServer({
     config: () => app.config(),
     pool,
@@ -106,6 +123,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     metrics,
     cache: cached?.cache,
     topology,
+    tracing,
     flushCounters: async () => {
       if (cached) await store.flushCounters(cached.cache.takePending());
     },
@@ -116,6 +134,8 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       await pruner?.stop();
       await cached?.flush.stop();
       await listener.close();
+      // Last: the spans of the requests drained above are exported before we return.
+      await tracing?.shutdown();
     },
   };
 }

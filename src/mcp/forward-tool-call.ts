@@ -4,7 +4,7 @@
 // unknown outcome, decided by the route's `unknownOutcome` as on REST routes (SPEC §4, §9).
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
-import { outgoingHeaders, transportFailure } from '../protected/outgoing';
+import { outgoingHeaders, sendUpstream, transportFailure } from '../protected/outgoing';
 import type { Leader } from '../protected/local-keys';
 import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
 import type { RecordId, StoredResponse } from '../store/record';
@@ -29,8 +29,9 @@ export async function forwardToolCall(
   const session = sessionOf(req.headers);
   deps.toolCalls?.add(session, request.mcp!.idText);
   try {
-    await deps.upstreams.send(
-      route.upstream,
+    await sendUpstream(
+      deps.upstreams,
+      request,
       {
         method: 'POST',
         path: request.target.forwardPath,

@@ -11,6 +11,7 @@ import type { LocalKeys } from './local-keys';
 import type { ReplayCache } from '../store/replay-cache';
 import type { McpCall } from '../mcp/tool-call';
 import type { InFlightToolCalls } from '../mcp/in-flight-calls';
+import type { RequestTrace } from '../observability/tracing';
 
 export interface ProtectedDeps {
   readonly store: KeyStore;
@@ -45,6 +46,8 @@ export interface ProtectedRequest {
   readonly log: RequestLogEntry;
   /** Set for a tools/call on an MCP route: the proxy's answers are JSON-RPC (mcp/jsonrpc.ts). */
   readonly mcp?: McpCall;
+  /** The request's spans when tracing is on (observability/tracing.ts); undefined when off. */
+  readonly trace?: RequestTrace;
 }
 
 export const OUTCOME_HEADER = 'idempotency-outcome';

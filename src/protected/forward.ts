@@ -4,7 +4,13 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { ResponseReceiver } from '../upstream/protected';
-import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './outgoing';
+import {
+  outgoingHeaders,
+  sendUpstream,
+  startStreaming,
+  transportFailure,
+  writeChunk,
+} from './outgoing';
 import { type HeaderPairs, type RecordId, type StoredResponse } from '../store/record';
 import { type ProtectedDeps, type ProtectedRequest } from './context';
 import { completeRecord, releaseRecord, settleFailure } from './settle';
@@ -36,12 +42,13 @@ async function forwardAndSettle(
   body: Buffer,
   leader: Leader | undefined,
 ): Promise<void> {
-  const { req, res, route, policy, log } = request;
+  const { req, res, policy, log } = request;
   const started = performance.now();
   const answer = new UpstreamAnswer(res, policy.maxResponseBytes);
   try {
-    await deps.upstreams.send(
-      route.upstream,
+    await sendUpstream(
+      deps.upstreams,
+      request,
       {
         // The request line's method: with methodOverride the upstream applies the override itself.
         method: req.method ?? 'POST',

@@ -146,7 +146,7 @@ function refuseKey(
   if (missing && !policy.key.required) {
     // No key and none required: forwarded unprotected, streamed like any pass-through request.
     log.outcome = 'passthrough';
-    deps.passThrough.web(request.req, request.res, route, request.target);
+    deps.passThrough.web(request.req, request.res, route, request.target, request.trace);
     return;
   }
   if (!policy.enforce) {

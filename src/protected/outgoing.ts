@@ -6,7 +6,10 @@ import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '
 import type { RequestTarget } from '../http/router';
 import { statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
+import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstream/protected';
 import type { HeaderPairs } from '../store/record';
+import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
+import type { ProtectedRequest } from './context';
 
 /**
  * Request headers sent upstream: no hop-by-hop, no framing, the edge's X-Forwarded-* and decisions
@@ -39,6 +42,49 @@ export function outgoingHeaders(
     headers[policy.forwardKeyAs] = key;
   }
   return headers;
+}
+
+/**
+ * Sends a protected request's outgoing form upstream (UpstreamPools.send). A traced request goes
+ * inside an upstream span, whose context replaces the client's traceparent; untraced, the client's
+ * trace headers go up as they came, and this adds nothing.
+ */
+export function sendUpstream(
+  upstreams: UpstreamPools,
+  request: ProtectedRequest,
+  outgoing: OutgoingRequest,
+  receiver: ResponseReceiver,
+): Promise<void> {
+  const trace = request.trace;
+  if (trace === undefined) return upstreams.send(request.route.upstream, outgoing, receiver);
+  return sendTraced(upstreams, request, trace, outgoing, receiver);
+}
+
+async function sendTraced(
+  upstreams: UpstreamPools,
+  request: ProtectedRequest,
+  trace: RequestTrace,
+  outgoing: OutgoingRequest,
+  receiver: ResponseReceiver,
+): Promise<void> {
+  const upstream = request.route.upstream;
+  const headers = outgoing.headers;
+  for (const name of TRACE_HEADERS) delete headers[name];
+  const span = trace.upstream(upstream, outgoing.method, (name, value) => (headers[name] = value));
+  let status = 0;
+  try {
+    await upstreams.send(upstream, outgoing, {
+      head(answered, answerHeaders) {
+        status = answered;
+        receiver.head(answered, answerHeaders);
+      },
+      data: (chunk) => receiver.data(chunk),
+    });
+  } catch (error) {
+    span.end(status, error);
+    throw error;
+  }
+  span.end(status);
 }
 
 /** A failed upstream call as 502/504, and whether the request may have reached the upstream. */

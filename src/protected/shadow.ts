@@ -20,7 +20,13 @@ import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
 import type { UpstreamPools } from '../upstream/protected';
-import { outgoingHeaders, startStreaming, transportFailure, writeChunk } from './outgoing';
+import {
+  outgoingHeaders,
+  sendUpstream,
+  startStreaming,
+  transportFailure,
+  writeChunk,
+} from './outgoing';
 import type { ProtectedDeps, ProtectedRequest } from './context';
 import type { ClaimResult } from '../store/record';
 
@@ -60,7 +66,7 @@ export function passThroughInShadow(
 ): void {
   request.log.outcome = 'passthrough';
   request.log.shadow = verdict;
-  deps.passThrough.web(request.req, request.res, request.route, request.target);
+  deps.passThrough.web(request.req, request.res, request.route, request.target, request.trace);
 }
 
 /**
@@ -81,8 +87,9 @@ export async function forwardUnstored(
   const started = performance.now();
   let answered = false;
   try {
-    await upstreams.send(
-      route.upstream,
+    await sendUpstream(
+      upstreams,
+      request,
       {
         method: req.method ?? 'POST',
         path: request.target.forwardPath,

@@ -27,6 +27,7 @@ export async function storeCall<T>(
   call: () => Promise<T>,
 ): Promise<T> {
   const started = performance.now();
+  const span = request.trace?.store(operation);
   let failure: unknown;
   try {
     return await call();
@@ -38,6 +39,7 @@ export async function storeCall<T>(
     const ms = performance.now() - started;
     request.log.storeMs += ms;
     deps.observer?.storeCall(operation, ms, failure);
+    span?.end(failure);
   }
 }
 

@@ -20,6 +20,7 @@ import {
 } from '../http/headers';
 import type { RequestTarget } from '../http/router';
 import { sendProblem } from '../http/problem';
+import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
 import type { UpstreamPools } from './protected';
 import { classifyTransportError } from './transport-errors';
 
@@ -66,6 +67,8 @@ export class PassThrough {
     res: http.ServerResponse,
     route: RouteConfig,
     target: RequestTarget,
+    /** The request's spans when tracing is on: the upstream gets our span's traceparent. */
+    trace?: RequestTrace,
   ): void {
     const upstream = route.upstream;
     const incoming = req.headers;
@@ -73,7 +76,11 @@ export class PassThrough {
     const chunked = incoming['transfer-encoding'] !== undefined;
     const hasBody = chunked || (length !== undefined && length !== '0');
     const watchesUpload = chunked || (hasBody && Number(length) >= STREAMED_UPLOAD_BYTES);
-    const exchange = new Exchange(res, route, watchesUpload ? upstream.timeoutMs : 0);
+    const headers = upstreamHeaders(req, target, trace !== undefined);
+    const span = trace?.upstream(upstream, req.method ?? 'GET', (name, value) =>
+      headers.push(name, value),
+    );
+    const exchange = new Exchange(res, route, watchesUpload ? upstream.timeoutMs : 0, span);
     // An event-stream subscription (EventSource, an MCP client's GET) is quiet for as long as the
     // server has nothing to say: the upstream timeout is for an answer, not for such silence.
     const subscribes = req.method === 'GET' && /text\/event-stream/i.test(incoming.accept ?? '');
@@ -81,7 +88,7 @@ export class PassThrough {
       {
         method: req.method as Dispatcher.HttpMethod,
         path: target.forwardPath,
-        headers: upstreamHeaders(req, target),
+        headers,
         body: chunked ? chunksOf(req) : hasBody ? req : null,
         headersTimeout: watchesUpload ? 0 : upstream.timeoutMs,
         bodyTimeout: subscribes ? 0 : upstream.timeoutMs,
@@ -125,12 +132,15 @@ class Exchange implements Dispatcher.DispatchHandler {
   private settled = false;
   private clientGone = false;
   private uploadTimer: NodeJS.Timeout | undefined;
+  private status = 0;
 
   constructor(
     private readonly res: http.ServerResponse,
     private readonly route: RouteConfig,
     /** The idle timeout while a large body goes up (STREAMED_UPLOAD_BYTES); 0: undici's. */
     private readonly uploadTimeoutMs: number,
+    /** The upstream span of a traced request. */
+    private readonly span: UpstreamSpan | undefined,
   ) {
     res.on('close', this.onClientClose); // emitted once; `once` would wrap it per request
   }
@@ -169,6 +179,7 @@ class Exchange implements Dispatcher.DispatchHandler {
     // Informational answers (103) are not relayed, as with http-proxy; undici refuses a 100 itself.
     if (status < 200) return true;
     if (this.uploadTimer) clearTimeout(this.uploadTimer);
+    this.status = status;
     this.resumeUpstream = resume;
     const res = this.res;
     if (res.destroyed) return true;
@@ -192,10 +203,12 @@ class Exchange implements Dispatcher.DispatchHandler {
     // Trailers are dropped, as http-proxy's pipe did (TE and Trailer are hop-by-hop here).
     this.settled = true;
     this.res.end();
+    this.span?.end(this.status);
   }
 
   onError(error: Error): void {
     this.settled = true;
+    this.span?.end(this.status, error);
     if (this.uploadTimer) clearTimeout(this.uploadTimer);
     const upstream = this.route.upstream;
     const failure = classifyTransportError(error, {
@@ -227,13 +240,20 @@ function chunksOf(req: http.IncomingMessage): Readable {
  * The request's headers as they go upstream, as undici's flat [name, value, …] list: no hop-by-hop
  * ones, none of the edge's refused ones (headers.ts), framing left to undici (it writes the
  * Content-Length it was given, or chunks a body of unknown length), the X-Forwarded-* of this hop.
+ * Traced, the client's traceparent and tracestate are left for the upstream span's.
  */
-function upstreamHeaders(req: http.IncomingMessage, target: RequestTarget): string[] {
+function upstreamHeaders(
+  req: http.IncomingMessage,
+  target: RequestTarget,
+  traced: boolean,
+): string[] {
   const incoming = req.headers;
   const hop = hopByHopNames(incoming);
   const headers: string[] = [];
   for (const name in incoming) {
     if (hop.has(name) || SET_HERE.has(name)) continue;
+    // A traced request's upstream span writes its own (tracing.ts); untraced, the client's go up.
+    if (traced && TRACE_HEADERS.has(name)) continue;
     if (EDGE_HEADERS.has(name) && !keepsEdgeHeader(name, target)) continue;
     const value = incoming[name]!;
     if (typeof value === 'string') headers.push(name, value);

@@ -46,6 +46,10 @@ export interface StartProxyOptions {
   /** YAML config; `store.table` is set to a fresh table unless the YAML names one. */
   readonly yaml: string;
   readonly table?: string;
+  /**
+   * For config interpolation, and where the OpenTelemetry variables are read: never process.env,
+   * so in-process proxies are untraced (traced ones run as a process: tracing.test.ts).
+   */
   readonly env?: NodeJS.ProcessEnv;
   /** Use this pool instead of one on DATABASE_URL (e.g. a database that a test stops). */
   readonly databaseUrl?: string;
@@ -79,6 +83,7 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     databaseUrl: url,
     logger,
     metrics: new ProxyMetrics({ defaultMetrics: false }),
+    env: options.env ?? {},
   });
   const { app, admin, listener, metrics } = instance;
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
