@@ -101,6 +101,7 @@ export function describeEnvironment(
       logLevel: options.logLevel,
       poolSize: options.poolSize,
       nodeArgs: options.proxyNodeArgs,
+      tracing: options.tracing,
       stdout: '/dev/null',
     },
     request: {
@@ -123,7 +124,7 @@ export function describeEnvironment(
       (stack.probe?.method === 'pg_stat_database' ? ' (approximate: transactions)' : ''),
     `other work before the start: ${idleBusy.map((busy) => `cpu${busy.core} ${busy.percent.toFixed(0)}% busy`).join(', ')}`,
     `load: autocannon, ${options.connections} connections, POST ${Buffer.byteLength(BODY)}-byte JSON body with an Idempotency-Key;` +
-      ` proxy LOG_LEVEL=${options.logLevel} (stdout → /dev/null)`,
+      ` proxy LOG_LEVEL=${options.logLevel} (stdout → /dev/null)${options.tracing ? ', tracing on (OTLP to a dropping sink)' : ''}`,
   ];
   return { lines, data };
 }

@@ -23,6 +23,8 @@ export interface BenchOptions {
   readonly poolSize: number;
   /** Extra node flags for the proxy process (e.g. --perf-basic-prof for `perf record`). */
   readonly proxyNodeArgs: readonly string[];
+  /** Trace every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local sink that drops the spans. */
+  readonly tracing: boolean;
 }
 
 export const USAGE = `Usage: npm run bench -- [options]
@@ -50,6 +52,8 @@ export const USAGE = `Usage: npm run bench -- [options]
                        again, so rows add up
   --proxy-node-arg <a> an extra node flag for the proxy process, repeatable
                        (e.g. --proxy-node-arg=--perf-basic-prof to read \`perf record\` output)
+  --tracing            the proxy traces every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local
+                       OTLP sink that accepts and drops the spans (the cost of tracing on)
   -h, --help
 
 Environment: DATABASE_URL = use that PostgreSQL instead of an embedded one (not pinned, its CPU
@@ -76,6 +80,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       'pool-size': { type: 'string' },
       rows: { type: 'string' },
       'proxy-node-arg': { type: 'string', multiple: true },
+      tracing: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -116,6 +121,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       ...(values.perf === true ? ['--perf-basic-prof'] : []),
       ...(values['proxy-node-arg'] ?? []),
     ],
+    tracing: values.tracing === true,
   };
 }
 

@@ -126,6 +126,16 @@ async function main(): Promise<number> {
   let bareUndiciPort: number;
   [stack.bare, barePort] = await startBare('bare http-proxy', 'bare-http-proxy.js');
   [stack.bareUndici, bareUndiciPort] = await startBare('bare undici', 'bare-undici.js');
+  if (options.tracing) {
+    // Spans go to a second upstream-server on the helpers' core: it reads and drops each export.
+    const sink = spawnPinned('otlp sink', node, [bench('upstream-server.js')], {
+      core: pinning.helpers,
+      ipc: true,
+    });
+    const { port } = await waitForMessage<{ type: string; port: number }>(sink, 'ready', 30_000);
+    stack.otlpSink = { child: sink, url: `http://127.0.0.1:${port}` };
+    say(`tracing on: the proxy exports its spans to ${stack.otlpSink.url} (dropped)`);
+  }
 
   stack.store = await startStore(pinning);
   stack.probe = await StoreProbe.open(stack.store.url);

@@ -32,6 +32,8 @@ export interface Stack {
   upstream?: Child;
   bare?: Child;
   bareUndici?: Child;
+  /** --tracing: the OTLP sink (an upstream-server: a 201 to every POST, the body dropped). */
+  otlpSink?: { readonly child: Child; readonly url: string };
   store?: Store;
   probe?: StoreProbe;
   table?: string;
@@ -127,7 +129,12 @@ export async function startProxy(
     core: pinning.underTest,
     cwd: ROOT,
     // DATABASE_URL overrides store.url: make it the bench's server either way.
-    env: { ...process.env, LOG_LEVEL: options.logLevel, DATABASE_URL: stack.store?.url },
+    env: {
+      ...process.env,
+      LOG_LEVEL: options.logLevel,
+      DATABASE_URL: stack.store?.url,
+      ...(stack.otlpSink ? { OTEL_EXPORTER_OTLP_ENDPOINT: stack.otlpSink.url } : {}),
+    },
   });
   const deadline = Date.now() + 60_000;
   for (;;) {
@@ -253,9 +260,14 @@ export function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     stack.sampler?.stop();
     await Promise.allSettled(
-      [stack.proxy, stack.bare, stack.bareUndici, stack.upstream, stack.load?.child].map((child) =>
-        child?.stop(10_000),
-      ),
+      [
+        stack.proxy,
+        stack.bare,
+        stack.bareUndici,
+        stack.upstream,
+        stack.otlpSink?.child,
+        stack.load?.child,
+      ].map((child) => child?.stop(10_000)),
     );
     if (stack.probe) {
       try {
