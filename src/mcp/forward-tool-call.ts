@@ -4,7 +4,7 @@
 // unknown outcome, decided by the route's `unknownOutcome` as on REST routes (SPEC §4, §9).
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
-import { outgoingHeaders, sendUpstream, transportFailure } from '../protected/outgoing';
+import { sendUpstream, transportFailure } from '../protected/outgoing';
 import type { Leader } from '../protected/local-keys';
 import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
 import type { RecordId, StoredResponse } from '../store/record';
@@ -29,17 +29,7 @@ export async function forwardToolCall(
   const session = sessionOf(req.headers);
   deps.toolCalls?.add(session, request.mcp!.idText);
   try {
-    await sendUpstream(
-      deps.upstreams,
-      request,
-      {
-        method: 'POST',
-        path: request.target.forwardPath,
-        headers: outgoingHeaders(req, request.target, policy, id.key),
-        body,
-      },
-      answer,
-    );
+    await sendUpstream(deps.upstreams, request, id.key, body, answer);
   } catch (error) {
     log.upstreamMs += performance.now() - started;
     const failure = transportFailure(route, error, id.key);

@@ -4,13 +4,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { ResponseReceiver } from '../upstream/protected';
-import {
-  outgoingHeaders,
-  sendUpstream,
-  startStreaming,
-  transportFailure,
-  writeChunk,
-} from './outgoing';
+import { sendUpstream, startStreaming, transportFailure, writeChunk } from './outgoing';
 import { type HeaderPairs, type RecordId, type StoredResponse } from '../store/record';
 import { type ProtectedDeps, type ProtectedRequest } from './context';
 import { completeRecord, releaseRecord, settleFailure } from './settle';
@@ -42,22 +36,11 @@ async function forwardAndSettle(
   body: Buffer,
   leader: Leader | undefined,
 ): Promise<void> {
-  const { req, res, policy, log } = request;
+  const { res, policy, log } = request;
   const started = performance.now();
   const answer = new UpstreamAnswer(res, policy.maxResponseBytes);
   try {
-    await sendUpstream(
-      deps.upstreams,
-      request,
-      {
-        // The request line's method: with methodOverride the upstream applies the override itself.
-        method: req.method ?? 'POST',
-        path: request.target.forwardPath,
-        headers: outgoingHeaders(req, request.target, policy, id.key),
-        body,
-      },
-      answer,
-    );
+    await sendUpstream(deps.upstreams, request, id.key, body, answer);
   } catch (error) {
     log.upstreamMs += performance.now() - started;
     const failure = transportFailure(request.route, error, id.key);

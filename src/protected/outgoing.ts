@@ -45,16 +45,26 @@ export function outgoingHeaders(
 }
 
 /**
- * Sends a protected request's outgoing form upstream (UpstreamPools.send). A traced request goes
- * inside an upstream span, whose context replaces the client's traceparent; untraced, the client's
- * trace headers go up as they came, and this adds nothing.
+ * Sends a protected request upstream (UpstreamPools.send): the request line's method (with
+ * methodOverride the upstream applies the override itself), the canonical path, the outgoing
+ * headers with `key`, the body already read. A traced request goes inside an upstream span, whose
+ * context replaces the client's traceparent; untraced, the client's trace headers go up as they
+ * came, and this adds nothing.
  */
 export function sendUpstream(
   upstreams: UpstreamPools,
   request: ProtectedRequest,
-  outgoing: OutgoingRequest,
+  key: string | undefined,
+  body: Buffer,
   receiver: ResponseReceiver,
 ): Promise<void> {
+  const { req, target, policy } = request;
+  const outgoing: OutgoingRequest = {
+    method: req.method ?? 'POST',
+    path: target.forwardPath,
+    headers: outgoingHeaders(req, target, policy, key),
+    body,
+  };
   const trace = request.trace;
   if (trace === undefined) return upstreams.send(request.route.upstream, outgoing, receiver);
   return sendTraced(upstreams, request, trace, outgoing, receiver);

@@ -20,13 +20,7 @@ import { sendProblem } from '../http/problem';
 import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
 import type { UpstreamPools } from '../upstream/protected';
-import {
-  outgoingHeaders,
-  sendUpstream,
-  startStreaming,
-  transportFailure,
-  writeChunk,
-} from './outgoing';
+import { sendUpstream, startStreaming, transportFailure, writeChunk } from './outgoing';
 import type { ProtectedDeps, ProtectedRequest } from './context';
 import type { ClaimResult } from '../store/record';
 
@@ -81,31 +75,21 @@ export async function forwardUnstored(
   body: Buffer,
   verdict: ShadowVerdict | undefined,
 ): Promise<void> {
-  const { req, res, route, policy, log } = request;
+  const { res, route, log } = request;
   // Without a verdict this is no shadow decision: a message an MCP route does not protect.
   log.shadow = verdict;
   const started = performance.now();
   let answered = false;
   try {
-    await sendUpstream(
-      upstreams,
-      request,
-      {
-        method: req.method ?? 'POST',
-        path: request.target.forwardPath,
-        headers: outgoingHeaders(req, request.target, policy, key),
-        body,
+    await sendUpstream(upstreams, request, key, body, {
+      head(status, headers) {
+        answered = true;
+        log.outcome = verdict === undefined ? 'passthrough' : 'executed';
+        const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
+        startStreaming(res, status, pairs, headers['content-length']);
       },
-      {
-        head(status, headers) {
-          answered = true;
-          log.outcome = verdict === undefined ? 'passthrough' : 'executed';
-          const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
-          startStreaming(res, status, pairs, headers['content-length']);
-        },
-        data: (chunk) => writeChunk(res, chunk),
-      },
-    );
+      data: (chunk) => writeChunk(res, chunk),
+    });
     res.end();
   } catch (error) {
     log.outcome = 'upstream_error';
