@@ -4,10 +4,9 @@
 // `inputResponses` and the echoed `requestState`. The first round is not final, so its claim is
 // released; the continuation is the call that runs, once, and is what retries replay.
 //
-// Both rounds have the same tool and arguments (`inputResponses` and `requestState` are params
-// outside `arguments`), so both get the same derived key and the same fingerprint: the continuation
-// claims the key the first round released, and once it has stored its result a retry of *either*
-// round gets that result.
+// The continuation's `inputResponses` are part of its key and fingerprint (never `requestState`,
+// which a server may mint anew each round): round 1 is always released and keeps its own key, the
+// same answers sent again replay, and a decline and a later acceptance are two calls.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { finalMessage, type RawMcpResponse, resultText } from '../support/mcp-client';
 import { MODERN_REVISION } from '../support/mcp-modern-server';
@@ -179,4 +178,25 @@ test('with an Idempotency-Key sent on every round: the same, under the client ke
   expect(result(await round(5, order, {}, other))).toMatchObject({ resultType: 'input_required' });
   expect(upstream.refunds(order)).toBe(1);
   expect(upstream.asked(order)).toBe(3);
+});
+
+test('after a declined continuation, the same refund confirmed later runs (derived key)', async () => {
+  const order = orderId('rounds-decline');
+  expect(result(await round(1, order))).toMatchObject({ resultType: 'input_required' });
+  const declined = await round(2, order, continuation(order, 'decline'));
+  expect(result(declined)).toMatchObject({ isError: true });
+  expect(upstream.refunds(order)).toBe(0);
+
+  // The user changes their mind: a new call, asked again, confirmed.
+  const again = await round(3, order);
+  expect(again.headers.get('idempotent-replayed')).toBeNull();
+  expect(result(again)).toMatchObject({ resultType: 'input_required' });
+  const done = await round(4, order, continuation(order));
+  expect(done.headers.get('idempotent-replayed')).toBeNull();
+  expect(upstream.refunds(order)).toBe(1);
+  // The decline is still what its own retry gets.
+  const declinedAgain = await round(5, order, continuation(order, 'decline'));
+  expect(declinedAgain.headers.get('idempotent-replayed')).toBe('true');
+  expect(result(declinedAgain)).toMatchObject({ isError: true });
+  expect(upstream.refunds(order)).toBe(1);
 });
