@@ -5,6 +5,7 @@ import {
   connectMcpClient,
   finalMessage,
   postMcp,
+  rawHandshake,
   resultText,
   toolCall,
 } from '../support/mcp-client';
@@ -51,25 +52,22 @@ describe.each([
     }
   });
 
-  // Raw calls need a session per instance; the SDK case above covers session mode.
-  (mode.sessions ? test.skip : test)(
-    'concurrent raw duplicates with one header key, through both instances, run once',
-    async () => {
-      const order = orderId('multi-raw');
-      const headers = { 'mcp-protocol-version': '2025-06-18', 'idempotency-key': order };
-      const answers = await Promise.all(
-        [1, 2, 3, 4].map((id) =>
-          postMcp(
-            `${proxies[id % 2]!.url}/mcp`,
-            toolCall(id, 'refund', { order_id: order, amount: 1, delay_ms: 200 }),
-            headers,
-          ),
+  test('concurrent raw duplicates with one header key, through both instances, run once', async () => {
+    const order = orderId('multi-raw');
+    // One handshake per instance: in session mode each gets a session of its own.
+    const sessions = await Promise.all(proxies.map((proxy) => rawHandshake(`${proxy.url}/mcp`)));
+    const answers = await Promise.all(
+      [1, 2, 3, 4].map((id) =>
+        postMcp(
+          `${proxies[id % 2]!.url}/mcp`,
+          toolCall(id, 'refund', { order_id: order, amount: 1, delay_ms: 200 }),
+          { ...sessions[id % 2], 'idempotency-key': order },
         ),
-      );
-      const finals = answers.map(finalMessage);
-      expect(finals.map((message) => message.id)).toEqual([1, 2, 3, 4]);
-      for (const message of finals) expect(message.result).toEqual(finals[0]?.result);
-      expect(server.runs.filter((run) => run.args.order_id === order)).toHaveLength(1);
-    },
-  );
+      ),
+    );
+    const finals = answers.map(finalMessage);
+    expect(finals.map((message) => message.id)).toEqual([1, 2, 3, 4]);
+    for (const message of finals) expect(message.result).toEqual(finals[0]?.result);
+    expect(server.runs.filter((run) => run.args.order_id === order)).toHaveLength(1);
+  });
 });
