@@ -8,7 +8,7 @@ import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { completionChannel } from '../../src/store/postgres/statements';
-import { migrate } from '../../src/db/migrate';
+import { LATEST_VERSION, migrate } from '../../src/db/migrate';
 import { pruneExpired } from '../../src/db/pruner';
 import { deleteRecord, findRecord, findRecordsByKey } from '../../src/db/record-queries';
 import { detectTopology } from '../../src/db/topology';
@@ -95,8 +95,8 @@ routes:
     const table = uniqueTable('citus_migrate');
     const results = await Promise.all(Array.from({ length: 4 }, () => migrate(pool, table)));
     expect(results.filter((r) => r.distributed)).toHaveLength(1);
-    expect(results.map((r) => r.current)).toEqual([3, 3, 3, 3]);
-    expect(await migrate(pool, table)).toEqual({ applied: [], current: 3 });
+    expect(results.map((r) => r.current)).toEqual(Array(4).fill(LATEST_VERSION));
+    expect(await migrate(pool, table)).toEqual({ applied: [], current: LATEST_VERSION });
     const { rows } = await pool.query<{ column: string; shards: number }>(
       `SELECT column_to_column_name(logicalrelid, partkey) AS column,
               (SELECT count(*) FROM pg_dist_shard s WHERE s.logicalrelid = p.logicalrelid)::int AS shards
@@ -128,7 +128,11 @@ routes:
     // As if the table had been migrated before the citus extension was created.
     await pool.query('SELECT undistribute_table($1::regclass)', [table]);
     expect(await detectTopology(pool, table)).toMatchObject({ kind: 'citus', distributed: false });
-    expect(await migrate(pool, table)).toEqual({ applied: [], current: 3, distributed: true });
+    expect(await migrate(pool, table)).toEqual({
+      applied: [],
+      current: LATEST_VERSION,
+      distributed: true,
+    });
     expect(await detectTopology(pool, table)).toMatchObject({ distributed: true, nodes: 2 });
     const distributedStore = new PostgresKeyStore(pool, table);
     expect(await distributedStore.claim(request)).toMatchObject({ kind: 'in-flight', attempts: 2 });
