@@ -94,6 +94,8 @@ export function releaseOwner(dataDir: string): void {
  * zombie — killed, not yet reaped by a parent that died too — counts as gone.
  */
 export function isRunning(pid: number, expected: string): boolean {
+  // kill(0) and kill(-n) signal process groups: never a PID.
+  if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
   } catch (error) {

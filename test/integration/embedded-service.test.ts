@@ -128,14 +128,14 @@ test('Ctrl-C while the embedded server is still starting stops it too (the exit 
     groupLeader: true,
   });
   running.push(proxy);
-  // postmaster.pid appears as soon as the postmaster runs, before it accepts connections.
-  const lockFile = path.join(dataDir, 'postmaster.pid');
+  // postmaster.pid appears as soon as the postmaster runs, before it accepts connections. It is
+  // empty for a moment after it is created: wait for the PID in it, not for the file.
   await until(
-    () => fs.existsSync(lockFile) || proxy.child.exitCode !== null,
-    'postmaster.pid (or the process to exit)',
+    () => runningPostmaster(dataDir) !== undefined || proxy.child.exitCode !== null,
+    'a PID in postmaster.pid (or the process to exit)',
     { timeoutMs: 60_000, intervalMs: 5 },
   );
-  const pid = Number(fs.readFileSync(lockFile, 'utf8').split('\n')[0]);
+  const { pid } = runningPostmaster(dataDir)!;
   process.kill(-proxy.pid, 'SIGINT');
   expect(await proxy.exited()).toBe(1);
   expect(proxy.output()).toContain('interrupted during startup; stopping');
