@@ -153,7 +153,8 @@ export function statementKind(query: string): string {
   const text = query.replace(/\s+/g, ' ').trim();
   const has = (pattern: RegExp): boolean => pattern.test(text);
   if (has(/\bINSERT INTO\b/i) && has(/\bON CONFLICT\b/i)) return 'claim';
-  if (has(/\bUPDATE\b/i) && has(/\bunnest\(/i)) return 'flush-counters';
+  if (has(/\bUPDATE\b/i) && has(/\battempts = r.attempts \+ d.attempts\b/i))
+    return 'flush-counters';
   if (has(/\bUPDATE\b/i) && has(/\breplays = replays \+/i)) return 'settle-unknown';
   if (has(/\bUPDATE\b/i) && has(/\bcompleted_at = now\(\)/i)) return 'complete';
   if (has(/\bDELETE FROM\b/i) && has(/\bprune_after <= now\(\)/i)) return 'prune';

@@ -2,7 +2,7 @@
 // transaction pooler) can only share a name when they share the statement, and every name fits in
 // PostgreSQL's 63 bytes whatever the table is called.
 import { statementName } from '../../src/store/postgres/key-store';
-import { buildStatements, claimStatement } from '../../src/store/postgres/statements';
+import { buildStatements } from '../../src/store/postgres/statements';
 
 test('a name follows the text: another table or another text is another name', () => {
   const long = 'k'.repeat(50);
@@ -10,12 +10,16 @@ test('a name follows the text: another table or another text is another name', (
   const b = buildStatements('keys_b').peek;
   expect(statementName('peek', a)).toBe(statementName('peek', a));
   expect(statementName('peek', a)).not.toBe(statementName('peek', b));
-  expect(statementName('claim_1', claimStatement(long, 1))).not.toBe(
-    statementName('claim_1', claimStatement(`${long.slice(1)}x`, 1)),
+  expect(statementName('claim', buildStatements(long).claimOne)).not.toBe(
+    statementName('claim', buildStatements(`${long.slice(1)}x`).claimOne),
+  );
+  // On Citus a completion has no NOTIFY parameter: another statement, another name.
+  expect(statementName('complete', buildStatements(long, true).completeOne)).not.toBe(
+    statementName('complete', buildStatements(long).completeOne),
   );
   for (const name of [
     statementName('settle_unknown', buildStatements(long).settleUnknown),
-    statementName('claim_32', claimStatement(long, 32)),
+    statementName('complete_batch', buildStatements(long).completeBatch),
   ])
     expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
 });

@@ -23,12 +23,7 @@ import {
   toClaimResult,
   toResponse,
 } from './rows';
-import {
-  buildStatements,
-  claimStatement,
-  completeStatement,
-  completionChannel,
-} from './statements';
+import { buildStatements, completionChannel } from './statements';
 
 export interface KeyStoreOptions {
   /**
@@ -106,6 +101,10 @@ function layout(tableName: string, distributed: boolean): Layout {
     distributed,
     sql,
     names: {
+      claimOne: statementName('claim', sql.claimOne),
+      claimBatch: statementName('claim_batch', sql.claimBatch),
+      completeOne: statementName('complete', sql.completeOne),
+      completeBatch: statementName('complete_batch', sql.completeBatch),
       release: statementName('release', sql.release),
       takeOver: statementName('take_over', sql.takeOver),
       settleUnknown: statementName('settle_unknown', sql.settleUnknown),
@@ -127,7 +126,6 @@ export class PostgresKeyStore implements KeyStore {
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
   private readonly completions: NaturalBatcher<Completion, boolean>;
-  private readonly statements = new Map<string, { name: string; text: string }>();
 
   constructor(
     private readonly pool: Pool,
@@ -237,29 +235,23 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   private async claimBatch(batch: readonly PendingClaim[]): Promise<ClaimResult[]> {
+    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
+    // Batched only while the layout was unknown: on Citus each goes alone.
+    if (distributed && batch.length > 1)
+      return (await Promise.all(batch.map((pending) => this.claimBatch([pending])))).flat();
     // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
     // recordText order: one total order of (scope, tenant, key), the same in every instance.
     const sorted = batch
       .map((pending) => ({ pending, text: recordText(pending.request.id) }))
       .sort((a, b) => (a.text < b.text ? -1 : a.text > b.text ? 1 : 0))
       .map(({ pending }) => pending);
-    const values: unknown[] = [];
-    for (const { request, token } of sorted) {
-      values.push(
-        request.id.scope,
-        request.id.tenant,
-        request.id.key,
-        request.route,
-        request.fingerprint,
-        token,
-        Math.round(request.leaseMs),
-        Math.round(Math.max(request.claimExpiryMs, request.leaseMs)),
-      );
-    }
+    const columns = claimColumns(sorted);
+    const one = batch.length === 1;
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
     const { rows } = await this.sendStatement<ClaimRowValues>({
-      ...this.statement('claim', batch.length, claimStatement),
-      values,
+      name: one ? names.claimOne : names.claimBatch,
+      text: one ? sql.claimOne : sql.claimBatch,
+      values: one ? columns.map(([value]) => value) : columns,
       rowMode: 'array',
     });
     const byId = new Map(
@@ -283,54 +275,25 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
-    const { distributed } = this.layout ?? (await this.loadLayout());
-    const statement = this.statement('complete', batch.length, (table, rows) =>
-      completeStatement(table, rows, distributed),
-    );
-    const values: unknown[] = distributed ? [] : [this.channel];
-    batch.forEach(({ id, fence, response, ttlMs }, n) => {
-      values.push(
-        n,
-        id.scope,
-        id.tenant,
-        id.key,
-        fence,
-        response.status,
-        JSON.stringify(response.headers),
-        response.bodyOmitted ? null : response.body,
-        response.bodyOmitted,
-        response.outcomeUnknown,
-        Math.round(ttlMs),
-      );
-    });
+    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
+    if (distributed && batch.length > 1)
+      return (await Promise.all(batch.map((one) => this.completeBatch([one])))).flat();
+    const columns = completeColumns(batch);
+    const one = batch.length === 1;
+    const values = one ? columns.map(([value]) => value) : columns;
     const { rows } = await this.sendStatement<{ n: number; attempts: number }>({
-      ...statement,
-      values,
+      name: one ? names.completeOne : names.completeBatch,
+      text: one ? sql.completeOne : sql.completeBatch,
+      values: distributed ? values : [this.channel, ...values],
     });
     const changed = batch.map(() => false);
-    for (const row of rows) changed[row.n] = true;
+    for (const row of rows) changed[row.n - 1] = true;
     if (distributed) {
       await this.nudgeWaiters(
-        rows.filter((row) => row.attempts > 1).map((row) => batch[row.n]!.id),
+        rows.filter((row) => row.attempts > 1).map((row) => batch[row.n - 1]!.id),
       );
     }
     return changed;
-  }
-
-  /** The named statement for a batch of this many rows, built once. */
-  private statement(
-    kind: 'claim' | 'complete',
-    rows: number,
-    build: (tableName: string, rows: number) => string,
-  ): { name: string; text: string } {
-    const cacheKey = `${kind}_${rows}`;
-    let statement = this.statements.get(cacheKey);
-    if (!statement) {
-      const text = build(this.tableName, rows);
-      statement = { name: statementName(cacheKey, text), text };
-      this.statements.set(cacheKey, statement);
-    }
-    return statement;
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {
@@ -425,4 +388,34 @@ export class PostgresKeyStore implements KeyStore {
     if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row ? toResponse(row) : null;
   }
+}
+
+/** A batch of claims as one array per column of statements.ts's claim input, in batch order. */
+function claimColumns(batch: readonly PendingClaim[]): unknown[][] {
+  return [
+    batch.map(({ request }) => request.id.scope),
+    batch.map(({ request }) => request.id.tenant),
+    batch.map(({ request }) => request.id.key),
+    batch.map(({ request }) => request.route),
+    batch.map(({ request }) => request.fingerprint),
+    batch.map(({ token }) => token),
+    batch.map(({ request }) => Math.round(request.leaseMs)),
+    batch.map(({ request }) => Math.round(Math.max(request.claimExpiryMs, request.leaseMs))),
+  ];
+}
+
+/** A batch of completions as one array per column of statements.ts's completion input. */
+function completeColumns(batch: readonly Completion[]): unknown[][] {
+  return [
+    batch.map(({ id }) => id.scope),
+    batch.map(({ id }) => id.tenant),
+    batch.map(({ id }) => id.key),
+    batch.map(({ fence }) => fence),
+    batch.map(({ response }) => response.status),
+    batch.map(({ response }) => JSON.stringify(response.headers)),
+    batch.map(({ response }) => (response.bodyOmitted ? null : response.body)),
+    batch.map(({ response }) => response.bodyOmitted),
+    batch.map(({ response }) => response.outcomeUnknown),
+    batch.map(({ ttlMs }) => Math.round(ttlMs)),
+  ];
 }
