@@ -15,8 +15,8 @@ import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
 import { routeRequest } from './http/route-request';
 import { LocalKeys } from './protected/local-keys';
 import { handleProtectedRequest, type ProtectedDeps } from './protected/handle';
-import type { CompletionWaiter, KeyStore } from './store/record';
-import type { ReplayCache } from './store/replay-cache';
+import type { CachingKeyStore } from './store/caching-key-store';
+import type { CompletionWaiter } from './store/record';
 import { InFlightToolCalls } from './mcp/in-flight-calls';
 import { handleMcpRequest } from './mcp/mcp-request';
 import { infoLineWriter } from './observability/logger';
@@ -27,13 +27,12 @@ import { restartOnlyChanges, Runtime } from './runtime';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
-  readonly store: KeyStore;
+  /** The store, with the replay cache (if any) in front (store/caching-key-store.ts). */
+  readonly store: CachingKeyStore;
   readonly logger: Logger;
   /** Wakes onConcurrent: wait requests (store/postgres/completion-listener.ts); without one they poll. */
   readonly waiter?: CompletionWaiter;
   readonly metrics?: ProxyMetrics;
-  /** Completed records answered from memory (replay-cache.ts); without one every repeat asks the store. */
-  readonly cache?: ReplayCache;
   /** Spans per request (observability/tracing.ts); without one (the default) nothing is traced. */
   readonly tracing?: Tracing;
 }
@@ -121,7 +120,6 @@ export function createApp(options: AppOptions): App {
         passThrough: current.passThrough,
         waiter: options.waiter,
         observer: metrics,
-        cache: options.cache,
         localKeys,
         toolCalls,
         onStoreError,

@@ -13,11 +13,12 @@ import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './db/pruner';
 import { detectTopology, type Topology } from './db/topology';
-import { ReplayCache, startCounterFlush } from './store/replay-cache';
+import { CachingKeyStore } from './store/caching-key-store';
+import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
 
-/** How often replay-cache hits are added to their records' counters. */
+/** How often requests answered from memory are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;
 
 export interface ComposeOptions {
@@ -47,7 +48,7 @@ export interface ProxyInstance {
   readonly topology: Topology;
   /** Spans per request, when tracing is on. */
   readonly tracing: Tracing | undefined;
-  /** Adds replay-cache hits to the records now (otherwise every COUNTER_FLUSH_MS). */
+  /** Adds requests answered from memory to the records' counters now (otherwise every COUNTER_FLUSH_MS). */
   flushCounters(): Promise<void>;
   /** Stops accepting, drains up to graceMs, then closes everything but the pool. */
   close(graceMs?: number): Promise<void>;
@@ -72,29 +73,29 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
         'store: a named statement did not survive between transactions (PgBouncer in transaction mode?); statements are sent unnamed from now on',
       ),
   });
-  const cached = replayCacheFor(config, store, logger);
+  const cache =
+    config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
+  const caching = new CachingKeyStore(store, cache, (error) =>
+    logger.warn(
+      { err: error },
+      'could not add the requests answered from memory to their records; those counts are lost',
+    ),
+  );
+  caching.startFlushing(COUNTER_FLUSH_MS);
   const listener = new CompletionListener(
     options.databaseUrl,
     completionChannel(table),
     logger,
-    cached?.subscriber,
+    cache && evictionsOf(cache, table),
   );
   try {
     await listener.start();
   } catch (error) {
-    await cached?.flush.stop();
+    await caching.stopFlushing();
     throw error;
   }
   const tracing = await startTracing(options.env ?? process.env, logger);
-  const app = createApp({
-    config,
-    store,
-    logger,
-    waiter: listener,
-    metrics,
-    cache: cached?.cache,
-    tracing,
-  });
+  const app = createApp({ config, store: caching, logger, waiter: listener, metrics, tracing });
   const admin = createAdminServer({
     config: () => app.config(),
     pool,
@@ -121,18 +122,16 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     store,
     listener,
     metrics,
-    cache: cached?.cache,
+    cache,
     topology,
     tracing,
-    flushCounters: async () => {
-      if (cached) await store.flushCounters(cached.cache.takePending());
-    },
+    flushCounters: () => caching.flushAnswered(),
     async close(graceMs) {
       await app.close(graceMs);
       admin.closeAllConnections();
       await new Promise<void>((resolve) => admin.close(() => resolve()));
       await pruner?.stop();
-      await cached?.flush.stop();
+      await caching.stopFlushing();
       await listener.close();
       // Last: the spans of the requests drained above are exported before we return.
       await tracing?.shutdown();
@@ -140,24 +139,11 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   };
 }
 
-/** The replay cache, its clear subscription and its counter flush; undefined when store.replayCache is 0. */
-function replayCacheFor(config: ProxyConfig, store: PostgresKeyStore, logger: Logger) {
-  if (config.store.replayCacheBytes <= 0) return undefined;
-  const cache = new ReplayCache(config.store.replayCacheBytes);
-  const subscriber: EvictionSubscriber = {
-    channel: evictionChannel(config.store.table),
+/** Operator clears reach the cache through NOTIFY; while they cannot, the cache is off. */
+function evictionsOf(cache: ReplayCache, table: string): EvictionSubscriber {
+  return {
+    channel: evictionChannel(table),
     evict: (digest) => cache.evict(digest),
     live: (connected) => cache.setLive(connected),
   };
-  const flush = startCounterFlush(
-    cache,
-    (deltas) => store.flushCounters(deltas),
-    COUNTER_FLUSH_MS,
-    (error) =>
-      logger.warn(
-        { err: error },
-        'could not add replay-cache hits to the records; those counts are lost',
-      ),
-  );
-  return { cache, subscriber, flush };
 }

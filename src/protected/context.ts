@@ -6,15 +6,16 @@ import type { RequestLogEntry } from '../http/request-log';
 import { type RequestTarget } from '../http/router';
 import type { PassThrough } from '../upstream/passthrough';
 import type { UpstreamPools } from '../upstream/protected';
-import { type CompletionWaiter, type KeyStore } from '../store/record';
+import type { CachingKeyStore } from '../store/caching-key-store';
+import type { CompletionWaiter } from '../store/record';
 import type { LocalKeys } from './local-keys';
-import type { ReplayCache } from '../store/replay-cache';
 import type { McpCall } from '../mcp/tool-call';
 import type { InFlightToolCalls } from '../mcp/in-flight-calls';
 import type { RequestTrace } from '../observability/tracing';
 
 export interface ProtectedDeps {
-  readonly store: KeyStore;
+  /** The store with its replay cache and the counters of requests answered from memory. */
+  readonly store: CachingKeyStore;
   readonly upstreams: UpstreamPools;
   readonly passThrough: PassThrough;
   readonly onStoreError: (error: unknown, operation: string) => void;
@@ -22,8 +23,6 @@ export interface ProtectedDeps {
   readonly waiter?: CompletionWaiter;
   /** Metrics hooks (observability/metrics.ts); the state machine itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
-  /** Completed records kept in memory, so replays need no round trip (replay-cache.ts). */
-  readonly cache?: ReplayCache;
   /** Repeats of keys this process is working on, answered without the store (local-keys.ts). */
   readonly localKeys?: LocalKeys;
   /** MCP tool calls this process is forwarding, so a client's cancel does not stop them. */

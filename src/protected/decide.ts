@@ -1,5 +1,5 @@
 // What to do with a protected request once its key and fingerprint are known (SPEC §4): answer it
-// from memory (the replay cache, this process's first request of the key), or claim it in the store
+// from memory (the store's replay cache, this process's first request of the key), or claim it in the store
 // and decide from what the claim says. `decide` only decides; `answerCall` carries the decision out:
 // respond (respond.ts), forward under the claim (forward.ts), or — shadow mode — forward unstored.
 //
@@ -90,8 +90,8 @@ async function answerCallOrThrow(
 ): Promise<void> {
   const { policy, log } = request;
   const { id, fingerprint, raw } = call;
-  if (policy.enforce && deps.cache) {
-    const cached = deps.cache.lookup(id, fingerprint, raw);
+  if (policy.enforce) {
+    const cached = deps.store.answerFromMemory(id, fingerprint, raw);
     if (cached) {
       log.cached = true;
       const answer =
@@ -174,6 +174,7 @@ export async function decide(
         fingerprint,
         leaseMs: policy.lockTimeoutMs,
         claimExpiryMs: policy.lockTimeoutMs + policy.ttlMs,
+        raw: call.raw,
       }),
     );
     log.attempts = claim.attempts;
@@ -185,7 +186,6 @@ export async function decide(
       case 'claimed':
         return { kind: 'forward', fence: claim.fence };
       case 'completed':
-        deps.cache?.remember(id, fingerprint, claim.response, claim.expiresInMs, call.raw);
         leader?.settle({ kind: 'stored', response: claim.response });
         return replayOf(claim.response);
       case 'mismatch':

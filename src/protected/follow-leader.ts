@@ -24,7 +24,7 @@ export async function answerByRaw(
   id: RecordId,
   raw: Buffer,
 ): Promise<Answer | undefined> {
-  const cached = deps.cache?.lookupRaw(id, raw);
+  const cached = deps.store.replayByRaw(id, raw);
   if (cached) {
     request.log.cached = true;
     return replayOf(cached);
@@ -60,7 +60,7 @@ export async function followLeader(
   log.waitMs += performance.now() - waitStarted;
   if (verdict.kind !== 'ask-store' && verdict.kind !== 'client-gone') {
     log.coalesced = true;
-    deps.cache?.count(id, verdict.kind === 'replay', text);
+    deps.store.countAnswered(id, verdict.kind === 'replay', text);
   }
   const route = request.route.name;
   switch (verdict.kind) {

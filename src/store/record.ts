@@ -1,5 +1,6 @@
-// The idempotency record's lifecycle and the store interface the protected-request state machine (protected/decide.ts)
-// talks to. The Postgres implementation is db/key-store.ts.
+// The idempotency record's lifecycle and the store interface the protected-request state machine
+// (protected/decide.ts) talks to. The PostgreSQL implementation is postgres/key-store.ts; the request
+// path reaches it through caching-key-store.ts, which answers what memory can.
 //
 //   claim ──► in_progress ──► complete ──► completed ──(expires_at)──► absent
 //                 │  └─ release (status in `release`, nothing sent) ──► absent
@@ -21,7 +22,7 @@ export interface RecordId {
   readonly key: string;
 }
 
-/** Requests answered without the store (replay cache, local coalescing), added to a record later. */
+/** Requests answered without the store (caching-key-store.ts), added to a record later. */
 export interface CounterDelta {
   readonly id: RecordId;
   attempts: number;
@@ -65,6 +66,8 @@ export interface ClaimRequest {
    * would have, so a slow first request is never mistaken for an expired one while it may still run.
    */
   readonly claimExpiryMs: number;
+  /** The raw fingerprint of a large body (fingerprint.ts): a cache remembers it with a replay. */
+  readonly raw?: Buffer;
 }
 
 /** What a waiter sees when it looks at a record without touching it. */
@@ -80,7 +83,7 @@ export interface KeyStore {
   complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
   /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
   release(id: RecordId, fence: string): Promise<boolean>;
-  /** Adds attempts/replays answered from the replay cache to their records. */
+  /** Adds attempts/replays of requests answered without the store to their records. */
   flushCounters(deltas: readonly CounterDelta[]): Promise<void>;
   /** Reads a record's state without counting an attempt (for waiters). */
   peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult>;

@@ -4,16 +4,9 @@
 // NOTIFY and evicts; while that LISTEN connection is down the cache is not used at all, and it is
 // emptied when the connection comes back, since clears may have been missed).
 //
-// The audit counters stay right: hits are counted here and added to the rows in batches
-// (flushCounters), so `attempts` and `replays` lag by at most one flush interval.
+// The store the request path talks to owns it (caching-key-store.ts), and counts its hits there.
 import { performance } from 'node:perf_hooks';
-import {
-  type CounterDelta,
-  type RecordId,
-  recordDigest,
-  recordText,
-  type StoredResponse,
-} from './record';
+import { type RecordId, recordDigest, recordText, type StoredResponse } from './record';
 
 /** Serve cached entries this long less than the database's expiry, for clock and round-trip skew. */
 const EXPIRY_MARGIN_MS = 1_000;
@@ -48,7 +41,6 @@ export type CacheLookup =
 export class ReplayCache {
   private readonly entries = new Map<string, Entry>();
   private readonly byDigest = new Map<string, string>();
-  private readonly pending = new Map<string, CounterDelta>();
   private bytes = 0;
   private live = false;
 
@@ -64,16 +56,14 @@ export class ReplayCache {
   }
 
   /**
-   * Answers a repeat from memory, counting it for the next flush; undefined = ask the database.
-   * `raw`, the request's raw fingerprint when its body is large, is remembered on a replay.
+   * Answers a repeat from memory; undefined = ask the database. `raw`, the request's raw
+   * fingerprint when its body is large, is remembered on a replay.
    */
   lookup(id: RecordId, fingerprint: Buffer, raw?: Buffer): CacheLookup {
     const text = recordText(id);
     const entry = this.live ? this.entry(text) : undefined;
     if (!entry) return undefined;
-    const replay = entry.fingerprint.equals(fingerprint);
-    this.count(id, replay, text);
-    if (!replay) return { kind: 'mismatch' };
+    if (!entry.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
     if (raw && entry.raws.length < MAX_RAW_FINGERPRINTS && !entry.raws.some((r) => r.equals(raw)))
       entry.raws.push(raw);
     return { kind: 'replay', response: entry.response };
@@ -81,13 +71,11 @@ export class ReplayCache {
 
   /**
    * A replay for a large body whose raw fingerprint is known to match the record, found without
-   * computing the canonical fingerprint; undefined (nothing counted) otherwise.
+   * computing the canonical fingerprint; undefined otherwise.
    */
   lookupRaw(id: RecordId, raw: Buffer): StoredResponse | undefined {
-    const text = recordText(id);
-    const entry = this.live ? this.entry(text) : undefined;
+    const entry = this.live ? this.entry(recordText(id)) : undefined;
     if (!entry || !entry.raws.some((known) => known.equals(raw))) return undefined;
-    this.count(id, true, text);
     return entry.response;
   }
 
@@ -148,26 +136,8 @@ export class ReplayCache {
     this.bytes = 0;
   }
 
-  /** Counter increments gathered since the last call. */
-  takePending(): CounterDelta[] {
-    const batch = [...this.pending.values()];
-    this.pending.clear();
-    return batch;
-  }
-
   get size(): number {
     return this.entries.size;
-  }
-
-  /**
-   * Counts a request answered without the store (here, or by local-keys.ts) into the record's
-   * attempts (and replays) at the next flush.
-   */
-  count(id: RecordId, replay: boolean, text = recordText(id)): void {
-    let delta = this.pending.get(text);
-    if (!delta) this.pending.set(text, (delta = { id, attempts: 0, replays: 0 }));
-    delta.attempts++;
-    if (replay) delta.replays++;
   }
 
   private remove(text: string, entry: Entry): void {
@@ -175,40 +145,4 @@ export class ReplayCache {
     this.byDigest.delete(entry.digest);
     this.bytes -= entry.bytes;
   }
-}
-
-export interface CounterFlush {
-  /** Flushes what is pending, then stops. */
-  stop(): Promise<void>;
-}
-
-/** Adds the cache's counted hits to their records every `intervalMs`. */
-export function startCounterFlush(
-  cache: ReplayCache,
-  flush: (deltas: readonly CounterDelta[]) => Promise<void>,
-  intervalMs: number,
-  onError: (error: unknown) => void,
-): CounterFlush {
-  let running: Promise<void> = Promise.resolve();
-  const round = (): Promise<void> => {
-    running = running.then(async () => {
-      const batch = cache.takePending();
-      if (batch.length === 0) return;
-      try {
-        await flush(batch);
-      } catch (error) {
-        // Counters are an audit aid, not a guarantee: a failed flush loses these increments.
-        onError(error);
-      }
-    });
-    return running;
-  };
-  const timer = setInterval(() => void round(), intervalMs);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await round();
-    },
-  };
 }

@@ -4,6 +4,7 @@
 import type {
   ClaimRequest,
   ClaimResult,
+  CounterDelta,
   KeyStore,
   PeekResult,
   RecordId,
@@ -92,8 +93,13 @@ export class MemoryKeyStore implements KeyStore {
     return true;
   }
 
-  async flushCounters() {
+  /** Adds the attempts to the rows, as the PostgreSQL store does to completed ones. */
+  async flushCounters(deltas: readonly CounterDelta[]) {
     this.enter('flushCounters');
+    for (const delta of deltas) {
+      const row = this.rows.get(recordText(delta.id));
+      if (row?.state === 'completed') row.attempts += delta.attempts;
+    }
   }
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {

@@ -10,6 +10,7 @@ import type { ProtectedDeps, ProtectedRequest } from '../../src/protected/contex
 import { type Call, decide, type Decision } from '../../src/protected/decide';
 import { StoreUnavailable } from '../../src/protected/store-call';
 import { MemoryKeyStore } from '../support/memory-key-store';
+import { CachingKeyStore } from '../../src/store/caching-key-store';
 
 const FINGERPRINT = Buffer.from('fingerprint');
 const OTHER = Buffer.from('another request');
@@ -49,7 +50,7 @@ function requestFor(route: RouteConfig): ProtectedRequest {
 
 function depsFor(store: MemoryKeyStore): ProtectedDeps {
   return {
-    store,
+    store: new CachingKeyStore(store, undefined),
     upstreams: undefined as unknown as ProtectedDeps['upstreams'],
     passThrough: undefined as unknown as ProtectedDeps['passThrough'],
     onStoreError: () => undefined,
