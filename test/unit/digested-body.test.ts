@@ -1,0 +1,55 @@
+// A large body is hashed as it arrives, one chunk per turn of the event loop, so twenty big uploads
+// at once cannot hold everyone else up; and what is read is still exactly what was sent.
+import { createHash } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { PassThrough } from 'node:stream';
+import { BodyTooLargeError, readDigestedBody } from '../../src/http/body';
+
+const CHUNK = 64 * 1024;
+
+/** A request whose whole body is already buffered, as after a burst of socket reads. */
+function bufferedRequest(chunks: Buffer[]): IncomingMessage {
+  const stream = new PassThrough({ highWaterMark: 1 });
+  const total = chunks.reduce((n, c) => n + c.length, 0);
+  for (const chunk of chunks) stream.write(chunk);
+  stream.end();
+  return Object.assign(stream, {
+    headers: { 'content-length': String(total) },
+  }) as unknown as IncomingMessage;
+}
+
+const chunksOf = (count: number): Buffer[] =>
+  Array.from({ length: count }, (_, n) => Buffer.alloc(CHUNK, n));
+
+test('a large body is read one hashed chunk per turn: other work runs in between', async () => {
+  const chunks = chunksOf(16);
+  const req = bufferedRequest(chunks);
+  let readWhenOtherRan = -1;
+  let read = 0;
+  req.on('data', () => read++);
+  const reading = readDigestedBody(req, 10 * 1024 * 1024, CHUNK);
+  setImmediate(() => (readWhenOtherRan = read));
+  const body = await reading;
+  expect(read).toBe(16);
+  // Without the pause every buffered chunk would be emitted (and hashed) before the next turn.
+  expect(readWhenOtherRan).toBeGreaterThanOrEqual(1);
+  expect(readWhenOtherRan).toBeLessThanOrEqual(2);
+  const whole = Buffer.concat(chunks);
+  expect(body.body().equals(whole)).toBe(true);
+  expect(body.sha256).toEqual(createHash('sha256').update(whole).digest());
+});
+
+test('a small body is read in one go, unhashed', async () => {
+  const chunks = [Buffer.from('{"a":'), Buffer.from('1}')];
+  const body = await readDigestedBody(bufferedRequest(chunks), 1024, CHUNK);
+  expect(body.body().toString()).toBe('{"a":1}');
+  expect(body.sha256).toBeUndefined();
+});
+
+test('a body past the limit is still refused while chunks are paced', async () => {
+  const req = bufferedRequest(chunksOf(8));
+  Object.assign(req.headers, { 'content-length': undefined });
+  await expect(readDigestedBody(req, 4 * CHUNK + 1, CHUNK)).rejects.toBeInstanceOf(
+    BodyTooLargeError,
+  );
+});
