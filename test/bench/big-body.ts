@@ -21,6 +21,11 @@ export interface BigBodyResult {
   readonly repeatStatuses: Record<string, number>;
   readonly idle: Latency;
   readonly underLoad: Latency;
+  /**
+   * The proxy's own event-loop delay over the loaded window (prom-client's monitorEventLoopDelay
+   * gauges, which reset at every scrape), in ms; undefined when its metrics could not be read.
+   */
+  readonly eventLoopDelay: { readonly p99Ms: number; readonly maxMs: number } | undefined;
 }
 
 interface Latency {
@@ -44,6 +49,7 @@ function bigBody(): string {
 
 export async function measureBigBody(
   endpoints: Endpoints,
+  adminUrl: string,
   loadCore: number | undefined,
 ): Promise<BigBodyResult> {
   const agent = new Agent({ connections: 2 });
@@ -65,8 +71,10 @@ export async function measureBigBody(
       60_000,
     );
     const idle = await probe(endpoints, agent, 1_000);
+    await eventLoopDelay(adminUrl); // a scrape resets the gauges: the next one covers the window
     repeater.process.send({ type: 'start' });
     const underLoad = await probe(endpoints, agent, WINDOW_MS);
+    const delay = await eventLoopDelay(adminUrl);
     repeater.process.send({ type: 'stop' });
     const done = await waitForMessage<{
       type: string;
@@ -79,10 +87,30 @@ export async function measureBigBody(
       repeatStatuses: done.statuses,
       idle,
       underLoad,
+      eventLoopDelay: delay,
     };
   } finally {
     await repeater.stop();
     await agent.close();
+  }
+}
+
+/** The proxy's event-loop delay p99 and max since the last scrape, from its /metrics. */
+async function eventLoopDelay(
+  adminUrl: string,
+): Promise<{ p99Ms: number; maxMs: number } | undefined> {
+  try {
+    const response = await request(`${adminUrl}/metrics`);
+    const text = await response.body.text();
+    const gauge = (name: string): number => {
+      const line = text.split('\n').find((l) => l.startsWith(`idempotency_proxy_${name} `));
+      return line ? Number(line.split(' ')[1]) * 1_000 : Number.NaN;
+    };
+    const p99Ms = gauge('nodejs_eventloop_lag_p99_seconds');
+    const maxMs = gauge('nodejs_eventloop_lag_max_seconds');
+    return Number.isFinite(p99Ms) ? { p99Ms, maxMs } : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -169,6 +197,9 @@ export function formatBigBody(result: BigBodyResult): string {
     `Big bodies: an unrelated pass-through GET while ${REPEATERS} concurrent repeats of a ${(result.bodyBytes / 1e6).toFixed(2)} MB JSON body run (${result.repeats} repeats in ${WINDOW_MS / 1000} s, statuses ${JSON.stringify(result.repeatStatuses)})`,
     `  idle:       p50 ${ms(result.idle.p50Ms)} ms, p99 ${ms(result.idle.p99Ms)} ms, max ${ms(result.idle.maxMs)} ms (${result.idle.probes} probes)`,
     `  under load: p50 ${ms(result.underLoad.p50Ms)} ms, p99 ${ms(result.underLoad.p99Ms)} ms, max ${ms(result.underLoad.maxMs)} ms (${result.underLoad.probes} probes)`,
+    result.eventLoopDelay
+      ? `  the proxy's event-loop delay under load: p99 ${ms(result.eventLoopDelay.p99Ms)} ms, max ${ms(result.eventLoopDelay.maxMs)} ms`
+      : `  the proxy's event-loop delay: not read (its /metrics did not answer)`,
     `  ${verdict} p99 under load < ${BIG_BODY_TARGET_P99_MS} ms`,
   ].join('\n');
 }

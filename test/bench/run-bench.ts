@@ -243,7 +243,7 @@ async function main(): Promise<number> {
   } else
     try {
       say('big bodies: 20 concurrent repeats of a 1 MB body beside a pass-through probe…');
-      bigBody = await measureBigBody(stack.endpoints!, pinning.load);
+      bigBody = await measureBigBody(stack.endpoints!, stack.proxyConfig!.adminUrl, pinning.load);
       process.stdout.write(`\n${formatBigBody(bigBody)}\n`);
     } catch (error) {
       bigBody = { failed: error instanceof Error ? error.message : String(error) };
