@@ -245,13 +245,12 @@ export class PostgresKeyStore implements KeyStore {
       .map((pending) => ({ pending, text: recordText(pending.request.id) }))
       .sort((a, b) => (a.text < b.text ? -1 : a.text > b.text ? 1 : 0))
       .map(({ pending }) => pending);
-    const columns = claimColumns(sorted);
     const one = batch.length === 1;
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
     const { rows } = await this.sendStatement<ClaimRowValues>({
       name: one ? names.claimOne : names.claimBatch,
       text: one ? sql.claimOne : sql.claimBatch,
-      values: one ? columns.map(([value]) => value) : columns,
+      values: statementValues(sorted, claimValues),
       rowMode: 'array',
     });
     const byId = new Map(
@@ -278,9 +277,8 @@ export class PostgresKeyStore implements KeyStore {
     const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
     if (distributed && batch.length > 1)
       return (await Promise.all(batch.map((one) => this.completeBatch([one])))).flat();
-    const columns = completeColumns(batch);
     const one = batch.length === 1;
-    const values = one ? columns.map(([value]) => value) : columns;
+    const values = statementValues(batch, completionValues);
     const { rows } = await this.sendStatement<{ n: number; attempts: number }>({
       name: one ? names.completeOne : names.completeBatch,
       text: one ? sql.completeOne : sql.completeBatch,
@@ -390,32 +388,39 @@ export class PostgresKeyStore implements KeyStore {
   }
 }
 
-/** A batch of claims as one array per column of statements.ts's claim input, in batch order. */
-function claimColumns(batch: readonly PendingClaim[]): unknown[][] {
+/** One claim's values, in the order of statements.ts's claim input columns. */
+function claimValues({ request, token }: PendingClaim): unknown[] {
   return [
-    batch.map(({ request }) => request.id.scope),
-    batch.map(({ request }) => request.id.tenant),
-    batch.map(({ request }) => request.id.key),
-    batch.map(({ request }) => request.route),
-    batch.map(({ request }) => request.fingerprint),
-    batch.map(({ token }) => token),
-    batch.map(({ request }) => Math.round(request.leaseMs)),
-    batch.map(({ request }) => Math.round(Math.max(request.claimExpiryMs, request.leaseMs))),
+    request.id.scope,
+    request.id.tenant,
+    request.id.key,
+    request.route,
+    request.fingerprint,
+    token,
+    Math.round(request.leaseMs),
+    Math.round(Math.max(request.claimExpiryMs, request.leaseMs)),
   ];
 }
 
-/** A batch of completions as one array per column of statements.ts's completion input. */
-function completeColumns(batch: readonly Completion[]): unknown[][] {
+/** One completion's values, in the order of statements.ts's completion input columns. */
+function completionValues({ id, fence, response, ttlMs }: Completion): unknown[] {
   return [
-    batch.map(({ id }) => id.scope),
-    batch.map(({ id }) => id.tenant),
-    batch.map(({ id }) => id.key),
-    batch.map(({ fence }) => fence),
-    batch.map(({ response }) => response.status),
-    batch.map(({ response }) => JSON.stringify(response.headers)),
-    batch.map(({ response }) => (response.bodyOmitted ? null : response.body)),
-    batch.map(({ response }) => response.bodyOmitted),
-    batch.map(({ response }) => response.outcomeUnknown),
-    batch.map(({ ttlMs }) => Math.round(ttlMs)),
+    id.scope,
+    id.tenant,
+    id.key,
+    fence,
+    response.status,
+    JSON.stringify(response.headers),
+    response.bodyOmitted ? null : response.body,
+    response.bodyOmitted,
+    response.outcomeUnknown,
+    Math.round(ttlMs),
   ];
+}
+
+/** A lone call's values as they are; a batch's as one array per column (for unnest). */
+function statementValues<T>(batch: readonly T[], valuesOf: (item: T) => unknown[]): unknown[] {
+  if (batch.length === 1) return valuesOf(batch[0]!);
+  const rows = batch.map(valuesOf);
+  return rows[0]!.map((_, column) => rows.map((row) => row[column]));
 }
