@@ -13,6 +13,7 @@ import { runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { describeStoreTopology } from './cli/check-store';
+import { tuneHeapForServing } from './heap-tuning';
 
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseCliArgs(argv);
@@ -37,6 +38,7 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'migrate') return runMigrate(config, logger);
   if (args.command === 'prune') return runPrune(config, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
+  tuneHeapForServing();
   return serve(config, logger);
 }
 
