@@ -5,6 +5,7 @@
 //
 // The repeats come from a child process of their own (this file, run as a script), so the probe
 // measures the proxy's delay, not that of a load generator busy writing 1 MB bodies in its process.
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { spawnPinned, waitForMessage } from './children';
@@ -116,8 +117,13 @@ async function eventLoopDelay(
 
 /** The child: POSTs the big body with one key from REPEATERS loops between "start" and "stop". */
 async function runRepeater(proxyUrl: string, key: string): Promise<void> {
+  // The repeats share the load core with the probe's client, and keep it busy sending 250+ MB/s:
+  // at nice 10 they give way whenever the probe wakes, so its latency is the proxy's, not the time
+  // its own client waited for a CPU. The proxy gets the same repeats either way (a closed loop).
+  os.setPriority(10);
   const agent = new Agent({ connections: REPEATERS });
-  const body = bigBody();
+  // Encoded once: a string body would be UTF-8 encoded again for every POST, on the core the probe shares.
+  const body = Buffer.from(bigBody());
   const post = async (): Promise<number> => {
     const response = await request(`${proxyUrl}/refunds`, {
       method: 'POST',

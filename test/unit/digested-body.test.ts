@@ -3,18 +3,19 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
+import fc from 'fast-check';
 import { BodyTooLargeError, readDigestedBody } from '../../src/http/body';
 
 const CHUNK = 64 * 1024;
 
 /** A request whose whole body is already buffered, as after a burst of socket reads. */
-function bufferedRequest(chunks: Buffer[]): IncomingMessage {
+function bufferedRequest(chunks: Buffer[], declareLength = true): IncomingMessage {
   const stream = new PassThrough({ highWaterMark: 1 });
   const total = chunks.reduce((n, c) => n + c.length, 0);
   for (const chunk of chunks) stream.write(chunk);
   stream.end();
   return Object.assign(stream, {
-    headers: { 'content-length': String(total) },
+    headers: declareLength ? { 'content-length': String(total) } : {},
   }) as unknown as IncomingMessage;
 }
 
@@ -51,5 +52,31 @@ test('a body past the limit is still refused while chunks are paced', async () =
   Object.assign(req.headers, { 'content-length': undefined });
   await expect(readDigestedBody(req, 4 * CHUNK + 1, CHUNK)).rejects.toBeInstanceOf(
     BodyTooLargeError,
+  );
+});
+
+test('property: whatever the chunking and threshold, the body and digest are exactly what was sent', async () => {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(fc.uint8Array({ minLength: 1, maxLength: 40_000 }), { minLength: 1, maxLength: 12 }),
+      fc.integer({ min: 1, max: 100_000 }),
+      fc.boolean(),
+      async (parts, digestFrom, declareLength) => {
+        const chunks = parts.map((part) => Buffer.from(part));
+        const whole = Buffer.concat(chunks);
+        const read = await readDigestedBody(
+          bufferedRequest(chunks, declareLength),
+          10 * 1024 * 1024,
+          digestFrom,
+        );
+        if (whole.length < digestFrom) {
+          expect(read.sha256).toBeUndefined();
+        } else {
+          expect(read.sha256).toEqual(createHash('sha256').update(whole).digest());
+        }
+        expect(read.body().equals(whole)).toBe(true);
+      },
+    ),
+    { numRuns: 200 },
   );
 });
