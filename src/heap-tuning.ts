@@ -5,8 +5,8 @@
 // (ten to fifteen a second in the big-body bench, each marking the whole heap to free about one
 // megabyte), and its four markers ran on the event loop's core whenever the proxy had one core
 // (pinned, or a one-CPU container): an unrelated GET waited p99 41–48 ms in three runs. With
-// incremental marking alone the same load runs on scavenges and a full collection every second or
-// so, marked on the main thread in steps: p99 23–26 ms in the three runs just before those, and
+// incremental marking alone the same load runs on scavenges and zero to two full collections a
+// second, marked on the main thread in steps: p99 23–26 ms in the three runs just before those, and
 // pass-through, new-key and replay throughput unchanged within the bench's noise. The heap is tens
 // of megabytes: marking it needs no helpers. Measured in test/bench/README.md (session 8).
 //
@@ -15,10 +15,11 @@
 // either spelling to node keeps theirs.
 import v8 from 'node:v8';
 
-const FLAG = 'concurrent-marking';
+/** `--concurrent-marking`, `--no-concurrent-marking`, with `_` or `-`, with or without `=value`. */
+const OPERATORS_CHOICE = /^--(no[-_])?concurrent[-_]marking(=|$)/;
 
 export function tuneHeapForServing(execArgv: readonly string[] = process.execArgv): boolean {
-  if (execArgv.some((arg) => arg.replace(/_/g, '-').endsWith(FLAG))) return false;
-  v8.setFlagsFromString(`--no-${FLAG}`);
+  if (execArgv.some((arg) => OPERATORS_CHOICE.test(arg))) return false;
+  v8.setFlagsFromString('--no-concurrent-marking');
   return true;
 }
