@@ -60,6 +60,9 @@ export function createApp(options: AppOptions): App {
   let active = 0;
   let closing = false;
   const idle: (() => void)[] = [];
+  // Upgraded sockets (websockets) have left the HTTP server's books: closeAllConnections() misses
+  // them, yet server.close() waits for them, so one open websocket kept a drained proxy running.
+  const upgraded = new Set<Duplex>();
   const logRequest = infoLineWriter(logger, 'request');
   const localKeys = new LocalKeys();
   const toolCalls = new InFlightToolCalls();
@@ -167,6 +170,8 @@ export function createApp(options: AppOptions): App {
   };
 
   server.on('upgrade', (req, socket: Duplex, head: Buffer) => {
+    upgraded.add(socket);
+    socket.once('close', () => upgraded.delete(socket));
     const current = runtime;
     const edge = readEdge(req, current.edge);
     const routed = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
@@ -209,6 +214,7 @@ export function createApp(options: AppOptions): App {
         await Promise.race([drained, delay(graceMs)]);
       }
       server.closeAllConnections();
+      for (const socket of upgraded) socket.destroy();
       await closed;
       await runtime.close();
     },
