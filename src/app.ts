@@ -24,6 +24,7 @@ import { storeErrorLog } from './observability/store-error-log';
 import type { ProxyMetrics } from './observability/metrics';
 import type { RequestTrace, Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
+import { createListener, type Listener, reloadListenerTls } from './listener';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
@@ -38,7 +39,8 @@ export interface AppOptions {
 }
 
 export interface App {
-  readonly server: http.Server;
+  /** HTTPS when listen.tls is set. */
+  readonly server: Listener;
   /** The config in force: the latest one reload() accepted. */
   config(): ProxyConfig;
   /** Requests currently being handled. */
@@ -69,7 +71,8 @@ export function createApp(options: AppOptions): App {
   const onStoreError = storeErrorLog(logger);
 
   // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
-  const server = http.createServer(
+  const server = createListener(
+    options.config.listen.tls,
     { keepAliveTimeout: 5_000, requireHostHeader: false },
     (req, res) => {
       // Each request runs to its end on the runtime it started with, even if a reload swaps it.
@@ -203,6 +206,7 @@ export function createApp(options: AppOptions): App {
       }
       const previous = runtime;
       runtime = new Runtime(next);
+      reloadListenerTls(server, next.listen.tls);
       previous.retire();
     },
     async close(graceMs = runtime.config.shutdownGraceMs) {

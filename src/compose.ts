@@ -2,7 +2,6 @@
 // laid out), the replay cache and its counter flush, the completion listener, the app, the admin
 // listener, the pruner, and — when the OpenTelemetry variables ask for it — tracing. `serve` and the test support both build an instance here, so the tests
 // run the wiring production runs. It does not listen and does not own the pool.
-import type http from 'node:http';
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { createAdminServer } from './admin/admin-server';
@@ -12,11 +11,13 @@ import { CompletionListener, type EvictionSubscriber } from './store/postgres/co
 import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './db/pruner';
+import { storeConnection } from './db/pool';
 import { detectTopology, type Topology } from './db/topology';
 import { CachingKeyStore } from './store/caching-key-store';
 import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
+import { type Listener, reloadListenerTls } from './listener';
 
 /** How often requests answered from memory are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;
@@ -40,7 +41,7 @@ export interface ComposeOptions {
 
 export interface ProxyInstance {
   readonly app: App;
-  readonly admin: http.Server;
+  readonly admin: Listener;
   readonly store: PostgresKeyStore;
   readonly listener: CompletionListener;
   readonly metrics: ProxyMetrics;
@@ -48,6 +49,8 @@ export interface ProxyInstance {
   readonly topology: Topology;
   /** Spans per request, when tracing is on. */
   readonly tracing: Tracing | undefined;
+  /** app.reload, and the admin listener's new certificate (admin.tls) with it. */
+  reload(next: ProxyConfig): void;
   /** Adds requests answered from memory to the records' counters now (otherwise every COUNTER_FLUSH_MS). */
   flushCounters(): Promise<void>;
   /** Stops accepting, drains up to graceMs, then closes everything but the pool. */
@@ -83,7 +86,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   );
   caching.startFlushing(COUNTER_FLUSH_MS);
   const listener = new CompletionListener(
-    options.databaseUrl,
+    storeConnection(
+      options.databaseUrl,
+      config.store.url === undefined ? undefined : config.store.tls,
+    ),
     completionChannel(table),
     logger,
     cache && evictionsOf(cache, table),
@@ -126,6 +132,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     topology,
     tracing,
     flushCounters: () => caching.flushAnswered(),
+    reload(next) {
+      app.reload(next);
+      reloadListenerTls(admin, next.admin.tls);
+    },
     async close(graceMs) {
       await app.close(graceMs);
       admin.closeAllConnections();

@@ -18,6 +18,7 @@ export const ERROR_TABLE = {
   IDEMPOTENCY_KEY_REUSED: { status: 422, title: 'Key reused with a different request' },
   REQUEST_TOO_LARGE: { status: 413, title: 'Request body too large' },
   UPSTREAM_UNREACHABLE: { status: 502, title: 'Upstream unreachable' },
+  UPSTREAM_TLS_FAILED: { status: 502, title: 'TLS to the upstream failed' },
   UPSTREAM_CONNECTION_LOST: { status: 502, title: 'Upstream connection lost' },
   UPSTREAM_TIMEOUT: { status: 504, title: 'Upstream timed out' },
   IDEMPOTENCY_OUTCOME_UNKNOWN: { status: 502, title: 'Outcome of the original request is unknown' },

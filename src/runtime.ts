@@ -55,13 +55,23 @@ export class Runtime {
   }
 }
 
-/** Settings a running process cannot change: they need a restart. */
+/**
+ * Settings a running process cannot change: they need a restart. A listener's certificate, key and
+ * CA are swapped in place (listener.ts), but turning TLS on or off needs another kind of server, and
+ * clientAuth is fixed when a server is made. The store's pool and LISTEN connection are opened
+ * once, so store.tls (like the rest of store) needs a restart.
+ */
 export function restartOnlyChanges(current: ProxyConfig, next: ProxyConfig): string[] {
   const changes: string[] = [];
   const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
-  if (!same(current.listen, next.listen)) changes.push('listen');
-  if (current.admin.host !== next.admin.host || current.admin.port !== next.admin.port)
-    changes.push('admin.host/port');
+  for (const section of ['listen', 'admin'] as const) {
+    const [was, now] = [current[section], next[section]];
+    if (was.host !== now.host || was.port !== now.port) changes.push(`${section}.host/port`);
+    if ((was.tls === undefined) !== (now.tls === undefined))
+      changes.push(`${section}.tls (on or off)`);
+    else if (was.tls && now.tls && was.tls.clientAuth !== now.tls.clientAuth)
+      changes.push(`${section}.tls.clientAuth`);
+  }
   if (!same(current.store, next.store)) changes.push('store');
   return changes;
 }

@@ -16,6 +16,7 @@ import type { ProxyMetrics } from '../observability/metrics';
 import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
 import { handleApi } from './admin-api';
 import { sendConsolePage } from './console-page';
+import { createListener, type Listener } from '../listener';
 
 export interface AdminDeps {
   /** The config in force (it changes on reload). */
@@ -31,8 +32,8 @@ export interface AdminDeps {
 
 const READINESS_TIMEOUT_MS = 2_000;
 
-export function createAdminServer(deps: AdminDeps): http.Server {
-  return http.createServer((req, res) => {
+export function createAdminServer(deps: AdminDeps): Listener {
+  return createListener(deps.config().admin.tls, {}, (req, res) => {
     handle(deps, req, res).catch((error: unknown) => {
       json(res, 500, { status: 'error', detail: String(error) });
     });

@@ -4,6 +4,7 @@
 import { Client } from 'pg';
 import type { ProxyConfig } from '../config/types';
 import { describeTopology, detectTopology } from '../db/topology';
+import { storeConnection } from '../db/pool';
 
 const CHECK_TIMEOUT_MS = 3_000;
 
@@ -12,7 +13,7 @@ export async function describeStoreTopology(config: ProxyConfig): Promise<string
   if (url === undefined)
     return 'store topology: one PostgreSQL (embedded; check does not start it)';
   const client = new Client({
-    connectionString: url,
+    ...storeConnection(url, config.store.tls),
     connectionTimeoutMillis: CHECK_TIMEOUT_MS,
     statement_timeout: CHECK_TIMEOUT_MS,
   });

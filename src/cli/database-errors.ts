@@ -3,6 +3,8 @@
 // may still be starting: docker-compose order); everything else fails at once with a hint.
 import { maskPassword } from '../config/describe';
 import { SQLSTATE } from '../db/sqlstate';
+import { storeTlsProblem } from '../db/pool';
+import type { StoreTlsConfig } from '../config/types';
 import { StartupError } from '../startup-error';
 
 /** The error's code, looking inside an AggregateError (`localhost` tried on ::1 and 127.0.0.1). */
@@ -58,10 +60,13 @@ export function databaseStartupError(
   error: unknown,
   url: string,
   waitedMs: number,
+  tls?: StoreTlsConfig,
 ): StartupError | undefined {
   const where = `PostgreSQL at ${serverOf(url)}`;
   const code = codeOf(error);
   const reason = reasonOf(error);
+  const tlsProblem = storeTlsProblem(error, tls, where);
+  if (tlsProblem !== undefined) return new StartupError(tlsProblem, { exitCode: 2, cause: error });
   let message: string;
   if (isConnectionError(error)) {
     const waited = waitedMs >= 1_000;

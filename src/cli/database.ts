@@ -5,7 +5,7 @@
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
-import type { ProxyConfig } from '../config/types';
+import type { ProxyConfig, StoreTlsConfig } from '../config/types';
 import { createPool } from '../db/pool';
 import type { Command } from './args';
 import { databaseStartupError, isConnectionError, reasonOf, serverOf } from './database-errors';
@@ -29,8 +29,10 @@ export async function openDatabase(
   let stopEmbedded: (() => Promise<void>) | undefined;
   if (url === undefined)
     ({ url, stop: stopEmbedded } = await openEmbedded(config, logger, command));
+  const tls = config.store.url === undefined ? undefined : config.store.tls;
   const pool = createPool({
     url,
+    tls,
     size: config.store.poolSize,
     synchronousCommit: config.store.synchronousCommit,
     onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
@@ -40,7 +42,7 @@ export async function openDatabase(
     pool,
     url,
     embedded: config.store.url === undefined,
-    whenReady: (task, waitMs) => whenDatabaseReady(task, logger, connectionUrl, waitMs),
+    whenReady: (task, waitMs) => whenDatabaseReady(task, logger, connectionUrl, waitMs, tls),
     async close() {
       await pool.end();
       if (stopEmbedded) await stopEmbedded();
@@ -120,6 +122,7 @@ export async function whenDatabaseReady<T>(
   logger: Logger,
   url: string,
   timeoutMs = startupWaitMs(),
+  tls?: StoreTlsConfig,
 ): Promise<T> {
   const started = Date.now();
   for (let attempt = 1; ; attempt++) {
@@ -128,7 +131,7 @@ export async function whenDatabaseReady<T>(
     } catch (error) {
       const waited = Date.now() - started;
       if (waited > timeoutMs || !isConnectionError(error))
-        throw databaseStartupError(error, url, waited) ?? error;
+        throw databaseStartupError(error, url, waited, tls) ?? error;
       const reason = reasonOf(error);
       if (attempt === 1) {
         logger.warn(

@@ -1,7 +1,6 @@
 // `idempotency-proxy serve`: migrate, listen (proxy and admin), prune in the background, reload on
 // SIGHUP, and drain on SIGTERM/SIGINT.
 import type { AddressInfo } from 'node:net';
-import type http from 'node:http';
 import type { Logger } from 'pino';
 import type { App } from '../app';
 import { composeProxy } from '../compose';
@@ -12,6 +11,7 @@ import { migrate } from '../db/migrate';
 import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
+import { type Listener, schemeOf } from '../listener';
 import { type OpenDatabase, openDatabase } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
@@ -40,7 +40,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   process.off('SIGTERM', interrupted);
   process.off('SIGINT', interrupted);
   const { app } = running;
-  const onReload = (): void => reload(app, config.file, logger);
+  const onReload = (): void => reload(running, config.file, logger);
   process.on('SIGHUP', onReload);
   // npm start runs us under npm (and a shell): this is the PID that takes the signals.
   logger.info(
@@ -71,6 +71,8 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
 
 interface Running {
   readonly app: App;
+  /** app.reload, and the admin listener's TLS material with it. */
+  reload(next: ProxyConfig): void;
   /** Drains in-flight requests (up to `graceMs`), then stops everything but the database. */
   close(graceMs: number): Promise<void>;
 }
@@ -104,14 +106,14 @@ async function startServing(
       `admin /keys is off: set ${settingName(config, 'admin.token')} to inspect and clear keys over HTTP`,
     );
   }
-  return { app, close: (graceMs) => proxy.close(graceMs) };
+  return { app, reload: (next) => proxy.reload(next), close: (graceMs) => proxy.close(graceMs) };
 }
 
 /** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */
-function reload(app: App, file: string, logger: Logger): void {
+function reload(running: Running, file: string, logger: Logger): void {
   try {
     const next = loadConfigFile(file);
-    app.reload(next);
+    running.reload(next);
     for (const warning of configWarnings(next))
       logger.warn({ route: warning.route }, warning.message);
     logger.info({ config: file, routes: next.routes.length }, 'configuration reloaded');
@@ -126,7 +128,7 @@ function reload(app: App, file: string, logger: Logger): void {
 }
 
 async function listen(
-  server: http.Server,
+  server: Listener,
   config: ProxyConfig,
   section: 'listen' | 'admin',
   logger: Logger,
@@ -140,7 +142,7 @@ async function listen(
   const address = server.address() as AddressInfo;
   logger.info(
     { host: address.address, port: address.port },
-    `${what} listening on http://${address.address}:${address.port}`,
+    `${what} listening on ${schemeOf(server)}://${address.address}:${address.port}`,
   );
 }
 

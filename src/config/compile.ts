@@ -14,7 +14,9 @@ import type {
   RequestPart,
   RouteConfig,
   UpstreamConfig,
+  UpstreamTlsConfig,
 } from './types';
+import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
 
@@ -53,17 +55,12 @@ export function formatPath(segments: IssuePath): string {
 
 export function compileConfig(parsed: ParsedConfig, options: CompileOptions): ProxyConfig {
   const issues = unique([...checkConfig(parsed), ...rejectUnsupportedFeatures(parsed)]);
-  if (issues.length > 0) {
-    const locate = options.locate ?? (() => ({ line: undefined, column: undefined }));
-    const located = issues.map((issue) => ({
-      path: formatPath(issue.path),
-      ...locate(issue),
-      message: issue.message,
-    }));
-    throw new ConfigError(options.file, located);
-  }
+  if (issues.length > 0) throw new ConfigError(options.file, locateAll(issues, options));
   const env = options.env ?? process.env;
   const cwd = options.cwd ?? process.cwd();
+  const file = path.resolve(cwd, options.file);
+  const tls = readTlsFiles(parsed, path.dirname(file), env.DATABASE_URL || parsed.store.url);
+  if (tls.issues.length > 0) throw new ConfigError(options.file, locateAll(tls.issues, options));
   const upstreams = new Map<string, UpstreamConfig>();
   for (const [name, upstream] of Object.entries(parsed.upstreams)) {
     const url = new URL(upstream.url);
@@ -73,6 +70,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       origin: url.origin,
       basePath,
       timeoutMs: parseDurationMs(upstream.timeout),
+      tls: tls.upstreams.get(name),
     });
   }
   const routes = parsed.routes.map((route): RouteConfig => ({
@@ -90,10 +88,10 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
   }));
   const { store, admin } = parsed;
   return deepFreeze({
-    file: path.resolve(cwd, options.file),
-    listen: { ...parsed.listen },
+    file,
+    listen: { host: parsed.listen.host, port: parsed.listen.port, tls: tls.listen },
     shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),
-    admin: { host: admin.host, port: admin.port, token: admin.token || undefined },
+    admin: { host: admin.host, port: admin.port, token: admin.token || undefined, tls: tls.admin },
     store: {
       url: env.DATABASE_URL || store.url || undefined,
       dataDir: path.resolve(cwd, store.dataDir),
@@ -102,11 +100,39 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       pruneIntervalMs: parseDurationMs(store.pruneInterval),
       replayCacheBytes: parseSizeBytes(store.replayCache),
       synchronousCommit: store.synchronousCommit,
+      tls: tls.store,
     },
     upstreams,
     trustedProxies: [...parsed.trustedProxies],
     routes,
   });
+}
+
+function locateAll(issues: readonly PathIssue[], options: CompileOptions): ConfigIssue[] {
+  const locate = options.locate ?? (() => ({ line: undefined, column: undefined }));
+  return issues.map((issue) => ({
+    path: formatPath(issue.path),
+    ...locate(issue),
+    message: issue.message,
+  }));
+}
+
+/** Every TLS file the config names, read and checked (tls-files.ts); relative to the config's directory. */
+function readTlsFiles(parsed: ParsedConfig, baseDir: string, storeUrl: string) {
+  const issues: PathIssue[] = [];
+  const upstreams = new Map<string, UpstreamTlsConfig>();
+  for (const [name, upstream] of Object.entries(parsed.upstreams)) {
+    const at = ['upstreams', name, 'tls'];
+    const read = readUpstreamTls(upstream.tls, upstream.url, baseDir, at, issues);
+    if (read) upstreams.set(name, read);
+  }
+  return {
+    listen: readServerTls(parsed.listen.tls, baseDir, ['listen', 'tls'], issues),
+    admin: readServerTls(parsed.admin.tls, baseDir, ['admin', 'tls'], issues),
+    upstreams,
+    store: readStoreTls(parsed.store.tls, storeUrl || undefined, ['store', 'url'], baseDir, issues),
+    issues,
+  };
 }
 
 /**

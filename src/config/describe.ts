@@ -2,7 +2,15 @@
 // config once defaults are merged, in match order, so an operator can read a route's policy
 // without redoing the merge in their head. Secrets (the database password, the admin token) are
 // never printed.
-import type { IdempotencyPolicy, ProxyConfig, RequestPart, RouteConfig } from './types';
+import type {
+  IdempotencyPolicy,
+  ProxyConfig,
+  RequestPart,
+  RouteConfig,
+  ServerTlsConfig,
+  StoreTlsConfig,
+  UpstreamTlsConfig,
+} from './types';
 import { upstreamPath } from '../http/router';
 import { SAFE_METHODS } from './types';
 import { formatDuration, formatSize } from './units';
@@ -11,14 +19,18 @@ export function describeConfig(config: ProxyConfig): string {
   const { listen, admin, store } = config;
   const lines = [
     `config: ${config.file}`,
-    `listen: ${listen.host}:${listen.port} (shutdown grace ${formatDuration(config.shutdownGraceMs)})`,
-    `admin: ${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
+    `listen: ${scheme(listen.tls)}${listen.host}:${listen.port} (shutdown grace ${formatDuration(config.shutdownGraceMs)})`,
+    ...describeServerTls(listen.tls),
+    `admin: ${scheme(admin.tls)}${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
+    ...describeServerTls(admin.tls),
     `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${store.dataDir}`}`,
     `  table ${store.table}, pool ${store.poolSize}, prune every ${formatDuration(store.pruneIntervalMs)}`,
+    ...describeStoreTls(store.tls),
     'upstreams:',
-    ...[...config.upstreams.values()].map(
-      (u) => `  ${u.name}: ${u.origin}${u.basePath} (timeout ${formatDuration(u.timeoutMs)})`,
-    ),
+    ...[...config.upstreams.values()].flatMap((u) => [
+      `  ${u.name}: ${u.origin}${u.basePath} (timeout ${formatDuration(u.timeoutMs)})`,
+      ...describeUpstreamTls(u.tls),
+    ]),
     ...(config.trustedProxies.length > 0
       ? [
           `trusted proxies (their X-Forwarded-Host/-Proto kept): ${config.trustedProxies.join(', ')}`,
@@ -28,6 +40,49 @@ export function describeConfig(config: ProxyConfig): string {
   ];
   config.routes.forEach((route, i) => lines.push(...describeRoute(route, i + 1)));
   return lines.join('\n');
+}
+
+function scheme(tls: ServerTlsConfig | undefined): string {
+  return tls ? 'https://' : 'http://';
+}
+
+const clientAuthText = {
+  none: 'no client certificates',
+  request: 'client certificates asked for, not required',
+  require: 'a client certificate from the ca required',
+} as const;
+
+function describeServerTls(tls: ServerTlsConfig | undefined): string[] {
+  if (!tls) return [];
+  return [
+    `  TLS: cert ${tls.cert.file}, key ${tls.key.file}${tls.ca ? `, ca ${tls.ca.file}` : ''}; ${clientAuthText[tls.clientAuth]}; SIGHUP re-reads them`,
+  ];
+}
+
+const storeModeText = {
+  require: 'encrypted, server certificate not verified',
+  'verify-ca': 'server certificate must chain to the CA (host name not checked)',
+  'verify-full': 'server certificate must chain to the CA and name the host',
+} as const;
+
+function describeStoreTls(tls: StoreTlsConfig | undefined): string[] {
+  if (!tls) return ['  TLS: off (plain connection)'];
+  const files = [
+    `ca ${tls.ca?.file ?? "the system's"}`,
+    ...(tls.cert ? [`client cert ${tls.cert.file}`] : []),
+  ];
+  return [`  TLS: ${tls.mode} (${storeModeText[tls.mode]}); ${files.join(', ')}`];
+}
+
+function describeUpstreamTls(tls: UpstreamTlsConfig | undefined): string[] {
+  if (!tls) return [];
+  const parts = [
+    `ca ${tls.ca?.file ?? "the system's"}`,
+    ...(tls.cert ? [`client cert ${tls.cert.file}`] : []),
+    ...(tls.servername ? [`server name ${tls.servername}`] : []),
+    tls.rejectUnauthorized ? 'verified' : 'NOT VERIFIED (rejectUnauthorized: false)',
+  ];
+  return [`    TLS: ${parts.join(', ')}`];
 }
 
 function describeRoute(route: RouteConfig, position: number): string[] {

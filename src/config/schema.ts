@@ -421,6 +421,68 @@ const routeSchema = strict(
   'route settings (name, match, upstream, stripPrefix, methodOverride, idempotency)',
 );
 
+// TLS material is named by file (PEM), relative to the config file's directory; compile.ts reads
+// and checks the files, so a bad one is an error at its line before anything listens.
+const pemFile = pattern(/./, 'expected a path to a PEM file', 'PEM file');
+
+function listenerTls(what: string) {
+  return opt(
+    strict(
+      {
+        cert: pemFile.describe(`The ${what} certificate (chain), PEM.`),
+        key: pemFile.describe('Its private key, PEM.'),
+        ca: opt(pemFile, 'CA certificates client certificates must chain to (clientAuth).'),
+        clientAuth: opt(
+          z.enum(['none', 'request', 'require'], {
+            error: 'expected none, request or require',
+          }),
+          'Client certificates: none; request (asked for, not required); require (refused without one from ca).',
+          'none',
+        ),
+      },
+      'TLS settings (cert, key, ca, clientAuth)',
+    ),
+    `Serve ${what} over TLS (HTTPS, ALPN http/1.1); SIGHUP re-reads cert, key and ca.`,
+  );
+}
+
+const upstreamTls = strict(
+  {
+    ca: opt(
+      pemFile,
+      "CA certificates the upstream's certificate must chain to (instead of the system's).",
+    ),
+    cert: opt(pemFile, 'Client certificate for upstreams that require one (mTLS), PEM.'),
+    key: opt(pemFile, 'Its private key, PEM.'),
+    servername: opt(
+      pattern(/^[^\s/:]+$/, 'expected a host name', 'host name'),
+      "Host name sent (SNI) and verified instead of the URL's.",
+    ),
+    rejectUnauthorized: opt(
+      bool,
+      'false accepts any certificate (testing only: anyone on the path can answer).',
+      true,
+    ),
+  },
+  'upstream TLS settings (ca, cert, key, servername, rejectUnauthorized)',
+);
+
+const storeTls = strict(
+  {
+    mode: opt(
+      z.enum(['require', 'verify-ca', 'verify-full'], {
+        error: 'expected require, verify-ca or verify-full',
+      }),
+      "require: encrypted, server not verified; verify-ca: its certificate chains to ca; verify-full: and names the URL's host.",
+      'verify-full',
+    ),
+    ca: opt(pemFile, "CA certificates the server's certificate must chain to (else the system's)."),
+    cert: opt(pemFile, 'Client certificate, for servers that ask for one (hostssl … cert), PEM.'),
+    key: opt(pemFile, 'Its private key, PEM.'),
+  },
+  'store TLS settings (mode, ca, cert, key)',
+);
+
 const upstreamSchema = strict(
   {
     url: upstreamUrl.describe(
@@ -429,8 +491,9 @@ const upstreamSchema = strict(
     timeout: timer
       .default('30s')
       .describe('No response headers (or a stalled body) within this → 504, outcome unknown.'),
+    tls: opt(upstreamTls, 'TLS towards an https:// upstream (every path, websockets included).'),
   },
-  'upstream settings (url, timeout)',
+  'upstream settings (url, timeout, tls)',
 );
 
 // The table name is pasted into SQL (identifiers cannot be parameters), so only plain identifiers;
@@ -445,8 +508,9 @@ export const configSchema = strict(
       {
         host: listenHost.default('0.0.0.0').describe('Address clients connect to.'),
         port: port.default(8080).describe('Port clients connect to.'),
+        tls: listenerTls('proxy'),
       },
-      'listen settings (host, port)',
+      'listen settings (host, port, tls)',
     )
       .prefault({})
       .describe('Where clients connect.'),
@@ -458,8 +522,9 @@ export const configSchema = strict(
         host: listenHost.default('127.0.0.1').describe('Address of the admin listener.'),
         port: port.default(9090).describe('Port of the admin listener.'),
         token: quotedText.default('').describe('Bearer token for /keys; empty turns /keys off.'),
+        tls: listenerTls('admin'),
       },
-      'admin settings (host, port, token)',
+      'admin settings (host, port, token, tls)',
     )
       .prefault({})
       .describe(
@@ -488,8 +553,12 @@ export const configSchema = strict(
         synchronousCommit: bool
           .default(true)
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
+        tls: opt(
+          storeTls,
+          "TLS to PostgreSQL; the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning).",
+        ),
       },
-      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit)',
+      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, tls)',
     )
       .prefault({})
       .describe('The PostgreSQL holding the idempotency records.'),

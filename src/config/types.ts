@@ -9,6 +9,45 @@ export const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTION
 export interface ListenConfig {
   readonly host: string;
   readonly port: number;
+  /** Serve HTTPS with this material; undefined: plain HTTP. */
+  readonly tls: ServerTlsConfig | undefined;
+}
+
+/** A PEM file as read when the config was compiled (config/tls-files.ts): its path and its text. */
+export interface PemFile {
+  /** Absolute path, for messages. */
+  readonly file: string;
+  readonly pem: string;
+}
+
+export interface ServerTlsConfig {
+  readonly cert: PemFile;
+  readonly key: PemFile;
+  /** CA bundle client certificates are checked against. */
+  readonly ca: PemFile | undefined;
+  /** none: no client certificate asked; request: asked, not required; require: refused without one. */
+  readonly clientAuth: 'none' | 'request' | 'require';
+}
+
+export interface UpstreamTlsConfig {
+  /** Replaces the system's CAs for this upstream. */
+  readonly ca: PemFile | undefined;
+  /** Client certificate and key (mTLS), both or neither. */
+  readonly cert: PemFile | undefined;
+  readonly key: PemFile | undefined;
+  /** SNI and the name verified, instead of the URL's host. */
+  readonly servername: string | undefined;
+  readonly rejectUnauthorized: boolean;
+}
+
+export type StoreTlsMode = 'require' | 'verify-ca' | 'verify-full';
+
+/** TLS to PostgreSQL, from store.tls or the URL's libpq parameters (read the same way). */
+export interface StoreTlsConfig {
+  readonly mode: StoreTlsMode;
+  readonly ca: PemFile | undefined;
+  readonly cert: PemFile | undefined;
+  readonly key: PemFile | undefined;
 }
 
 export interface AdminConfig extends ListenConfig {
@@ -29,6 +68,8 @@ export interface StoreConfig {
   readonly replayCacheBytes: number;
   /** false sets synchronous_commit=off on the store's connections (faster, less durable). */
   readonly synchronousCommit: boolean;
+  /** undefined: plain (no store.tls, and the URL has no sslmode or sets sslmode=disable). */
+  readonly tls: StoreTlsConfig | undefined;
 }
 
 export interface UpstreamConfig {
@@ -38,6 +79,8 @@ export interface UpstreamConfig {
   /** Base path from the upstream URL ('' or '/api'), prepended to every forwarded path. */
   readonly basePath: string;
   readonly timeoutMs: number;
+  /** Only for https:// upstreams; undefined: the system's CAs, the URL's host. */
+  readonly tls?: UpstreamTlsConfig | undefined;
 }
 
 /** A fingerprint or derive part: 'method' | 'path' | 'query' | 'body' | 'body.<path>' | 'header:<name>' | 'query.<name>'. */

@@ -20,8 +20,9 @@ import {
 } from '../http/headers';
 import type { RequestTarget } from '../http/router';
 import { sendProblem } from '../http/problem';
+import { rawProblemAnswer } from '../http/malformed';
 import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
-import type { UpstreamPools } from './protected';
+import { type UpstreamPools, upstreamTlsOptions } from './protected';
 import { classifyTransportError } from './transport-errors';
 
 /**
@@ -55,7 +56,10 @@ export class PassThrough {
     for (const upstream of upstreams) {
       const settings = { keepAlive: true, keepAliveMsecs: 1_000, maxFreeSockets: 256 };
       const agent = upstream.origin.startsWith('https:')
-        ? new https.Agent(settings)
+        ? new https.Agent({
+            ...settings,
+            ...(upstream.tls ? upstreamTlsOptions(upstream.tls) : {}),
+          })
         : new http.Agent(settings);
       this.agents.push(agent);
       this.wsProxies.set(upstream.name, createWebSocketProxy(upstream, agent));
@@ -105,7 +109,18 @@ export class PassThrough {
     target: RequestTarget,
   ): void {
     prepareUpgrade(req, target);
-    this.proxyFor(route).ws(req, socket, head, () => socket.destroy());
+    this.proxyFor(route).ws(req, socket, head, (error) => {
+      const upstream = route.upstream;
+      const failure = classifyTransportError(error, {
+        upstream: upstream.name,
+        route: route.name,
+        timeoutMs: upstream.timeoutMs,
+      });
+      // Not connected (refused, a certificate that fails verification): no answer has been written,
+      // so the client learns why, as on any other request. After an upgrade, only a cut is honest.
+      if (!failure.sent && socket.writable) socket.end(rawProblemAnswer(failure.error));
+      else socket.destroy();
+    });
   }
 
   /** Closes the websocket side; the pools are closed with UpstreamPools. */
@@ -316,7 +331,12 @@ function responseHeaders(raw: Buffer[], keepAlive: boolean): ResponseHead {
  */
 interface UpstreamProxy {
   close(): void;
-  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, callback: () => void): void;
+  ws(
+    req: http.IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    callback: (error: Error) => void,
+  ): void;
 }
 
 function createWebSocketProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {

@@ -2,8 +2,10 @@
 // memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives. The same
 // pools carry pass-through requests (passthrough.ts): one upstream engine, one set of sockets.
 import type { IncomingHttpHeaders } from 'node:http';
-import { type Dispatcher, Pool } from 'undici';
-import type { UpstreamConfig } from '../config/types';
+import { buildConnector, type Dispatcher, Pool } from 'undici';
+import type tls from 'node:tls';
+import type { UpstreamConfig, UpstreamTlsConfig } from '../config/types';
+import { tlsFailureReason } from './transport-errors';
 
 export interface OutgoingRequest {
   readonly method: string;
@@ -24,6 +26,45 @@ export interface ResponseReceiver {
   data(chunk: Buffer): Promise<void> | undefined;
 }
 
+/**
+ * An upstream's TLS settings as Node's tls.connect options: for the undici pool and the websocket
+ * agent alike, so every path to one upstream trusts the same CA and shows the same certificate. A
+ * `ca` replaces the system's CAs (as Node's does), it does not add to them.
+ */
+export function upstreamTlsOptions(config: UpstreamTlsConfig): tls.ConnectionOptions {
+  return {
+    ...(config.ca ? { ca: config.ca.pem } : {}),
+    ...(config.cert && config.key ? { cert: config.cert.pem, key: config.key.pem } : {}),
+    ...(config.servername ? { servername: config.servername } : {}),
+    rejectUnauthorized: config.rejectUnauthorized,
+  };
+}
+
+const CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * undici's connector with the upstream's TLS settings, and one correction: when a TLS 1.3 server
+ * refuses the handshake after the client's last flight (a client certificate it requires), the
+ * alert arrives as a socket error that undici then replaces with "other side closed" — which reads
+ * as a connection lost after sending, an unknown outcome. Ending the socket with the TLS error
+ * keeps that error, so the failure is classified as what it is: nothing was accepted.
+ */
+function tlsConnector(upstream: UpstreamConfig): buildConnector.connector {
+  const connect = buildConnector({
+    ...(upstream.tls ? upstreamTlsOptions(upstream.tls) : {}),
+    timeout: CONNECT_TIMEOUT_MS,
+  });
+  return (options, callback) =>
+    connect(options, (error, socket) => {
+      socket?.on('error', (socketError: Error & { code?: string }) => {
+        if (socketError.code !== undefined && tlsFailureReason(socketError.code) !== undefined)
+          socket.destroy(socketError);
+      });
+      // The callback's overloads take (error, null) or (null, socket).
+      (callback as (error: Error | null, socket: unknown) => void)(error, socket);
+    });
+}
+
 export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
 
@@ -36,8 +77,9 @@ export class UpstreamPools {
           // do not reuse a socket the upstream is closing: on a POST that race would be an unknown outcome.
           keepAliveTimeout: 4_000,
           keepAliveMaxTimeout: 60_000,
-          connectTimeout: 5_000,
+          connectTimeout: CONNECT_TIMEOUT_MS,
           pipelining: 1,
+          ...(upstream.origin.startsWith('https:') ? { connect: tlsConnector(upstream) } : {}),
         }),
       );
     }

@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import type { Logger } from 'pino';
 import type { CompletionWaiter } from '../record';
+import type { StoreConnection } from '../../db/pool';
 
 const RECONNECT_MIN_MS = 200;
 const RECONNECT_MAX_MS = 5_000;
@@ -61,7 +62,8 @@ export class CompletionListener implements CompletionWaiter {
   };
 
   constructor(
-    private readonly url: string,
+    /** The store's URL and TLS, as the pool's (db/pool.ts storeConnection). */
+    private readonly connection: StoreConnection,
     private readonly channel: string,
     private readonly logger: Logger,
     private readonly eviction?: EvictionSubscriber,
@@ -110,7 +112,7 @@ export class CompletionListener implements CompletionWaiter {
   private async connect(): Promise<void> {
     if (this.closed) return;
     const client = new Client({
-      connectionString: this.url,
+      ...this.connection,
       application_name: 'idempotency-proxy-listener',
       keepAlive: true,
     });
@@ -177,7 +179,7 @@ export class CompletionListener implements CompletionWaiter {
       timer.unref();
     });
     const sender = new Client({
-      connectionString: this.url,
+      ...this.connection,
       application_name: 'idempotency-proxy-listener-probe',
     });
     sender.on('error', () => undefined);
