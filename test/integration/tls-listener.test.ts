@@ -86,7 +86,7 @@ test('a client that does not trust the CA refuses the listener (the proxy is not
 
 test('the listener negotiates ALPN http/1.1 and refuses a client offering only h2', async () => {
   const offered = (protocols: string[]) =>
-    new Promise<string | false>((resolve, reject) => {
+    new Promise<string | false | null>((resolve, reject) => {
       const socket = tls.connect({
         port: port(plain),
         host: '127.0.0.1',

@@ -540,7 +540,7 @@ describe('describeConfig', () => {
   it('names the embedded PostgreSQL when there is no database URL', () => {
     const text = describeConfig(parse(routeYaml('    match: { path: /** }\n')));
     expect(text).toContain(`store: embedded PostgreSQL at ${path.resolve('.data/postgres')}`);
-    expect(text).toContain('admin: 127.0.0.1:9090, /keys off (no admin.token)');
+    expect(text).toContain('admin: http://127.0.0.1:9090, /keys off (no admin.token)');
   });
 
   it('masks passwords in URL and keyword connection strings', () => {
