@@ -1,6 +1,7 @@
 // A KeyStore held in a Map, with the PostgreSQL store's semantics (claims, fences, leases,
-// completion, release, takeover, settling an unknown outcome), for unit tests of the state machine
-// (decide.ts). The integration suite runs the same paths against PostgreSQL.
+// completion, release, takeover, settling an unknown outcome, the audit counters), for unit tests of
+// the state machine (decide.ts). The contract suite (key-store-contract.ts) holds it to the same
+// behaviour as PostgreSQL; its clock is a function, so tests can move time on instead of waiting.
 import type {
   ClaimRequest,
   ClaimResult,
@@ -20,6 +21,7 @@ interface Row {
   expiresAt: number;
   response: StoredResponse | undefined;
   attempts: number;
+  replays: number;
 }
 
 export class MemoryKeyStore implements KeyStore {
@@ -39,6 +41,7 @@ export class MemoryKeyStore implements KeyStore {
       expiresAt: this.now() + 3_600_000,
       response: undefined,
       attempts: 1,
+      replays: 0,
       ...row,
     });
   }
@@ -53,27 +56,32 @@ export class MemoryKeyStore implements KeyStore {
     const now = this.now();
     const row = this.rows.get(text);
     if (row === undefined || row.expiresAt <= now) {
+      // An expired row is claimed afresh, its fence counting on: its former holder's is stale.
+      const fence = row === undefined ? 1 : row.fence + 1;
       this.rows.set(text, {
         fingerprint: request.fingerprint,
         state: 'in_progress',
-        fence: 1,
+        fence,
         leaseEndsAt: now + request.leaseMs,
-        expiresAt: now + request.claimExpiryMs,
+        expiresAt: now + Math.max(request.claimExpiryMs, request.leaseMs),
         response: undefined,
         attempts: 1,
+        replays: 0,
       });
-      return { kind: 'claimed', fence: '1', attempts: 1 };
+      return { kind: 'claimed', fence: String(fence), attempts: 1 };
     }
     row.attempts++;
     const attempts = row.attempts;
     if (!row.fingerprint.equals(request.fingerprint)) return { kind: 'mismatch', attempts };
-    if (row.state === 'completed')
+    if (row.state === 'completed') {
+      row.replays++;
       return {
         kind: 'completed',
         response: row.response!,
         expiresInMs: row.expiresAt - now,
         attempts,
       };
+    }
     const leaseRemainingMs = Math.max(0, row.leaseEndsAt - now);
     return { kind: 'in-flight', fence: String(row.fence), leaseRemainingMs, attempts };
   }
@@ -82,7 +90,12 @@ export class MemoryKeyStore implements KeyStore {
     this.enter('complete');
     const row = this.current(id, fence);
     if (row === undefined) return false;
-    Object.assign(row, { state: 'completed', response, expiresAt: this.now() + ttlMs });
+    // As a bytea NULL reads back: an omitted body is empty.
+    const stored =
+      response.bodyOmitted && response.body.length > 0
+        ? { ...response, body: Buffer.alloc(0) }
+        : response;
+    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
     return true;
   }
 
@@ -93,19 +106,21 @@ export class MemoryKeyStore implements KeyStore {
     return true;
   }
 
-  /** Adds the attempts to the rows, as the PostgreSQL store does to completed ones. */
+  /** Adds the counts to the rows, as the PostgreSQL store does to completed ones. */
   async flushCounters(deltas: readonly CounterDelta[]) {
     this.enter('flushCounters');
     for (const delta of deltas) {
       const row = this.rows.get(recordText(delta.id));
-      if (row?.state === 'completed') row.attempts += delta.attempts;
+      if (row?.state !== 'completed') continue;
+      row.attempts += delta.attempts;
+      row.replays += delta.replays;
     }
   }
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
     this.enter('peek');
     const row = this.rows.get(recordText(id));
-    if (row === undefined) return { kind: 'absent' };
+    if (row === undefined || row.expiresAt <= this.now()) return { kind: 'absent' };
     if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
     if (row.state === 'completed') return { kind: 'completed' };
     return { kind: 'in-flight', leaseRemainingMs: Math.max(0, row.leaseEndsAt - this.now()) };
@@ -117,7 +132,7 @@ export class MemoryKeyStore implements KeyStore {
     if (row === undefined || row.leaseEndsAt > this.now()) return null;
     row.fence++;
     row.leaseEndsAt = this.now() + leaseMs;
-    row.expiresAt = Math.max(row.expiresAt, this.now() + claimExpiryMs);
+    row.expiresAt = Math.max(row.expiresAt, this.now() + Math.max(claimExpiryMs, leaseMs));
     return String(row.fence);
   }
 
@@ -125,8 +140,14 @@ export class MemoryKeyStore implements KeyStore {
     this.enter('settleUnknown');
     const row = this.current(id, fence);
     if (row === undefined || row.leaseEndsAt > this.now()) return null;
-    Object.assign(row, { state: 'completed', response, expiresAt: this.now() + ttlMs });
-    return response;
+    // Whatever the caller passed, what is stored is an unknown outcome with its body.
+    const stored =
+      response.outcomeUnknown && !response.bodyOmitted
+        ? response
+        : { ...response, bodyOmitted: false, outcomeUnknown: true };
+    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
+    row.replays++;
+    return stored;
   }
 
   private enter(operation: string): void {
