@@ -12,7 +12,13 @@ import { readEdge } from './http/edge';
 import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
 import { sendProblem } from './http/problem';
 import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
-import { routeRequest } from './http/route-request';
+import {
+  isBodyNeeded,
+  type RoutedRequest,
+  routeRequest,
+  routeWithBody,
+} from './http/route-request';
+import { BodyTooLargeError, readBody } from './http/body';
 import { LocalKeys } from './protected/local-keys';
 import { handleProtectedRequest, type ProtectedDeps } from './protected/handle';
 import type { CachingKeyStore } from './store/caching-key-store';
@@ -81,18 +87,17 @@ export function createApp(options: AppOptions): App {
       active++;
       const started = performance.now();
       const edge = readEdge(req, current.edge);
-      const routed = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
+      const routing =
+        edge instanceof ProxyError ? edge : routeRequest(current.router, edge, req.headers);
+      const routedNow =
+        routing instanceof ProxyError || isBodyNeeded(routing) ? undefined : routing;
       const entry = newLogEntry(
-        routed instanceof ProxyError ? (req.method ?? 'GET') : routed.target.method,
+        routedNow?.target.method ?? req.method ?? 'GET',
         edge instanceof ProxyError ? (req.url ?? '/') : edge.path,
       );
       if (!(edge instanceof ProxyError) && edge.rawTarget !== undefined)
         entry.rawTarget = edge.rawTarget;
-      const trace = tracing?.startRequest(
-        req,
-        entry.method,
-        routed instanceof ProxyError ? undefined : routed.route,
-      );
+      const trace = tracing?.startRequest(req, entry.method, routedNow?.route);
       // A request is done when its response closed AND (for protected ones) its handler settled: a client
       // that hangs up does not end the upstream call or the store write, and shutdown waits for those.
       let pending = 2;
@@ -103,51 +108,76 @@ export function createApp(options: AppOptions): App {
         if (--active === 0) for (const resolve of idle.splice(0)) resolve();
       };
       res.once('close', done);
+      if (isBodyNeeded(routing)) {
+        // A POST whose form or JSON body may hold a `_method` that changes its route: read it first.
+        readBody(req, routing.limitBytes).then(
+          (body) => serve(routeWithBody(current.router, routing.edge, req.headers, body)),
+          (error: unknown) => {
+            if (!(error instanceof BodyTooLargeError)) {
+              entry.outcome = 'error';
+              res.destroy();
+              return done();
+            }
+            serve(
+              new ProxyError(
+                'REQUEST_TOO_LARGE',
+                `The request body is larger than ${routing.limitBytes} bytes, the limit (maxRequestBytes) of the protected route a _method in it could reach; send a smaller body.`,
+              ),
+            );
+          },
+        );
+        return;
+      }
+      serve(routing);
 
-      if (routed instanceof ProxyError) {
-        entry.route = routed.route;
-        entry.outcome = routed.code === 'ROUTE_NOT_FOUND' ? 'not_found' : 'bad_request';
-        // The rest of a refused request's body would be read as the next request: do not keep it.
-        if (routed.status !== 404) res.shouldKeepAlive = false;
-        sendProblem(res, routed);
-        return done();
+      function serve(routed: RoutedRequest | ProxyError): void {
+        if (routed instanceof ProxyError) {
+          entry.route = routed.route;
+          entry.outcome = routed.code === 'ROUTE_NOT_FOUND' ? 'not_found' : 'bad_request';
+          if (routed.code === 'REQUEST_TOO_LARGE') entry.outcome = 'too_large';
+          // The rest of a refused request's body would be read as the next request: do not keep it.
+          if (routed.status !== 404) res.shouldKeepAlive = false;
+          sendProblem(res, routed);
+          return done();
+        }
+        const { route, target } = routed;
+        entry.route = route.name;
+        entry.method = target.method;
+        const policy = route.idempotency;
+        if (!policy || !routed.protected) {
+          entry.outcome = 'passthrough';
+          current.passThrough.web(req, res, route, target, trace);
+          return done();
+        }
+        const deps: ProtectedDeps = {
+          store,
+          upstreams: current.upstreams,
+          passThrough: current.passThrough,
+          waiter: options.waiter,
+          observer: metrics,
+          localKeys,
+          toolCalls,
+          onStoreError,
+        };
+        const handle = policy.mcp ? handleMcpRequest : handleProtectedRequest;
+        handle(deps, { req, res, route, policy, target, log: entry, trace })
+          .catch((error: unknown) => {
+            logger.error(
+              { err: error, route: route.name },
+              'unexpected error in a protected request',
+            );
+            entry.outcome = 'error';
+            sendProblem(
+              res,
+              new ProxyError(
+                'INTERNAL_ERROR',
+                'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
+                { route: route.name },
+              ),
+            );
+          })
+          .finally(done);
       }
-      const { route, target } = routed;
-      entry.route = route.name;
-      const policy = route.idempotency;
-      if (!policy || !routed.protected) {
-        entry.outcome = 'passthrough';
-        current.passThrough.web(req, res, route, target, trace);
-        return done();
-      }
-      const deps: ProtectedDeps = {
-        store,
-        upstreams: current.upstreams,
-        passThrough: current.passThrough,
-        waiter: options.waiter,
-        observer: metrics,
-        localKeys,
-        toolCalls,
-        onStoreError,
-      };
-      const handle = policy.mcp ? handleMcpRequest : handleProtectedRequest;
-      handle(deps, { req, res, route, policy, target, log: entry, trace })
-        .catch((error: unknown) => {
-          logger.error(
-            { err: error, route: route.name },
-            'unexpected error in a protected request',
-          );
-          entry.outcome = 'error';
-          sendProblem(
-            res,
-            new ProxyError(
-              'INTERNAL_ERROR',
-              'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
-              { route: route.name },
-            ),
-          );
-        })
-        .finally(done);
     },
   );
 
@@ -177,7 +207,11 @@ export function createApp(options: AppOptions): App {
     socket.once('close', () => upgraded.delete(socket));
     const current = runtime;
     const edge = readEdge(req, current.edge);
-    const routed = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
+    const routing = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
+    // An upgrade carries no body to read a `_method` from: it is routed as it came.
+    const routed = isBodyNeeded(routing)
+      ? routeWithBody(current.router, routing.edge, {}, Buffer.alloc(0))
+      : routing;
     if (routed instanceof ProxyError) {
       socket.end(rawProblemAnswer(routed));
       return;

@@ -9,7 +9,7 @@ export const ERROR_TABLE = {
     status: 400,
     title: 'Connection header names a header the proxy needs',
   },
-  METHOD_OVERRIDE_INVALID: { status: 400, title: 'Method override header is invalid' },
+  METHOD_OVERRIDE_INVALID: { status: 400, title: 'Method override is invalid or unreadable' },
   TRANSFER_ENCODING_UNSUPPORTED: { status: 501, title: 'Transfer coding not supported' },
   JSON_DUPLICATE_KEY: { status: 400, title: 'JSON body has a duplicate object key' },
   IDEMPOTENCY_KEY_MISSING: { status: 400, title: 'Idempotency-Key header required' },

@@ -80,6 +80,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       path: route.match.path,
       host: route.match.host?.toLowerCase() ?? null,
       strict: route.match.strict ?? false,
+      formats: [...new Set(route.match.formats ?? [])],
     },
     upstream: upstreams.get(route.upstream)!,
     stripPrefix: route.stripPrefix ?? null,
@@ -319,7 +320,8 @@ function resolvePolicy(
     ...defined(defaults?.fingerprint),
     ...defined(block.fingerprint),
   };
-  const forwardKeyAs = pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs;
+  const forwardKeyAs =
+    key.forward === 'none' ? false : (pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs);
   const tenant = (pick('tenant') ?? []).map((part) => part.toLowerCase());
   const mcp = block.mcp === undefined ? null : compileMcp(block.mcp);
   const parts = mcp ? [] : fingerprint.parts.map(compilePart);
@@ -329,6 +331,7 @@ function resolvePolicy(
     scope: pick('group') ?? route.name,
     key: {
       header: key.header.toLowerCase(),
+      forward: forwardKeyAs === false ? 'none' : key.forward,
       required: key.required,
       maxLength: key.maxLength,
       derive,

@@ -93,16 +93,21 @@ function describeRoute(route: RouteConfig, position: number): string[] {
   const override = route.methodOverride
     ? ['     routes by X-HTTP-Method-Override & co. (methodOverride), and forwards them']
     : [];
-  if (policy === null) return [head, '     pass-through (forwarded untouched)', ...override];
+  const formats =
+    match.formats.length > 0
+      ? [`     also matches a .${match.formats.join('/.')} suffix (formats)`]
+      : [];
+  if (policy === null)
+    return [head, '     pass-through (forwarded untouched)', ...formats, ...override];
   const unsafe =
     match.methods === null
       ? ' (POST, PUT, PATCH, DELETE; safe methods pass through)'
       : [...match.methods].some((m) => SAFE_METHODS.has(m))
         ? ' (safe methods too: allowSafeMethods)'
         : '';
-  const matching = match.strict
-    ? 'exact path match (strict)'
-    : 'also matches a trailing slash and any letter case';
+  const matching = `${
+    match.strict ? 'exact path match (strict)' : 'also matches a trailing slash and any letter case'
+  }${match.formats.length > 0 ? `, and a .${match.formats.join('/.')} suffix (formats)` : ''}`;
   return [
     head,
     `     protected${unsafe}; ${matching}`,
@@ -115,7 +120,11 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
   const { key, fingerprint } = policy;
   const tenant = policy.tenant.length > 0 ? `, per tenant (${policy.tenant.join(', ')})` : '';
   const forwarded =
-    policy.forwardKeyAs === null ? 'not forwarded' : `forwarded as ${policy.forwardKeyAs}`;
+    policy.forwardKeyAs === null
+      ? 'not forwarded (key.forward: none)'
+      : key.forward === 'scoped'
+        ? `forwarded as ${policy.forwardKeyAs}: a hash of scope, tenant and key (key.forward: scoped)`
+        : `forwarded as ${policy.forwardKeyAs}, as sent, the same for every tenant (key.forward: raw)`;
   const ignore = fingerprint.ignore.map((field) => `body.${field.join('.')}`);
   return [
     `scope: ${policy.scope}${tenant}`,

@@ -116,6 +116,11 @@ const pathPattern = pattern(
   'expected a path starting with "/": literal segments, ":param" segments, or a final "/**"',
   'path pattern',
 );
+const formatName = pattern(
+  /^[a-z0-9]{1,16}$/,
+  'expected a format suffix like "json" (lower-case letters and digits, no dot)',
+  'format',
+);
 const pathPrefix = pattern(
   new RegExp(`^(?:/${LITERAL})+$`),
   'expected a path prefix like "/mail" (literal segments, no trailing "/")',
@@ -173,7 +178,7 @@ const upstreamUrl = pattern(
  * these, and each route's block over that.
  */
 export const IDEMPOTENCY_DEFAULTS = {
-  key: { header: 'Idempotency-Key', required: true, maxLength: 255 },
+  key: { header: 'Idempotency-Key', forward: 'raw', required: true, maxLength: 255 },
   forwardKeyAs: 'Idempotency-Key',
   ttl: '24h',
   lockTimeout: '60s',
@@ -212,6 +217,11 @@ function opt<T extends z.ZodType>(schema: T, description: string, fallback?: unk
 const keyBlock = strict(
   {
     header: opt(headerName, 'Where clients send the key.', D.key.header),
+    forward: opt(
+      z.enum(['raw', 'scoped', 'none'], { error: 'expected raw, scoped or none' }),
+      "What the upstream receives in forwardKeyAs: raw = the key as sent (two tenants' keys can be equal); scoped = a hash of route scope, tenant and key (64 hex); none = nothing.",
+      D.key.forward,
+    ),
     required: opt(bool, 'No key → 400; false → forwarded unprotected.', D.key.required),
     maxLength: opt(integer(1, 1024), 'Longer keys → 400.', D.key.maxLength),
     derive: opt(
@@ -223,7 +233,7 @@ const keyBlock = strict(
       "How long a derived key's record lives (only with key.derive; default: ttl).",
     ),
   },
-  'key settings (header, required, maxLength, derive, window)',
+  'key settings (header, forward, required, maxLength, derive, window)',
 );
 
 const fingerprintBlock = strict(
@@ -397,8 +407,13 @@ const routeSchema = strict(
           'Protected routes also match a trailing slash and any letter case (as Express routes); true turns that off.',
           false,
         ),
+        formats: opt(
+          z.array(formatName),
+          "Format suffixes that still take this route, as Rails' (.:format) routes them: [json, xml] lets /refunds.json and /refunds/.json match /refunds (the suffix stays in the fingerprint).",
+          [],
+        ),
       },
-      'match settings (method, path, host, strict)',
+      'match settings (method, path, host, strict, formats)',
     ).describe('Which requests this route takes; routes are tried in order, first match wins.'),
     upstream: z
       .string({ error: 'expected an upstream name' })

@@ -96,6 +96,11 @@ export type RequestPart =
 export interface KeyPolicy {
   /** Request header carrying the key, lower-case. */
   readonly header: string;
+  /**
+   * What the upstream receives in forwardKeyAs: the key as sent, a hash of scope, tenant and key
+   * (outgoing.ts), or nothing.
+   */
+  readonly forward: 'raw' | 'scoped' | 'none';
   readonly required: boolean;
   readonly maxLength: number;
   /** Parts a key is derived from when none is sent (issue 4); null when not configured. */
@@ -166,6 +171,8 @@ export interface RouteMatch {
   readonly host: string | null;
   /** Protected routes match a trailing slash and any letter case unless strict (SPEC §8). */
   readonly strict: boolean;
+  /** Format suffixes (`json`, lower-case) a path may end with and still take this route; [] = none. */
+  readonly formats: readonly string[];
 }
 
 export interface RouteConfig {

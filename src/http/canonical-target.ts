@@ -34,10 +34,11 @@ for (const c of 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-
 const HEX = '0123456789ABCDEF';
 
 /**
- * Paths that are already canonical: "/" or segments of plain path characters, none "." or "..",
- * no "//", an optional trailing "/". Almost every request takes only this test.
+ * Paths that are already canonical: "/" or segments of plain path characters, none "." or ".."
+ * (with or without ";…" parameters), no "//", an optional trailing "/". Almost every request takes
+ * only this test.
  */
-const CANONICAL_PATH = /^(?:\/(?!\.\.?(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]+)*\/?$/;
+const CANONICAL_PATH = /^(?:\/(?!\.\.?(?:[/;]|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]+)*\/?$/;
 
 /** Splits and canonicalises a request target as Node's parser hands it over (req.url). */
 export function canonicalTarget(raw: string): CanonicalTarget | TargetProblem {
@@ -101,20 +102,98 @@ export function canonicalPath(raw: string): string | TargetProblem {
 
 /**
  * Merges empty segments ("//") and resolves "." and ".." (RFC 3986 §5.2.4); a ".." above the root
- * is dropped. A final "/", ".", or ".." leaves a trailing slash, as in the RFC.
+ * is dropped. A final "/", ".", or ".." leaves a trailing slash, as in the RFC. A segment that is
+ * "." or ".." once its ";…" parameters are removed ("..;x") is a dot segment too: servlet
+ * containers read "/x/..;/refunds" as "/refunds".
  */
 function removeDotSegments(path: string): string {
   const segments = path.split('/');
   const out: string[] = [];
   let trailingSlash = false;
   for (let i = 1; i < segments.length; i++) {
-    const segment = segments[i]!;
+    let segment = segments[i]!;
+    const semicolon = segment.indexOf(';');
+    if (semicolon === 1 || semicolon === 2) {
+      const bare = segment.slice(0, semicolon);
+      if (bare === '.' || bare === '..') segment = bare;
+    }
     if (segment === '..') out.pop();
     else if (segment !== '' && segment !== '.') out.push(segment);
     if (i === segments.length - 1)
       trailingSlash = segment === '' || segment === '.' || segment === '..';
   }
   return `/${out.join('/')}${trailingSlash && out.length > 0 ? '/' : ''}`;
+}
+
+/**
+ * The readings of a canonical path that upstreams other than a plain RFC 3986 one take, each
+ * canonical itself; undefined fields where a reading is the path as sent. Most paths have none:
+ * only a ";" or a "%" can make one.
+ */
+export interface PathReadings {
+  /** ";…" removed from every segment, as Tomcat and Spring read a path (then dot segments again). */
+  readonly servlet: string | undefined;
+  /**
+   * Readings of upstreams that trim whitespace from path segments (Spring's trimTokens, a
+   * `strip()` in a handler) or decode the path a second time (`%252F` → `/`).
+   */
+  readonly suspect: readonly string[];
+}
+
+const NO_READINGS: readonly string[] = [];
+
+/** A canonical path's other readings (see PathReadings), or undefined when it has none. */
+export function pathReadings(path: string): PathReadings | undefined {
+  const semicolon = path.includes(';');
+  if (!semicolon && !path.includes('%')) return undefined;
+  const servlet = semicolon ? withoutParameters(path) : undefined;
+  const suspect: string[] = [];
+  const add = (reading: string | undefined): void => {
+    if (
+      reading !== undefined &&
+      reading !== path &&
+      reading !== servlet &&
+      !suspect.includes(reading)
+    )
+      suspect.push(reading);
+  };
+  for (const base of servlet === undefined || servlet === path ? [path] : [path, servlet]) {
+    add(trimmed(base));
+    add(decodedTwice(base));
+  }
+  if ((servlet === undefined || servlet === path) && suspect.length === 0) return undefined;
+  return {
+    servlet: servlet === path ? undefined : servlet,
+    suspect: suspect.length === 0 ? NO_READINGS : suspect,
+  };
+}
+
+function withoutParameters(path: string): string {
+  return removeDotSegments(path.replace(/;[^/]*/g, ''));
+}
+
+/** Escaped whitespace and control bytes (%01–%20, canonical upper case) at either end of a segment. */
+const SEGMENT_WHITESPACE = /(?<=\/)(?:%(?:[01][0-9A-F]|20))+|(?:%(?:[01][0-9A-F]|20))+(?=\/|$)/g;
+
+function trimmed(path: string): string | undefined {
+  if (!path.includes('%')) return undefined;
+  const trimmedPath = path.replace(SEGMENT_WHITESPACE, '');
+  return trimmedPath === path ? undefined : removeDotSegments(trimmedPath);
+}
+
+const DOUBLE_ENCODED = /%25([0-9A-Fa-f]{2})/g;
+
+/** The path decoded once more: `%252F` is a "/" to an upstream that decodes twice. */
+function decodedTwice(path: string): string | undefined {
+  if (!path.includes('%25')) return undefined;
+  const once = path.replace(DOUBLE_ENCODED, (_, hex: string) => {
+    const byte = parseInt(hex, 16);
+    return byte === 0x2f || byte === 0x5c ? '/' : `%${hex}`;
+  });
+  if (once === path) return undefined;
+  const reading = canonicalPath(once);
+  // A second reading that holds a NUL or a broken escape reaches no route of ours: nothing to match.
+  return typeof reading === 'string' ? reading : undefined;
 }
 
 const REG_NAME_LABEL = /^[a-z0-9_~!$&'()*+,;=-]+$/;

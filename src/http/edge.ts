@@ -9,13 +9,22 @@
 import type { IncomingMessage } from 'node:http';
 import { ProxyError } from '../errors';
 import { connectionTokens } from './headers';
-import { canonicalAuthority, canonicalTarget, hostName, isTargetProblem } from './canonical-target';
+import {
+  canonicalAuthority,
+  canonicalTarget,
+  hostName,
+  isTargetProblem,
+  type PathReadings,
+  pathReadings,
+} from './canonical-target';
 
 export interface EdgeRequest {
   /** The method on the request line. */
   readonly method: string;
   readonly path: string;
   readonly query: string;
+  /** Other readings of the path (";" parameters, trimmed, decoded twice); usually undefined. */
+  readonly readings: PathReadings | undefined;
   /** host[:port] the client addressed, canonical; undefined only for HTTP/1.0 without Host. */
   readonly authority: string | undefined;
   /** The authority's host name, what `match.host` compares with. */
@@ -29,7 +38,10 @@ export interface EdgeRequest {
   readonly connectionNames: readonly string[];
   /** The peer is a trusted proxy that sent forwarding headers of its own: keep them. */
   readonly keepsForwarding: boolean;
-  /** The raw request target when it differs from the canonical one (for the log). */
+  /**
+   * The raw request target's path (never its query: it may hold tokens) when it differs from the
+   * canonical one, for the log.
+   */
   readonly rawTarget: string | undefined;
 }
 
@@ -45,7 +57,7 @@ export const METHOD_OVERRIDE_HEADERS = [
   'x-method-override',
 ] as const;
 
-const KNOWN_METHODS: ReadonlySet<string> = new Set([
+export const KNOWN_METHODS: ReadonlySet<string> = new Set([
   'GET',
   'HEAD',
   'OPTIONS',
@@ -97,17 +109,19 @@ export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequ
       headers.forwarded !== undefined) &&
     settings.trustsPeer(req.socket.remoteAddress);
 
-  const path = target.query === '' ? target.path : `${target.path}?${target.query}`;
+  const q = url.indexOf('?');
+  const rawPath = q === -1 ? url : url.slice(0, q);
   return {
     method: req.method ?? 'GET',
     path: target.path,
     query: target.query,
+    readings: pathReadings(target.path),
     authority,
     host: authority === undefined ? undefined : hostName(authority),
     overrideMethod: readOverride(req),
     connectionNames,
     keepsForwarding,
-    rawTarget: path === url ? undefined : url,
+    rawTarget: rawPath === target.path ? undefined : rawPath,
   };
 }
 

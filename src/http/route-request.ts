@@ -1,10 +1,26 @@
 // From the edge's reading of a request to a routed one: the route, the method it is protected by,
 // the path it is forwarded with, and whether it is protected — or the problem that refuses it. The
 // request handler and the upgrade handler both route through here, so they cannot disagree.
-import { type RouteConfig, SAFE_METHODS } from '../config/types';
+//
+//   path as sent ─► route ─┐
+//   servlet reading (";…" removed) ─► route ─┤ either protected → protected under it; two
+//                                            │ different protected routes → 400
+//   trimmed / decoded-twice readings ─► route ─► a protected route the path as sent misses → 400
+//   POST where a `_method` could reach another protected route ─► query (and form or JSON body,
+//   read here: routeWithBody) searched for it: honoured on methodOverride routes, else removed
+import type { IncomingHttpHeaders } from 'node:http';
+import type { RouteConfig } from '../config/types';
 import { ProxyError } from '../errors';
-import { type EdgeRequest, METHOD_OVERRIDE_HEADERS } from './edge';
-import { type RequestTarget, type Router, upstreamPath } from './router';
+import { type EdgeRequest, KNOWN_METHODS, METHOD_OVERRIDE_HEADERS } from './edge';
+import {
+  formMethodParams,
+  jsonMethodParams,
+  methodBodyKind,
+  type MethodParams,
+  multipartMethodParams,
+} from './method-param';
+import { protectsMethod, type RouteMatch, type Router, upstreamPath } from './router';
+import type { RequestTarget } from './router';
 
 const OVERRIDE_HEADERS: ReadonlySet<string> = new Set(METHOD_OVERRIDE_HEADERS);
 
@@ -15,8 +31,161 @@ export interface RoutedRequest {
   readonly protected: boolean;
 }
 
-export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest | ProxyError {
+/**
+ * The request must be routed again once its body is read (at most `limitBytes`, else 413): it may
+ * hold a `_method` (routeWithBody).
+ */
+export interface BodyNeeded {
+  readonly limitBytes: number;
+  readonly edge: EdgeRequest;
+}
+
+export function routeRequest(
+  router: Router,
+  edge: EdgeRequest,
+  headers: IncomingHttpHeaders = {},
+): RoutedRequest | ProxyError | BodyNeeded {
+  const matched = matchReadings(router, edge);
+  if (matched instanceof ProxyError) return matched;
+  if (edge.method !== 'POST') return routed(matched, edge, edge.query, undefined);
+  const paths =
+    edge.readings?.servlet === undefined ? [edge.path] : [edge.path, edge.readings.servlet];
+  const limit = router.methodParamLimit(
+    edge.host,
+    paths,
+    matched?.route,
+    matched !== undefined && isProtected(matched, edge),
+  );
+  if (limit === undefined) return routed(matched, edge, edge.query, undefined);
+  if (methodBodyKind(headers['content-type']) !== undefined) return { limitBytes: limit, edge };
+  return withMethodParams(router, edge, formMethodParams(edge.query), undefined);
+}
+
+export function isBodyNeeded(value: unknown): value is BodyNeeded {
+  return typeof value === 'object' && value !== null && 'limitBytes' in value;
+}
+
+/** Routes a request whose body routeRequest asked for, now read (`body`). */
+export function routeWithBody(
+  router: Router,
+  edge: EdgeRequest,
+  headers: IncomingHttpHeaders,
+  body: Buffer,
+): RoutedRequest | ProxyError {
+  const contentType = headers['content-type'] ?? '';
+  const kind = methodBodyKind(contentType);
+  const query = formMethodParams(edge.query);
+  let fromBody: MethodParams<Buffer> | 'json' | undefined;
+  if (kind === 'form') {
+    const form = formMethodParams(body.toString('latin1'));
+    fromBody = {
+      methods: form.methods,
+      without: form.methods.length === 0 ? body : Buffer.from(form.without, 'latin1'),
+    };
+  } else if (kind === 'multipart') {
+    fromBody = multipartMethodParams(body, contentType);
+    if (fromBody === undefined)
+      return new ProxyError(
+        'METHOD_OVERRIDE_INVALID',
+        'The multipart/form-data body has no boundary or no closing delimiter, so the proxy cannot tell whether it holds a _method field that would change the method the upstream runs. Send a well-formed multipart body.',
+      );
+  } else if (kind === 'json') fromBody = 'json';
+  const jsonMethods = fromBody === 'json' ? jsonMethodParams(body) : [];
+  const bodyParams: MethodParams<Buffer> =
+    fromBody === 'json' || fromBody === undefined
+      ? { methods: jsonMethods, without: body }
+      : fromBody;
+  const result = withMethodParams(router, edge, query, bodyParams);
+  if (jsonMethods.length > 0 && !(result instanceof ProxyError) && !result.route.methodOverride)
+    return new ProxyError(
+      'METHOD_OVERRIDE_INVALID',
+      'The JSON body has a "_method" field, which some frameworks (Laravel) read as the method to run, and this route does not honour method overrides. Remove "_method" from the body, or send the method you mean on the request line.',
+      { route: result.route.name },
+    );
+  return result;
+}
+
+/**
+ * Routes with the `_method` values found as override methods (like the override headers, they count
+ * only on methodOverride routes); on any other route they are removed from what is forwarded.
+ */
+function withMethodParams(
+  router: Router,
+  edge: EdgeRequest,
+  query: MethodParams<string>,
+  body: MethodParams<Buffer> | undefined,
+): RoutedRequest | ProxyError {
+  const named = [...query.methods, ...(body?.methods ?? [])];
+  let override = edge.overrideMethod;
+  for (const method of named) {
+    if (override === null) break;
+    override =
+      !KNOWN_METHODS.has(method) || (override !== undefined && override !== method) ? null : method;
+  }
+  const read: EdgeRequest =
+    override === edge.overrideMethod ? edge : { ...edge, overrideMethod: override };
+  const matched = matchReadings(router, read);
+  if (matched instanceof ProxyError) return matched;
+  if (matched?.route.methodOverride)
+    return routed(matched, read, edge.query, body?.without ?? undefined);
+  // Not honoured: the upstream must not see it either, so it runs the request line's method.
+  return routed(matched, edge, query.without, body?.without);
+}
+
+/**
+ * The route of the path as sent, or of its servlet reading when that one is protected; a refusal
+ * when the readings reach different protected routes, or a suspect reading (trimmed, decoded
+ * twice) reaches a protected route the path as sent does not.
+ */
+function matchReadings(router: Router, edge: EdgeRequest): RouteMatch | undefined | ProxyError {
   const matched = router.match(edge);
+  const readings = edge.readings;
+  if (readings === undefined) return matched;
+  let chosen = matched;
+  if (readings.servlet !== undefined) {
+    const servlet = router.match({ ...edge, path: readings.servlet });
+    if (servlet !== undefined && isProtected(servlet, edge)) {
+      if (matched !== undefined && matched.route !== servlet.route && isProtected(matched, edge))
+        return ambiguous(edge, matched.route, servlet.route, 'with its ";" parameters removed');
+      chosen = servlet;
+    }
+  }
+  for (const path of readings.suspect) {
+    const other = router.match({ ...edge, path });
+    if (other !== undefined && other.route !== chosen?.route && isProtected(other, edge))
+      return ambiguous(edge, chosen?.route, other.route, `read as ${path}`);
+  }
+  return chosen;
+}
+
+function ambiguous(
+  edge: EdgeRequest,
+  sent: RouteConfig | undefined,
+  other: RouteConfig,
+  how: string,
+): ProxyError {
+  return new ProxyError(
+    'REQUEST_TARGET_INVALID',
+    `The path ${edge.path} reaches ${sent === undefined ? 'no route' : `route "${sent.name}"`} as sent but the protected route "${other.name}" ${how}, as some upstreams read it (servlet containers drop ";…" parameters; some trim whitespace or decode twice). Send the path in its plain form.`,
+    { route: other.name },
+  );
+}
+
+/** On a route whose upstream honours overrides, protected when either method is. */
+function isProtected(match: RouteMatch, edge: EdgeRequest): boolean {
+  const { route, method } = match;
+  return (
+    route.idempotency !== null &&
+    (protectsMethod(route, method) || (route.methodOverride && protectsMethod(route, edge.method)))
+  );
+}
+
+function routed(
+  matched: RouteMatch | undefined,
+  edge: EdgeRequest,
+  query: string,
+  body: Buffer | undefined,
+): RoutedRequest | ProxyError {
   if (!matched)
     return new ProxyError(
       'ROUTE_NOT_FOUND',
@@ -26,10 +195,10 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
   if (route.methodOverride && edge.overrideMethod === null)
     return new ProxyError(
       'METHOD_OVERRIDE_INVALID',
-      'The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) name no known method, or name different ones. Send one known method, or none.',
+      'The method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) or _method parameters name no known method, or name different ones. Send one known method, or none.',
       { route: route.name },
     );
-  const forwardPath = upstreamPath(route, edge);
+  const forwardPath = upstreamPath(route, { path: edge.path, query });
   if (forwardPath === undefined)
     return new ProxyError(
       'REQUEST_TARGET_INVALID',
@@ -38,12 +207,9 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
     );
   // On a route whose upstream honours overrides, the proxy cannot know which of the override
   // headers it honours: protected when either the overriding method or the request line's is.
-  const isProtected =
-    route.idempotency !== null &&
-    (isProtectedMethod(route, method) ||
-      (route.methodOverride && isProtectedMethod(route, edge.method)));
+  const isProtectedRequest = isProtected(matched, edge);
   const reads = (name: string): boolean =>
-    (isProtected && route.idempotency!.readsHeaders.has(name)) ||
+    (isProtectedRequest && route.idempotency!.readsHeaders.has(name)) ||
     (route.methodOverride && OVERRIDE_HEADERS.has(name));
   const conflict = edge.connectionNames.find(reads);
   if (conflict !== undefined)
@@ -54,27 +220,16 @@ export function routeRequest(router: Router, edge: EdgeRequest): RoutedRequest |
     );
   return {
     route,
-    protected: isProtected,
+    protected: isProtectedRequest,
     target: {
       method,
       path: edge.path,
-      query: edge.query,
+      query,
       forwardPath,
       authority: edge.authority ?? '',
       keepsForwarding: edge.keepsForwarding,
       keepsOverride: route.methodOverride,
+      body,
     },
   };
-}
-
-/**
- * Protected routes protect unsafe methods; GET/HEAD/OPTIONS only when listed with allowSafeMethods.
- * MCP routes protect POST alone.
- */
-function isProtectedMethod(route: RouteConfig, method: string): boolean {
-  const policy = route.idempotency;
-  // MCP's Streamable HTTP sends every message as a POST; GET opens a stream, DELETE ends a session.
-  if (policy?.mcp) return method === 'POST';
-  if (!SAFE_METHODS.has(method)) return true;
-  return policy !== null && policy.allowSafeMethods && route.match.methods?.has(method) === true;
 }

@@ -4,7 +4,7 @@
 // leniently (SPEC §8): with a trailing slash and in any letter case, as Express and many frameworks
 // route, so no spelling the upstream would take for the protected endpoint slips past to a
 // pass-through route. The router only ever sees canonical paths (edge.ts).
-import type { RouteConfig } from '../config/types';
+import { type RouteConfig, SAFE_METHODS } from '../config/types';
 import type { EdgeRequest } from './edge';
 
 /** A routed request as every later step reads it: decided once, at the edge and by the router. */
@@ -23,6 +23,11 @@ export interface RequestTarget {
   readonly keepsForwarding: boolean;
   /** Forward method-override headers (the route honours them); otherwise they are removed. */
   readonly keepsOverride: boolean;
+  /**
+   * The body, when the edge read it to find a `_method` (route-request.ts): already without it
+   * unless the route honours overrides. Undefined: the body is still on the request stream.
+   */
+  readonly body: Buffer | undefined;
 }
 
 export interface RouteMatch {
@@ -35,6 +40,18 @@ export interface Router {
   match(
     request: Pick<EdgeRequest, 'method' | 'overrideMethod' | 'host' | 'path'>,
   ): RouteMatch | undefined;
+  /**
+   * For a POST routed to `routed`: could a `_method` make the upstream run it as a method some
+   * other protected route protects on one of these paths? Then the largest maxRequestBytes of those
+   * routes (the body may be read up to it); undefined when not (almost always: only routes that
+   * protect a method other than POST count, found once, here).
+   */
+  methodParamLimit(
+    host: string | undefined,
+    paths: readonly string[],
+    routed: RouteConfig | undefined,
+    routedProtected: boolean,
+  ): number | undefined;
 }
 
 type PathMatcher = (path: string) => boolean;
@@ -74,11 +91,29 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
     route,
     methods: route.match.methods,
     host: route.match.host,
-    matchPath: isLenient(route)
-      ? compileLenient(route.match.path)
-      : compilePathPattern(route.match.path),
+    matchPath: withFormats(
+      route,
+      isLenient(route) ? compileLenient(route.match.path) : compilePathPattern(route.match.path),
+    ),
   }));
+  // Routes a `_method` could turn a POST into: protected REST routes that protect another method.
+  const overridable = compiled.filter(({ route, methods }) => {
+    if (route.idempotency === null || route.idempotency.mcp !== null) return false;
+    return methods === null || [...methods].some((m) => m !== 'POST' && protectsMethod(route, m));
+  });
   return {
+    methodParamLimit(host, paths, routed, routedProtected) {
+      // An MCP message is JSON-RPC, read by the MCP route's own body reader: no form, no `_method`.
+      if (routed?.idempotency?.mcp) return undefined;
+      let limit: number | undefined;
+      for (const entry of overridable) {
+        if (entry.route === routed && routedProtected) continue;
+        if (entry.host !== null && entry.host !== host) continue;
+        if (!paths.some(entry.matchPath)) continue;
+        limit = Math.max(limit ?? 0, entry.route.idempotency!.maxRequestBytes);
+      }
+      return limit;
+    },
     match(request) {
       const { host, path } = request;
       const override = request.overrideMethod;
@@ -102,6 +137,19 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
   };
 }
 
+/**
+ * Protected routes protect unsafe methods; GET/HEAD/OPTIONS only when listed with allowSafeMethods.
+ * MCP routes protect POST alone.
+ */
+export function protectsMethod(route: RouteConfig, method: string): boolean {
+  const policy = route.idempotency;
+  if (policy === null) return false;
+  // MCP's Streamable HTTP sends every message as a POST; GET opens a stream, DELETE ends a session.
+  if (policy.mcp) return method === 'POST';
+  if (!SAFE_METHODS.has(method)) return true;
+  return policy.allowSafeMethods && route.match.methods?.has(method) === true;
+}
+
 export function isLenient(route: RouteConfig): boolean {
   return route.idempotency !== null && !route.match.strict;
 }
@@ -110,6 +158,25 @@ export function isLenient(route: RouteConfig): boolean {
 function compileLenient(pattern: string): PathMatcher {
   const folded = compilePathPattern(withoutTrailingSlash(pattern).toLowerCase());
   return (path) => folded(withoutTrailingSlash(path).toLowerCase());
+}
+
+/**
+ * With `match.formats`, a path also matches when it is a matching path plus `.<format>` (or
+ * `/.<format>`), as Rails' `(.:format)` routes it: `/refunds.json` takes `/refunds`'s route.
+ */
+function withFormats(route: RouteConfig, matches: PathMatcher): PathMatcher {
+  const formats = route.match.formats;
+  if (formats.length === 0) return matches;
+  const lenient = isLenient(route);
+  const suffix = new RegExp(`\\.(?:${formats.join('|')})$`, lenient ? 'i' : '');
+  return (path) => {
+    if (matches(path)) return true;
+    const bare = lenient ? withoutTrailingSlash(path) : path;
+    const found = suffix.exec(bare);
+    if (found === null) return false;
+    const named = bare.slice(0, found.index);
+    return named !== '' && named !== '/' && matches(withoutTrailingSlash(named));
+  };
 }
 
 function withoutTrailingSlash(path: string): string {
@@ -134,6 +201,8 @@ export function upstreamPath(
     const prefix = lenient ? strip.toLowerCase() : strip;
     if (head === prefix && (path.length === strip.length || path[strip.length] === '/')) {
       path = path.slice(strip.length) || '/';
+    } else if (path.includes(';')) {
+      path = stripParameterisedPrefix(path, prefix, lenient) ?? path;
     }
   }
   const base = route.upstream.basePath;
@@ -144,3 +213,24 @@ export function upstreamPath(
 }
 
 const DOT_SEGMENT = /(?:^|\/)\.\.?(?:\/|$)/;
+
+/**
+ * A path routed by its servlet reading (";…" removed) loses the prefix's segments with their
+ * parameters: `/mail;v=1/emails` under stripPrefix `/mail` is forwarded as `/emails`.
+ */
+function stripParameterisedPrefix(
+  path: string,
+  prefix: string,
+  lenient: boolean,
+): string | undefined {
+  const want = prefix.split('/');
+  const got = path.split('/');
+  if (got.length < want.length) return undefined;
+  for (let i = 1; i < want.length; i++) {
+    const segment = got[i]!;
+    const semicolon = segment.indexOf(';');
+    const bare = semicolon === -1 ? segment : segment.slice(0, semicolon);
+    if ((lenient ? bare.toLowerCase() : bare) !== want[i]) return undefined;
+  }
+  return `/${got.slice(want.length).join('/')}`;
+}

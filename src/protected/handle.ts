@@ -55,9 +55,7 @@ export async function handleProtectedRequest(
 
   let read: DigestedBody;
   try {
-    read = policy.enforce
-      ? await readDigestedBody(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES)
-      : wholeBody(await readBodyOrRewind(req, policy.maxRequestBytes));
+    read = await readRequestBody(request);
   } catch (error) {
     if (!(error instanceof BodyTooLargeError)) {
       // The client went away mid-body: nothing was claimed, nobody to answer.
@@ -130,6 +128,19 @@ export async function handleProtectedRequest(
   log.keyDerived = true;
   const derived = { ...request, policy: derivedKeyPolicy(policy) };
   return answerCall(deps, derived, { id: recordIdOf(derived, key), fingerprint, body });
+}
+
+/** The body: read here, or already by the edge (it looked for a `_method` in it). */
+async function readRequestBody(request: ProtectedRequest): Promise<DigestedBody> {
+  const { req, policy } = request;
+  const early = request.target.body;
+  if (early !== undefined) {
+    if (early.length > policy.maxRequestBytes) throw new BodyTooLargeError(policy.maxRequestBytes);
+    return wholeBody(early);
+  }
+  return policy.enforce
+    ? readDigestedBody(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES)
+    : wholeBody(await readBodyOrRewind(req, policy.maxRequestBytes));
 }
 
 /**

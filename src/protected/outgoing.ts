@@ -1,5 +1,6 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
 // state machine (forward.ts, mcp/forward-tool-call.ts) and shadow mode's unstored forwarding (shadow.ts).
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
@@ -9,6 +10,7 @@ import { classifyTransportError, type TransportFailure } from '../upstream/trans
 import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstream/protected';
 import type { HeaderPairs } from '../store/record';
 import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
+import { tenantHash } from '../idempotency/tenant';
 import type { ProtectedRequest } from './context';
 
 /**
@@ -39,9 +41,27 @@ export function outgoingHeaders(
   if (policy.forwardKeyAs !== null && key !== undefined) {
     // Sent with the configured spelling: some legacy services compare header names case-sensitively.
     delete headers[policy.forwardKeyAs.toLowerCase()];
-    headers[policy.forwardKeyAs] = key;
+    headers[policy.forwardKeyAs] =
+      policy.key.forward === 'scoped' ? scopedKey(policy, req.headers, key) : key;
   }
   return headers;
+}
+
+/**
+ * key.forward: scoped — lower-case hex SHA-256 of `<scope>\n<tenant>\n<key>`, where tenant is the
+ * tenant hash the record is stored under ('' on an untenanted route): the record's identity, so
+ * two tenants' (or two groups') `order-42` never meet at an upstream that dedupes on the header,
+ * and one tenant's retries always carry the same value. Neither a scope name nor a key can hold a
+ * newline, so the three parts cannot run into each other.
+ */
+export function scopedKey(
+  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>,
+  headers: IncomingMessage['headers'],
+  key: string,
+): string {
+  return createHash('sha256')
+    .update(`${policy.scope}\n${tenantHash(headers, policy.tenant)}\n${key}`)
+    .digest('hex');
 }
 
 /**

@@ -76,11 +76,14 @@ export class PassThrough {
   ): void {
     const upstream = route.upstream;
     const incoming = req.headers;
-    const length = incoming['content-length'];
-    const chunked = incoming['transfer-encoding'] !== undefined;
+    // A body the edge already read (to find a `_method`) goes up as read, with its own length.
+    const read = target.body;
+    const length = read === undefined ? incoming['content-length'] : String(read.length);
+    const chunked = read === undefined && incoming['transfer-encoding'] !== undefined;
     const hasBody = chunked || (length !== undefined && length !== '0');
     const watchesUpload = chunked || (hasBody && Number(length) >= STREAMED_UPLOAD_BYTES);
     const headers = upstreamHeaders(req, target, trace !== undefined);
+    if (read !== undefined) setContentLength(headers, read.length);
     const span = trace?.upstream(upstream, req.method ?? 'GET', (name, value) =>
       headers.push(name, value),
     );
@@ -93,7 +96,7 @@ export class PassThrough {
         method: req.method as Dispatcher.HttpMethod,
         path: target.forwardPath,
         headers,
-        body: chunked ? chunksOf(req) : hasBody ? req : null,
+        body: read ?? (chunked ? chunksOf(req) : hasBody ? req : null),
         headersTimeout: watchesUpload ? 0 : upstream.timeoutMs,
         bodyTimeout: subscribes ? 0 : upstream.timeoutMs,
       },
@@ -284,6 +287,13 @@ function upstreamHeaders(
     forwarded['x-forwarded-host'],
   );
   return headers;
+}
+
+/** Replaces the client's Content-Length (a rewritten body has its own); Transfer-Encoding is hop-by-hop. */
+function setContentLength(headers: string[], length: number): void {
+  for (let i = headers.length - 2; i >= 0; i -= 2)
+    if (headers[i] === 'content-length') headers.splice(i, 2);
+  headers.push('content-length', String(length));
 }
 
 interface ResponseHead {

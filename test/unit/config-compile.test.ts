@@ -73,6 +73,7 @@ describe('defaults', () => {
       scope: 'orders',
       key: {
         header: 'idempotency-key',
+        forward: 'raw',
         required: true,
         maxLength: 255,
         derive: null,
@@ -181,7 +182,13 @@ describe('defaults', () => {
   ])('passes a route through when idempotency is %s', (_, line) => {
     const route = parse(routeYaml(`    match: { path: /** }\n${line}`)).routes[0]!;
     expect(route.idempotency).toBeNull();
-    expect(route.match).toEqual({ methods: null, path: '/**', host: null, strict: false });
+    expect(route.match).toEqual({
+      methods: null,
+      path: '/**',
+      host: null,
+      strict: false,
+      formats: [],
+    });
   });
 });
 
@@ -433,6 +440,7 @@ describe('derived keys, shadow mode and onConcurrent: wait (issue 4)', () => {
     );
     expect(policy.key).toEqual({
       header: 'idempotency-key',
+      forward: 'raw',
       required: false,
       maxLength: 255,
       derive: [

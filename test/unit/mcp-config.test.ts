@@ -4,7 +4,7 @@ import { parseConfigText } from '../../src/config/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { readEdge } from '../../src/http/edge';
-import { routeRequest } from '../../src/http/route-request';
+import { isBodyNeeded, routeRequest } from '../../src/http/route-request';
 import { Runtime } from '../../src/runtime';
 import type { IncomingMessage } from 'node:http';
 
@@ -105,6 +105,7 @@ describe('methods on an MCP route', () => {
     if (edge instanceof Error) throw edge;
     const routed = routeRequest(runtime.router, edge);
     if (routed instanceof Error) throw routed;
+    if (isBodyNeeded(routed)) throw new Error('an MCP POST never waits for its body to be routed');
     return routed.protected;
   }
 

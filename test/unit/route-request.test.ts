@@ -9,7 +9,7 @@ const POLICY = { readsHeaders: new Set(['idempotency-key']) } as unknown as Idem
 function route(name: string, path: string, extra: Partial<RouteConfig> = {}): RouteConfig {
   return {
     name,
-    match: { methods: null, path, host: null, strict: false },
+    match: { methods: null, path, host: null, strict: false, formats: [] },
     upstream: { name: 'u', origin: 'http://u', basePath: '', timeoutMs: 1000 },
     stripPrefix: null,
     methodOverride: false,
@@ -29,6 +29,7 @@ function edge(method: string, path: string, extra: Partial<EdgeRequest> = {}): E
     connectionNames: [],
     keepsForwarding: false,
     rawTarget: undefined,
+    readings: undefined,
     ...extra,
   };
 }
@@ -37,7 +38,13 @@ const router = createRouter([
   route('override', '/override', {
     methodOverride: true,
     idempotency: POLICY,
-    match: { methods: new Set(['POST']), path: '/override', host: null, strict: false },
+    match: {
+      methods: new Set(['POST']),
+      path: '/override',
+      host: null,
+      strict: false,
+      formats: [],
+    },
   }),
   route('refunds', '/refunds', { idempotency: POLICY }),
   route('rest', '/**'),

@@ -11,7 +11,7 @@ function route(
 ): RouteConfig {
   return {
     name,
-    match: { methods: methods && new Set(methods), path, host, strict: false },
+    match: { methods: methods && new Set(methods), path, host, strict: false, formats: [] },
     upstream: { name: 'u', origin: 'http://u', basePath: '', timeoutMs: 1000 },
     stripPrefix: null,
     methodOverride: false,
