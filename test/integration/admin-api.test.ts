@@ -17,7 +17,7 @@ beforeAll(async () => {
 admin: { token: "${token}" }
 store: { table: "\${TEST_TABLE}" }
 upstreams:
-  api: { url: ${upstream.url}, timeout: 300ms }
+  api: { url: ${upstream.url}, timeout: 1s }
   slow: { url: ${upstream.url}, timeout: 10s }
 defaults: { lockTimeout: 20s }
 routes:

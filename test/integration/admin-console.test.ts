@@ -34,7 +34,7 @@ beforeAll(async () => {
 admin: { token: "${TOKEN}" }
 store: { table: "\${TEST_TABLE}" }
 upstreams:
-  api: { url: ${upstream.url}, timeout: 300ms }
+  api: { url: ${upstream.url}, timeout: 1s }
   slow: { url: ${upstream.url}, timeout: 30s }
 defaults: { lockTimeout: 40s }
 routes:
