@@ -31,8 +31,9 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${describeConfig(config)}\n`);
     for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
-    process.stdout.write(`${await describeStoreTopology(config)}\n`);
-    return 0;
+    const store = await describeStoreTopology(config);
+    process.stdout.write(`${store.line}\n`);
+    return store.tlsRefused ? 2 : 0;
   }
   const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });
   if (args.command === 'migrate') return runMigrate(config, logger);

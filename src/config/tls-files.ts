@@ -30,14 +30,15 @@ function readFile(file: string, what: string, at: IssuePath, issues: Issues): st
     return fs.readFileSync(file, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? 'an error';
+    if (code === 'EACCES') {
+      issues.push({
+        path: at,
+        message: `cannot read ${file} (permission denied): make it readable by the user the proxy runs as`,
+      });
+      return undefined;
+    }
     const reason =
-      code === 'ENOENT'
-        ? 'no such file'
-        : code === 'EACCES'
-          ? 'permission denied: make it readable by the user the proxy runs as'
-          : code === 'EISDIR'
-            ? 'a directory, not a file'
-            : code;
+      code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'a directory, not a file' : code;
     issues.push({
       path: at,
       message: `cannot read ${file} (${reason}); put the PEM ${what} there or fix the path (relative paths start at the config file's directory)`,
@@ -195,9 +196,11 @@ export const URL_TLS_PARAMETERS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey'
 /**
  * store.tls, or the URL's libpq parameters read with libpq's meaning (not pg-connection-string's,
  * which reads `require` as verify-full): `disable` is plain; `require` encrypts without verifying —
- * unless sslrootcert is given, then it is verify-ca, as in libpq; `verify-ca`, `verify-full` as
- * named; `sslrootcert=system` is the system's CAs. `prefer`/`allow` (fall back to plain) cannot be
- * honoured by the driver and are refused rather than guessed.
+ * unless a CA is given (sslrootcert, store.tls.ca), then it is verify-ca, as in libpq; `verify-ca`,
+ * `verify-full` as named; `sslrootcert=system` is the system's CAs. `prefer`/`allow` (fall back to
+ * plain) cannot be honoured by the driver (it has no fallback) and are refused rather than guessed:
+ * either guess would surprise someone, plain silently against a server that offers TLS, TLS
+ * against a server without it.
  */
 export function readStoreTls(
   parsed: ParsedStoreTls | undefined,
@@ -239,17 +242,16 @@ export function readStoreTls(
     case 'disable':
       return undefined;
     case 'require':
-      mode = rootCert !== undefined ? 'verify-ca' : 'require';
-      break;
     case 'verify-ca':
     case 'verify-full':
-      mode = sslmode;
+      // sslrootcert=system names no file, and still asks for verification.
+      mode = sslmode === 'require' && rootCert !== undefined ? 'verify-ca' : sslmode;
       break;
     case 'allow':
     case 'prefer':
       issues.push({
         path: urlPath,
-        message: `sslmode=${sslmode} (TLS if the server offers it, else plain) is not supported: use sslmode=verify-full (or require, verify-ca), or sslmode=disable`,
+        message: `sslmode=${sslmode}${params.has('sslmode') ? '' : " (libpq's default, as the URL names no sslmode)"} (TLS if the server offers it, else plain) is not supported: use sslmode=verify-full (or require, verify-ca), or sslmode=disable`,
       });
       return undefined;
     default:
@@ -280,7 +282,10 @@ function readStoreFiles(
 ): StoreTlsConfig {
   const client = readClientPair(files, resolve, at, issues);
   const ca = files.ca === undefined ? undefined : readCa(resolve(files.ca), [...at, 'ca'], issues);
-  return { mode, ca, cert: client?.cert, key: client?.key };
+  // libpq: "require" with a root CA file verifies the chain, as verify-ca does. A CA given and then
+  // not used would be a silent downgrade.
+  const effective = mode === 'require' && files.ca !== undefined ? 'verify-ca' : mode;
+  return { mode: effective, ca, cert: client?.cert, key: client?.key };
 }
 
 function urlTlsParameters(url: string): URLSearchParams | undefined {

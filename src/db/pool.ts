@@ -21,24 +21,23 @@ export interface PoolOptions {
 /** What a pg Client or Pool needs to reach the store: the URL and its TLS. */
 export interface StoreConnection {
   readonly connectionString: string;
-  /** Absent: pg's own default (plain, or PGSSLMODE from the environment). */
-  readonly ssl?: ConnectionOptions | false;
+  /** false: plain. Never absent, so pg's reading of PGSSLMODE never decides. */
+  readonly ssl: ConnectionOptions | false;
 }
 
 /**
  * The URL without its TLS parameters, and the TLS options they (or store.tls) were compiled to.
  * pg-connection-string would read those parameters its own way (sslmode=require as verify-full,
  * sslrootcert read at every connect) and its reading would override ours, so they never reach it.
+ * Without store.tls and sslmode the connection is plain: PGSSLMODE is not read (it would be read
+ * pg's way, not libpq's), so what `check` shows is what runs.
  *
  *   require      encrypted; the server's certificate is not checked
  *   verify-ca    its certificate must chain to ca (or the system's CAs); any host name
  *   verify-full  and it must name the host of the URL
  */
 export function storeConnection(url: string, tls: StoreTlsConfig | undefined): StoreConnection {
-  const connectionString = withoutTlsParameters(url);
-  if (tls) return { connectionString, ssl: sslOptions(tls) };
-  // sslmode=disable was taken out of the URL: say so, or PGSSLMODE would decide instead.
-  return connectionString === url ? { connectionString } : { connectionString, ssl: false };
+  return { connectionString: withoutTlsParameters(url), ssl: tls ? sslOptions(tls) : false };
 }
 
 function sslOptions(tls: StoreTlsConfig): ConnectionOptions {
@@ -77,31 +76,47 @@ const UNTRUSTED = new Set([
   'CERT_UNTRUSTED',
 ]);
 
+/** The server's TLS alerts about the certificate the proxy sent (or did not send). */
+const CLIENT_CERT_REFUSED =
+  /^ERR_SSL_(TLSV1_ALERT_UNKNOWN_CA|SSLV3_ALERT_BAD_CERTIFICATE|SSLV3_ALERT_CERTIFICATE_(UNKNOWN|EXPIRED|REVOKED|UNSUPPORTED)|TLSV1_ALERT_ACCESS_DENIED|TLSV13_ALERT_CERTIFICATE_REQUIRED)$/;
+
 /**
  * What to do about a connection that failed for TLS reasons, or undefined when it did not. `where`
- * names the server; the answer is one sentence for a person.
+ * names the server; the answer is one sentence for a person. None of these fixes itself, so startup
+ * stops on them at once instead of waiting for the server.
  */
 export function storeTlsProblem(
   error: unknown,
   tls: StoreTlsConfig | undefined,
   where: string,
 ): string | undefined {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  const message = (error as Error | undefined)?.message ?? '';
-  if (typeof code === 'string' && UNTRUSTED.has(code)) {
-    const ca = tls?.ca ? ` (${tls.ca.file} is not it)` : ' (none set: the system CAs were used)';
-    return `${where} presented a certificate not from a CA the proxy trusts (${code}): set store.tls.ca (or sslrootcert in the URL) to the CA that issued the server's certificate${ca}`;
+  const failure = error as
+    | { code?: unknown; message?: string; host?: string; cert?: { subjectaltname?: string } }
+    | undefined;
+  const code = typeof failure?.code === 'string' ? failure.code : undefined;
+  const message = (failure?.message ?? '').split('\n')[0]!;
+  if (code !== undefined && UNTRUSTED.has(code)) {
+    return tls?.ca
+      ? `${where} presented a certificate that the CA in ${tls.ca.file} did not issue (${code}): point store.tls.ca (or sslrootcert in the URL) at the CA that issued the server's certificate (a managed PostgreSQL publishes its CA bundle), or fix that file`
+      : `${where} presented a certificate from a CA this system does not trust (${code}): set store.tls.ca (or sslrootcert in the URL) to the CA that issued the server's certificate`;
   }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
-    return `${where} presented a certificate for another host name (${message}): connect by a name the certificate holds, or use store.tls.mode verify-ca (chain checked, host name not)`;
-  if (code === 'CERT_HAS_EXPIRED')
-    return `${where} presented an expired certificate: renew the server's certificate`;
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+    const names = failure?.cert?.subjectaltname || 'other names';
+    return `${where} presented a certificate for ${names}, not for ${failure?.host ?? 'the host in the URL'} (${code}): put a name the certificate holds in the URL's host, or use mode verify-ca (store.tls.mode, or sslmode in the URL) to check the CA and not the host name`;
+  }
+  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID')
+    return `${where} presented a certificate outside its validity period (${code}): renew the server's certificate (or check this machine's clock)`;
   if (/does not support SSL/i.test(message))
     return `${where} does not accept TLS (ssl = off on the server): turn ssl on there, or remove store.tls (or sslmode) to connect in plain`;
   if (/no encryption/i.test(message))
-    return `${where} refused a plain connection (${message.split('\n')[0]}): pg_hba.conf requires TLS (hostssl); set store.tls (mode verify-full and ca) or sslmode=verify-full&sslrootcert=… in the URL`;
-  if (/certificate/i.test(message) && /alert|required/i.test(message))
-    return `${where} refused the connection's client certificate (${message}): set store.tls.cert and key to a certificate its CA issued`;
+    return `${where} requires TLS and refused a plain connection (${message}): its pg_hba.conf has only hostssl lines for this client; set store.tls (mode verify-full and ca) or sslmode=verify-full&sslrootcert=… in the URL`;
+  if (/requires a valid client certificate/i.test(message))
+    return `${where} requires a client certificate (${message}): set store.tls.cert and store.tls.key (or sslcert and sslkey in the URL) to a certificate issued by the CA in the server's ssl_ca_file`;
+  const sent = tls?.cert ? ` ${tls.cert.file}` : '';
+  if (code !== undefined && CLIENT_CERT_REFUSED.test(code))
+    return `${where} refused the client certificate${sent} (${code}): use a certificate issued by the CA in the server's ssl_ca_file`;
+  if (tls?.cert && code === '28000' && /authentication failed for user/i.test(message))
+    return `${where} did not accept the client certificate${sent} for this user (${message}): with clientcert=verify-full its CN must be the user name in the URL (or mapped to it in pg_ident.conf)`;
   return undefined;
 }
 
