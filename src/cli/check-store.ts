@@ -5,7 +5,8 @@
 import { Client } from 'pg';
 import type { ProxyConfig } from '../config/types';
 import { describeTopology, detectTopology } from '../db/topology';
-import { storeConnection, storeTlsProblem } from '../db/pool';
+import { storeConnection } from '../db/pool';
+import { storeTlsProblem } from '../db/tls-problem';
 import { serverOf } from './database-errors';
 
 const CHECK_TIMEOUT_MS = 3_000;

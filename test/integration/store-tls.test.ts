@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Client } from 'pg';
 import { runCli, startServe, logLines, type CliResult } from '../support/cli-process';
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
@@ -178,6 +179,49 @@ routes:
       expect(replayed.headers['idempotent-replayed']).toBe('true');
       expect(upstream.executions()).toHaveLength(1);
       expect(proxy.listener.stats.notifications).toBeGreaterThan(notifications);
+    });
+    test('at runtime, a certificate the proxy does not trust: 503, the log says what to change, and it recovers', async () => {
+      upstream.received.length = 0;
+      const verifies = async (): Promise<boolean> => {
+        const client = new Client({
+          connectionString: pg.url(),
+          ssl: { ca: fs.readFileSync(cert('ca.crt'), 'utf8') },
+        });
+        client.on('error', () => undefined);
+        try {
+          await client.connect();
+          return true;
+        } catch {
+          return false;
+        } finally {
+          await client.end().catch(() => undefined);
+        }
+      };
+      await pg.useCertificate(certs.untrusted);
+      try {
+        await until(async () => !(await verifies()), 'the server to present the new certificate');
+        // Connections already open keep their handshake: make the pool open new ones.
+        await pg.node.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'idempotency-proxy'",
+        );
+        await until(() => proxy.pool.totalCount === 0, 'the pool to drop its connections');
+        const refused = await postJson(`${proxy.url}/pay`, 'tls-runtime', { n: 3 });
+        expect(refused.status).toBe(503);
+        expect(refused.json().code).toBe('STORE_UNAVAILABLE');
+        expect(upstream.executions()).toHaveLength(0);
+        const line = proxy.logs.find((l) => l.hint !== undefined && l.operation !== undefined);
+        expect(line?.hint).toMatch(
+          new RegExp(
+            `^PostgreSQL presented a certificate that the CA in ${escape(cert('ca.crt'))} did not issue \\(UNABLE_TO_VERIFY_LEAF_SIGNATURE\\): point store\\.tls\\.ca`,
+          ),
+        );
+      } finally {
+        await pg.useCertificate(certs.localhostOnly);
+      }
+      await until(() => verifies(), 'the server to present its own certificate again');
+      const served = await postJson(`${proxy.url}/pay`, 'tls-runtime', { n: 3 });
+      expect(served.status).toBe(201);
+      expect(upstream.executions()).toHaveLength(1);
     });
   });
 

@@ -12,6 +12,8 @@ export interface TlsPostgres {
   readonly port: number;
   /** postgres://postgres@HOST:PORT/postgres, no TLS parameters. */
   url(host?: string, user?: string): string;
+  /** Puts another server certificate in place for new connections (pg_reload_conf). */
+  useCertificate(files: CertFiles): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -55,6 +57,11 @@ export async function startTlsPostgres(options: {
     port: node.port,
     url: (host = 'localhost', user = 'postgres') =>
       `postgres://${user}@${host}:${node.port}/postgres`,
+    async useCertificate(files) {
+      install(files.cert, 'server.crt', 0o644);
+      install(files.key, 'server.key', 0o600);
+      await node.query('SELECT pg_reload_conf()');
+    },
     dispose: () => node.dispose(),
   };
 }
