@@ -488,7 +488,7 @@ const storeTls = strict(
       z.enum(['require', 'verify-ca', 'verify-full'], {
         error: 'expected require, verify-ca or verify-full',
       }),
-      "require: encrypted, server not verified; verify-ca: its certificate chains to ca; verify-full: and names the URL's host.",
+      "require: encrypted, server not verified (with a ca: as verify-ca, like libpq); verify-ca: its certificate chains to ca; verify-full: and names the URL's host.",
       'verify-full',
     ),
     ca: opt(pemFile, "CA certificates the server's certificate must chain to (else the system's)."),
@@ -570,7 +570,7 @@ export const configSchema = strict(
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
         tls: opt(
           storeTls,
-          "TLS to PostgreSQL; the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning).",
+          "TLS to PostgreSQL (pool, LISTEN, migrate, check); the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning; prefer/allow are refused).",
         ),
       },
       'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, tls)',

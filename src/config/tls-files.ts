@@ -197,7 +197,8 @@ export const URL_TLS_PARAMETERS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey'
  * store.tls, or the URL's libpq parameters read with libpq's meaning (not pg-connection-string's,
  * which reads `require` as verify-full): `disable` is plain; `require` encrypts without verifying —
  * unless a CA is given (sslrootcert, store.tls.ca), then it is verify-ca, as in libpq; `verify-ca`,
- * `verify-full` as named; `sslrootcert=system` is the system's CAs. `prefer`/`allow` (fall back to
+ * `verify-full` as named; `sslrootcert=system` is Node's public CAs, with verify-full only (libpq 16).
+ * `prefer`/`allow` (fall back to
  * plain) cannot be honoured by the driver (it has no fallback) and are refused rather than guessed:
  * either guess would surprise someone, plain silently against a server that offers TLS, TLS
  * against a server without it.
@@ -233,10 +234,24 @@ export function readStoreTls(
   }
   if (!inUrl) return undefined;
   const ssl = params.get('ssl');
+  const rootCert = params.get('sslrootcert') ?? undefined;
+  // libpq 16: sslrootcert=system makes verify-full the default.
   const sslmode =
     params.get('sslmode') ??
-    (ssl === 'false' || ssl === '0' ? 'disable' : ssl !== null ? 'verify-full' : 'prefer');
-  const rootCert = params.get('sslrootcert') ?? undefined;
+    (ssl === 'false' || ssl === '0'
+      ? 'disable'
+      : ssl !== null || rootCert === 'system'
+        ? 'verify-full'
+        : 'prefer');
+  if (rootCert === 'system' && sslmode !== 'verify-full') {
+    // Anyone can get a publicly trusted certificate for a name they control: only the host name
+    // check protects anything, and libpq refuses weaker modes with system too.
+    issues.push({
+      path: urlPath,
+      message: `sslrootcert=system (the public CAs) needs sslmode=verify-full, not ${sslmode}: anyone can get a public certificate for a name of their own, so only the host name check protects the connection`,
+    });
+    return undefined;
+  }
   let mode: StoreTlsMode;
   switch (sslmode) {
     case 'disable':
@@ -244,8 +259,7 @@ export function readStoreTls(
     case 'require':
     case 'verify-ca':
     case 'verify-full':
-      // sslrootcert=system names no file, and still asks for verification.
-      mode = sslmode === 'require' && rootCert !== undefined ? 'verify-ca' : sslmode;
+      mode = sslmode;
       break;
     case 'allow':
     case 'prefer':

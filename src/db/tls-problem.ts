@@ -34,7 +34,7 @@ export function storeTlsProblem(
   if (code !== undefined && UNTRUSTED.has(code)) {
     return tls?.ca
       ? `${where} presented a certificate that the CA in ${tls.ca.file} did not issue (${code}): point store.tls.ca (or sslrootcert in the URL) at the CA that issued the server's certificate (a managed PostgreSQL publishes its CA bundle), or fix that file`
-      : `${where} presented a certificate from a CA this system does not trust (${code}): set store.tls.ca (or sslrootcert in the URL) to the CA that issued the server's certificate`;
+      : `${where} presented a certificate that no public CA issued (${code}; with no store.tls.ca only Node's built-in public CAs are trusted): set store.tls.ca (or sslrootcert in the URL) to the CA that issued the server's certificate (a managed PostgreSQL publishes its CA bundle)`;
   }
   if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
     const names = failure?.cert?.subjectaltname || 'other names';

@@ -412,6 +412,13 @@ routes:
         0,
         /store topology: one PostgreSQL/,
       ],
+      [
+        'sslmode=verify-full, no sslrootcert (public CAs only)',
+        'localhost',
+        'sslmode=verify-full&none',
+        2,
+        /presented a certificate that no public CA issued \([A-Z_]+; with no store\.tls\.ca only Node's built-in public CAs are trusted\)/,
+      ],
     ])('%s', async (_name, host, params, code, expected) => {
       const [mode, which] = params.split('&');
       const rootCert =

@@ -27,7 +27,8 @@ describe('the mode each setting means', () => {
     ['sslmode=verify-full', 'verify-full'],
     ['ssl=true', 'verify-full'],
     [`sslmode=require&sslrootcert=${certs.ca.cert}`, 'verify-ca'],
-    ['sslmode=require&sslrootcert=system', 'verify-ca'],
+    ['sslrootcert=system', 'verify-full'],
+    ['sslmode=verify-full&sslrootcert=system', 'verify-full'],
   ])('%s → %s', (query, mode) => {
     const { tls, issues } = read(`${base}?${query}`);
     expect(issues).toEqual([]);
@@ -61,6 +62,10 @@ describe('refused, with what to write instead', () => {
     [
       `sslrootcert=${certs.ca.cert}`,
       "store.url: sslmode=prefer (libpq's default, as the URL names no sslmode) (TLS if the server offers it, else plain) is not supported: use sslmode=verify-full (or require, verify-ca), or sslmode=disable",
+    ],
+    [
+      'sslmode=require&sslrootcert=system',
+      'store.url: sslrootcert=system (the public CAs) needs sslmode=verify-full, not require: anyone can get a public certificate for a name of their own, so only the host name check protects the connection',
     ],
     [
       'sslmode=no-verify',
