@@ -233,18 +233,22 @@ routes:
       claimExpiryMs: 60_000,
     };
     const claimed = await store.claim(request);
-    expect(claimed).toMatchObject({ kind: 'claimed', fence: '1' });
+    if (claimed.kind !== 'claimed') throw new Error(`expected a claim, got ${claimed.kind}`);
+    const first = claimed.fence;
     const inFlight = await store.claim(request);
-    expect(inFlight).toMatchObject({ kind: 'in-flight', attempts: 2 });
+    expect(inFlight).toMatchObject({ kind: 'in-flight', attempts: 2, fence: first });
     if (inFlight.kind === 'in-flight') expect(inFlight.leaseRemainingMs).toBeLessThanOrEqual(100);
-    expect(await store.takeOver(id, '1', 100, 60_000)).toBeNull(); // the lease has not ended
+    expect(await store.takeOver(id, first, 100, 60_000)).toBeNull(); // the lease has not ended
     expect(await store.peek(id, Buffer.from('fp'))).toMatchObject({ kind: 'in-flight' });
     await sleep(150);
-    expect(await store.takeOver(id, '1', 100, 60_000)).toBe('2');
+    const second = await store.takeOver(id, first, 100, 60_000);
+    expect(second).not.toBeNull();
+    expect(second).not.toBe(first);
     await sleep(150);
     const listener = await listen(citusUrl!, completionChannel(proxy.table));
     try {
-      const settled = await store.settleUnknown(id, '2', response, 60_000);
+      expect(await store.settleUnknown(id, first, response, 60_000)).toBeNull(); // stale
+      const settled = await store.settleUnknown(id, second!, response, 60_000);
       expect(settled).toMatchObject({ status: 201, outcomeUnknown: true });
       expect(await listener.next(id)).toBe(true); // attempts > 1: waiters are nudged
     } finally {
@@ -274,12 +278,13 @@ routes:
           leaseMs: 5_000,
           claimExpiryMs: 60_000,
         };
-        await store.claim(request);
+        const claimed = await store.claim(request);
+        if (claimed.kind !== 'claimed') throw new Error(`expected a claim, got ${claimed.kind}`);
         await store.claim(request); // a repeat saw it: attempts 2
         const changed =
           outcome === 'release'
-            ? await store.release(id, '1')
-            : await store.complete(id, '1', response, 60_000);
+            ? await store.release(id, claimed.fence)
+            : await store.complete(id, claimed.fence, response, 60_000);
         expect(changed).toBe(true);
         expect(await listener.next(id)).toBe(true);
       }

@@ -128,7 +128,7 @@ const COMPLETE_COLUMNS: readonly Column[] = [
   ['scope', 'text'],
   ['tenant', 'text'],
   ['key', 'text'],
-  ['fence', 'bigint'],
+  ['claim_token', 'text'],
   ['status', 'smallint'],
   ['headers', 'jsonb'],
   ['body', 'bytea'],
@@ -139,7 +139,8 @@ const COMPLETE_COLUMNS: readonly Column[] = [
 
 /**
  * Completion: one statement for one or several completions, an input row each with its own fence
- * check; the new expiry is computed in the input row, from its ttl. Nudges waiters (withNudge).
+ * check (the holder's claim_token, compared as text so a foreign fence is refused, not an error);
+ * the new expiry is computed in the input row, from its ttl. Nudges waiters (withNudge).
  * Returns the ordinals (n, from 1) of the input rows it changed. On PostgreSQL $1 is the NOTIFY
  * channel; then come the completion's values, or the batch's arrays, one per column.
  */
@@ -161,7 +162,8 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
                prune_after = GREATEST(r.prune_after, i.expires_at)
         FROM ${input}
           AS i(n, ${names.join(', ')}, expires_at)
-        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
+        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key
+          AND r.claim_token::text = i.claim_token
           AND r.state = 'in_progress'
         RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
   const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
@@ -241,7 +243,7 @@ export function buildStatements(tableName: string, distributed = false) {
     // Release, like completion, nudges waiters.
     release: withNudge(
       `
-        DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
+        DELETE FROM ${t} WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress'
         RETURNING attempts`,
       notify('$5', '$6'),
     ),
@@ -250,8 +252,8 @@ export function buildStatements(tableName: string, distributed = false) {
              expires_at = GREATEST(expires_at, now() + ${ms('$7::bigint')}),
              prune_after = GREATEST(prune_after, now() + ${ms('$7::bigint')}),
              events = events || ${event("'taken_over'", 'fence + 1')}
-      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-      RETURNING fence::text AS fence`,
+      WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress' AND lease_expires_at <= now()
+      RETURNING claim_token::text AS fence`,
     settleUnknown: withNudge(
       `
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
@@ -259,7 +261,7 @@ export function buildStatements(tableName: string, distributed = false) {
                lease_expires_at = NULL, expires_at = now() + ${ms('$8::bigint')},
                prune_after = GREATEST(prune_after, now() + ${ms('$8::bigint')}), replays = replays + 1,
                events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
-        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
+        WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress' AND lease_expires_at <= now()
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
       notify('$9', '$10'),
     ),
