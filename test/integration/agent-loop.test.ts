@@ -8,6 +8,7 @@ import { agentLoopProxyYaml, runAgentLoop } from '../../src/demo/agent-loop';
 import { findFreePort } from '../../src/db/embedded';
 import { type PaymentsService, startPaymentsService } from '../../src/demo/payments-service';
 import { databaseUrl, startProxy, type TestProxy } from '../support/proxy';
+import { recordFigures } from '../support/run-report';
 
 let payments: PaymentsService;
 let proxy: TestProxy;
@@ -81,5 +82,5 @@ test('node dist/demo/agent-loop.js runs both variants against the built proxy an
   expect(stdout).toContain('(explicit keys):');
   expect(stdout).toContain('(derived keys):');
   expect(stdout.match(/: 1 refund\(s\) for /g)).toHaveLength(2);
-  process.stdout.write(`\n${stdout}`);
+  recordFigures(__filename, 'story', stdout.split('\n'));
 }, 90_000);

@@ -16,15 +16,14 @@ import { recordDigest, type RecordId } from '../../src/store/record';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless } from '../support/run-report';
 
 const citusUrl = process.env.CITUS_URL;
-const describeIfCitus = citusUrl ? describe : describe.skip;
-if (!citusUrl) {
-  console.warn(
-    'SKIPPED: Citus tests did not run: CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
-  );
-  test('SKIPPED: CITUS_URL not set, so nothing here ran against Citus', () => undefined);
-}
+const describeIfCitus = describeUnless(
+  !citusUrl &&
+    'CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
+  'citus.test.ts: nothing ran against Citus',
+);
 
 const TOKEN = 'citus-admin-token';
 const response = {

@@ -21,18 +21,22 @@ import { PgNode, pgClusterUnavailable } from '../support/pg-cluster';
 import { PROXY_BIN } from '../support/proxy-process';
 import { type Bridge, startBridge } from '../support/tcp-forwarder';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless, recordFigures } from '../support/run-report';
 
 const unavailable = netnsUnavailable() ?? pgClusterUnavailable();
-const describeIfNetns = unavailable ? describe.skip : describe;
-if (unavailable) {
-  console.warn(`SKIPPED: flaky-network tests did not run: ${unavailable}`);
-  test(`SKIPPED: ${unavailable}, so no flaky network was tested`, () => undefined);
-}
+const describeIfNetns = describeUnless(
+  unavailable,
+  'flaky-network.test.ts: no flaky network was tested',
+);
 const netem = unavailable ? false : netemAvailable();
-if (!unavailable && !netem) {
-  // Said loudly: the delay is real, but not the kernel's.
-  console.warn(
-    'NOTE: this kernel has no sch_netem, so the 10 ± 5 ms delay comes from a relay inside the proxy namespace (netns-bridge.js) instead of tc netem; loss and the partition (nftables) are on the veth link as always',
+if (!unavailable) {
+  // Kept with the figures: the delay is real either way, but not always the kernel's.
+  recordFigures(
+    __filename,
+    'delay source',
+    netem
+      ? 'tc netem on the veth link'
+      : 'no sch_netem in this kernel: a relay inside the proxy namespace (netns-bridge.js) adds the 10 ± 5 ms; loss and the partition (nftables) are on the veth link as always',
   );
 }
 /** Latency each way between proxy and PostgreSQL (netem, or the relay on kernels without it). */
@@ -234,7 +238,7 @@ routes:
       unknownOutcomes: traffic.answers.filter((a) => a.status === 502).length,
       recoveryAfterHealMs: executions.find((e) => e.at > healedAt)!.at - healedAt,
     };
-    console.log(`flaky-network figures: ${JSON.stringify(figures)}`);
+    recordFigures(__filename, 'partition and loss', figures);
     expect(duplicates).toEqual([]);
     expect(duringPartition).toEqual([]);
     expect(figures.answered503DuringPartition).toBeGreaterThan(0);

@@ -9,6 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { until } from '../support/eventually';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { recordFigures } from '../support/run-report';
 
 const STORM = 3000;
 const FRESH = 20;
@@ -164,9 +165,11 @@ test.each([
     );
     expect(storeFailures).toEqual([]);
     const ms = fresh.map((answer) => answer.ms);
-    console.info(
-      `${path} storm: ${JSON.stringify(counts)}; fresh keys p50 ${percentile(ms, 50).toFixed(0)} ms, p99 ${percentile(ms, 99).toFixed(0)} ms`,
-    );
+    recordFigures(__filename, `${path} storm`, {
+      ...counts,
+      freshP50Ms: Math.round(percentile(ms, 50)),
+      freshP99Ms: Math.round(percentile(ms, 99)),
+    });
   },
   120_000,
 );

@@ -13,14 +13,12 @@ import { postJson } from '../support/http';
 import { PGBOUNCER_BIN, type PgBouncer, startPgBouncer } from '../support/pgbouncer';
 import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless } from '../support/run-report';
 
-const describeIfPgBouncer = PGBOUNCER_BIN ? describe : describe.skip;
-if (!PGBOUNCER_BIN) {
-  console.warn(
-    'SKIPPED: pgbouncer is not installed (apt-get install pgbouncer); the PgBouncer tests did not run',
-  );
-  test('SKIPPED: pgbouncer not installed, so nothing here ran against PgBouncer', () => undefined);
-}
+const describeIfPgBouncer = describeUnless(
+  !PGBOUNCER_BIN && 'pgbouncer is not installed (apt-get install pgbouncer; .ci/run does as root)',
+  'pgbouncer.test.ts: nothing ran against PgBouncer',
+);
 
 describeIfPgBouncer('behind PgBouncer', () => {
   let bouncer: PgBouncer;
