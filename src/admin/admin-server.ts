@@ -1,7 +1,7 @@
-// The admin listener (SPEC §6), on its own port: health, readiness, Prometheus metrics, and key
-// inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and its JSON
-// API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and /ui are off
-// (404), never open.
+// The admin listener (src/cli/README.md), on its own port: health, readiness, Prometheus metrics,
+// and key inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and
+// its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
+// /ui are off (404), never open.
 import http from 'node:http';
 import { hashKey } from '../app';
 import type { Logger } from 'pino';
@@ -98,7 +98,8 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
   const ready = Object.keys(checks).length === 0;
-  // Where the table lives (SPEC §10), for whoever checks a rollout onto Citus or a new primary.
+  // Where the table lives (src/db/README.md), for whoever checks a rollout onto Citus or a new
+  // primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),

@@ -1,6 +1,6 @@
-// What `check` says about the store (SPEC §10): where the keys table lives, read from the database
-// the config names. `check` validates a config; a database it cannot reach is reported, not an
-// error, and the embedded PostgreSQL is never started for it.
+// What `check` says about the store (src/db/README.md): where the keys table lives, read from the
+// database the config names. `check` validates a config; a database it cannot reach is reported,
+// not an error, and the embedded PostgreSQL is never started for it.
 import { Client } from 'pg';
 import type { ProxyConfig } from '../config/types';
 import { describeTopology, detectTopology } from '../db/topology';

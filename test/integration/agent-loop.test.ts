@@ -1,6 +1,6 @@
-// Issue 4 item 5: an agent-like loop calls the bundled, non-idempotent payments service through the
-// proxy with a client timeout shorter than the service takes. Whether it sends explicit keys (client
-// helper) or none at all (derived by the proxy), the run ends with exactly one refund.
+// An agent-like loop calls the bundled, non-idempotent payments service through the proxy with a
+// client timeout shorter than the service takes. Whether it sends explicit keys (client helper) or
+// none at all (derived by the proxy), the run ends with exactly one refund.
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';

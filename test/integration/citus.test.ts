@@ -1,8 +1,8 @@
-// The store on a Citus cluster (SPEC §10, issue 14): CITUS_URL names a coordinator with at least two
+// The store on a Citus cluster (src/db/README.md): CITUS_URL names a coordinator with at least two
 // workers. migrate distributes the keys table by `key`; every statement the proxy runs (claims,
-// completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY) works
-// on it, through a real proxy and a real upstream; and claims for different keys land on different
-// workers. Without CITUS_URL nothing here runs, and the run says so.
+// completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY)
+// works on it, through a real proxy and a real upstream; and claims for different keys land on
+// different workers. Without CITUS_URL nothing here runs, and the run says so.
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';

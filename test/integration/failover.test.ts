@@ -1,7 +1,7 @@
-// Failover (SPEC §10): a primary with a streaming standby, under a steady stream of new keys and
-// retries. The primary crashes, the standby is promoted and the database URL's host (a TCP forwarder
-// here) switches to it. The proxy answers 503 meanwhile and recovers without a restart. With a
-// synchronous standby no committed claim is lost, so no key runs twice; with asynchronous
+// Failover (src/db/README.md): a primary with a streaming standby, under a steady stream of new
+// keys and retries. The primary crashes, the standby is promoted and the database URL's host (a TCP
+// forwarder here) switches to it. The proxy answers 503 meanwhile and recovers without a restart.
+// With a synchronous standby no committed claim is lost, so no key runs twice; with asynchronous
 // replication the claims the standby had not received are lost, and their keys run again: the test
 // measures how many and prints the figures.
 import { quoteTableName } from '../../src/db/identifier';

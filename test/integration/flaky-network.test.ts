@@ -1,10 +1,10 @@
-// A flaky network between the proxy and PostgreSQL (issue 14, part 4): the proxy process and the
-// database each run in a network namespace of the test's own, joined by a veth pair, with packet
-// loss (and delay, where the kernel has tc netem) all along, and a timed partition that starts while
-// a request is between its claim and its completion. No key executes twice, protected routes fail
-// closed during the partition (nothing is forwarded without a claim), and the proxy recovers after
-// it without a restart. Only addresses inside the two namespaces, loopback and Unix sockets are used:
-// the test reaches the proxy, and the proxy the test's upstream, through netns-bridge.js.
+// A flaky network between the proxy and PostgreSQL: the proxy process and the database each run in
+// a network namespace of the test's own, joined by a veth pair, with packet loss (and delay, where
+// the kernel has tc netem) all along, and a timed partition that starts while a request is between
+// its claim and its completion. No key executes twice, protected routes fail closed during the
+// partition (nothing is forwarded without a claim), and the proxy recovers after it without a
+// restart. Only addresses inside the two namespaces, loopback and Unix sockets are used: the test
+// reaches the proxy, and the proxy the test's upstream, through netns-bridge.js.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';

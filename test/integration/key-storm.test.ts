@@ -1,4 +1,4 @@
-// A storm on one key must not hurt anyone else (issue 12): 3000 concurrent duplicates of one key,
+// A storm on one key must not hurt anyone else: 3000 concurrent duplicates of one key,
 // whose first request takes 4 s upstream, and meanwhile a stream of requests with fresh keys on the
 // same route. Repeats are answered from what this process's first request knows (local-keys.ts), so
 // the storm holds no pool connections: one execution for the storm key, no 503 for anybody, and
@@ -128,8 +128,8 @@ async function storm(path: string): Promise<{ storm: Answer[]; fresh: Answer[] }
     'the first request to reach the upstream',
     { intervalMs: 10 },
   );
-  // In waves of 250 connections, 20 ms apart: all 3000 are in flight together (the first takes 4 s),
-  // without overflowing the listen backlog, which would turn the test into one of SYN retries.
+  // In waves of 250 connections, 20 ms apart: all 3000 are in flight together (the first takes 4
+  // s), without overflowing the listen backlog, which would turn the test into one of SYN retries.
   const duplicates: Promise<Answer>[] = [];
   for (let sent = 1; sent < STORM; sent += WAVE) {
     for (let i = sent; i < Math.min(STORM, sent + WAVE); i++) duplicates.push(post(path, key));

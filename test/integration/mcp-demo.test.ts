@@ -1,4 +1,4 @@
-// Issue 13: the MCP demo (`npm run demo:mcp`). An SDK agent loop whose refund call times out and is
+// The MCP demo (`npm run demo:mcp`). An SDK agent loop whose refund call times out and is
 // retried executes the tool twice on the server directly and once through the proxy's MCP route;
 // the counts come from the servers themselves and from the built script's own output.
 import { execFile } from 'node:child_process';
