@@ -19,15 +19,7 @@ import type {
 import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
-
-export type IssuePath = readonly (string | number)[];
-
-/** A problem at a YAML path; `at: 'key'` points at the key itself (for keys that should not be there). */
-export interface PathIssue {
-  readonly path: IssuePath;
-  readonly message: string;
-  readonly at?: 'key' | 'value';
-}
+import { formatPath, type IssuePath, type PathIssue } from './path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
 
@@ -40,17 +32,6 @@ export interface CompileOptions {
   readonly cwd?: string;
   /** Source positions of paths; load.ts passes the YAML document's. */
   readonly locate?: Locate;
-}
-
-/** `routes[2].idempotency.ttl`; keys that are not plain names are quoted: `upstreams["a b"]`. */
-export function formatPath(segments: IssuePath): string {
-  let out = '';
-  for (const segment of segments) {
-    if (typeof segment === 'number') out += `[${segment}]`;
-    else if (/^[A-Za-z_$][\w$-]*$/.test(segment)) out += out === '' ? segment : `.${segment}`;
-    else out += `[${JSON.stringify(segment)}]`;
-  }
-  return out;
 }
 
 export function compileConfig(parsed: ParsedConfig, options: CompileOptions): ProxyConfig {
