@@ -7,7 +7,7 @@
 import { createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { IssuePath, PathIssue } from './compile';
+import type { IssuePath, PathIssue } from './path-issue';
 import type { ParsedConfig } from './schema';
 import type {
   PemFile,

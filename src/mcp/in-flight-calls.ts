@@ -1,8 +1,9 @@
 // The protected tool calls this process is forwarding, by MCP session and JSON-RPC id. An SDK
 // client that times out sends notifications/cancelled for its request, and a server that obeys it
 // never answers: the call would become an unknown outcome although the tool may well have run. Once
-// a call is claimed its result belongs to every retry (SPEC §7: a client that hangs up does not
-// cancel the upstream call), so the proxy takes such a cancel itself and lets the call finish.
+// a call is claimed its result belongs to every retry (docs/README.md#small-rules: a client that
+// hangs up does not cancel the upstream call), so the proxy takes such a cancel itself and lets the
+// call finish.
 export class InFlightToolCalls {
   private readonly calls = new Map<string, number>();
 

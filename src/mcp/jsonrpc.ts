@@ -1,7 +1,7 @@
-// What MCP clients get from the proxy itself (SPEC §9): JSON-RPC responses, never problem+json. A
-// JSON-RPC client reads only the body of an HTTP 200, so every refusal the proxy makes on an MCP
-// route is a JSON-RPC error under the request's `id`, with the HTTP status it would have had on a
-// REST route as its `code` and a `data.type` a program can branch on.
+// What MCP clients get from the proxy itself (src/mcp/README.md): JSON-RPC responses, never
+// problem+json. A JSON-RPC client reads only the body of an HTTP 200, so every refusal the proxy
+// makes on an MCP route is a JSON-RPC error under the request's `id`, with the HTTP status it would
+// have had on a REST route as its `code` and a `data.type` a program can branch on.
 //
 // A stored tool result is kept without its `id` (STORED_PREFIX + the rest of the message), because
 // each retry carries an id of its own: a replay splices the retry's id in front of the rest.
@@ -19,7 +19,7 @@ export const JSON_HEADERS: HeaderPairs = [['content-type', 'application/json']];
 /** JSON-RPC's own code for a request the receiver will not take (JSON-RPC 2.0 §5.1). */
 export const INVALID_REQUEST = -32600;
 
-/** `data.type` of the refusals SPEC §9 names; every other code is its lower-cased name. */
+/** `data.type` of the refusals src/mcp/README.md names; every other code is its lower-cased name. */
 const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
   IDEMPOTENCY_KEY_IN_FLIGHT: 'idempotency_key_in_progress',
   IDEMPOTENCY_KEY_REUSED: 'idempotency_key_conflict',

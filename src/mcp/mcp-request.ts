@@ -1,7 +1,8 @@
-// A POST on an MCP route (SPEC §9): read the JSON-RPC message, pass through everything that is not
-// a protected tools/call, and run a protected call through the same claim → forward → store path as
-// a REST request, keyed by header, params.idempotencyKey or the tool and its arguments. The
-// answers the proxy gives itself are JSON-RPC (the request's `mcp` field tells respond.ts so).
+// A POST on an MCP route (src/mcp/README.md): read the JSON-RPC message, pass through everything
+// that is not a protected tools/call, and run a protected call through the same claim → forward →
+// store path as a REST request, keyed by header, params.idempotencyKey or the tool and its
+// arguments. The answers the proxy gives itself are JSON-RPC (the request's `mcp` field tells
+// respond.ts so).
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, readBody } from '../http/body';
 import { derivedKeyPolicy } from '../idempotency/derived-key';

@@ -1,5 +1,5 @@
-// Reading a POST on an MCP route (SPEC §9): is it a tools/call the route protects, and if so which
-// tool, under which JSON-RPC id, with which key and fingerprint.
+// Reading a POST on an MCP route (src/mcp/README.md): is it a tools/call the route protects, and if
+// so which tool, under which JSON-RPC id, with which key and fingerprint.
 //
 //   body ─┬─ not JSON, not a request ─────────────► pass (the upstream answers it)
 //         ├─ batch (array) ─┬─ with a protected call ► refused (-32600)
