@@ -12,6 +12,7 @@ import { Client } from 'pg';
 import { runCli, startServe, logLines, type CliResult } from '../support/cli-process';
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
+import { describeUnless } from '../support/run-report';
 import { freePort, pgClusterUnavailable, serverCommand } from '../support/pg-cluster';
 import { startProxy, uniqueTable, type TestProxy } from '../support/proxy';
 import {
@@ -34,9 +35,7 @@ function unavailableHere(): string | undefined {
   return undefined;
 }
 
-const unavailable = unavailableHere();
-if (unavailable) process.stderr.write(`SKIPPED: store TLS tests did not run: ${unavailable}\n`);
-const describeIfServer = unavailable ? describe.skip : describe;
+const describeIfServer = describeUnless(unavailableHere(), 'store-tls.test.ts: no TLS store ran');
 
 describeIfServer('store TLS against a PostgreSQL with ssl = on and hostssl only', () => {
   let certs: TestCertificates;

@@ -1,6 +1,6 @@
 // How store.tls and the URL's libpq parameters are read (libpq's meaning, not pg-connection-string's)
 // and what pg is handed for each mode. The same modes against a real server: store-tls.test.ts.
-import type { PathIssue } from '../../src/config/compile';
+import type { PathIssue } from '../../src/config/path-issue';
 import { readStoreTls } from '../../src/config/tls-files';
 import type { StoreTlsConfig } from '../../src/config/types';
 import { storeConnection } from '../../src/db/pool';
