@@ -133,6 +133,11 @@ routes:
         databaseUrl: pg.url('localhost'),
         table: proxy.table,
       });
+      // Startup waits only briefly for the listener's first LISTEN; on a busy machine it comes later.
+      await until(
+        () => proxy.listener.stats.connected && other.listener.stats.connected,
+        'both completion listeners to prove LISTEN over TLS',
+      );
     });
 
     afterAll(async () => {
