@@ -198,10 +198,9 @@ export const URL_TLS_PARAMETERS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey'
  * which reads `require` as verify-full): `disable` is plain; `require` encrypts without verifying —
  * unless a CA is given (sslrootcert, store.tls.ca), then it is verify-ca, as in libpq; `verify-ca`,
  * `verify-full` as named; `sslrootcert=system` is Node's public CAs, with verify-full only (libpq 16).
- * `prefer`/`allow` (fall back to
- * plain) cannot be honoured by the driver (it has no fallback) and are refused rather than guessed:
- * either guess would surprise someone, plain silently against a server that offers TLS, TLS
- * against a server without it.
+ * `prefer`/`allow` (TLS if offered, else plain) cannot be honoured by the driver, which has no
+ * fallback, and are refused rather than guessed: either guess would surprise someone (plain against
+ * a server that offers TLS, or TLS against one without it).
  */
 export function readStoreTls(
   parsed: ParsedStoreTls | undefined,
