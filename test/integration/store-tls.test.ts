@@ -319,11 +319,14 @@ routes:
     const withCert = (name: string): string =>
       `{ mode: verify-full, ca: certs/ca.crt, cert: certs/${name}.crt, key: certs/${name}.key }`;
 
-    test('with its certificate and key: migrate runs, check connects', async () => {
+    test('with its certificate and key: migrate and prune run, check connects', async () => {
       const config = writeConfig('mtls', url(), withCert('mtls'));
       const migrate = await cli(['migrate', '--config', config]);
       expect(migrate.code).toBe(0);
       expect(migrate.stderr).toMatch(/applied \d+ migration\(s\)/);
+      const prune = await cli(['prune', '--config', config]);
+      expect(prune.code).toBe(0);
+      expect(JSON.parse(prune.stdout)).toMatchObject({ deleted: 0 });
       const check = await cli(['check', '--config', config]);
       expect(check.code).toBe(0);
       expect(check.stdout).toContain(`client cert ${cert('mtls.crt')}`);
