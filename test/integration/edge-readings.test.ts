@@ -7,62 +7,14 @@
 import { expectProblem, withLogLine } from '../support/edge-expect';
 import { rawRequest, type RawResponse } from '../support/edge-raw';
 import { freshKey } from '../support/edge-refunds';
-import { startProxy, type TestProxy } from '../support/proxy';
-import { type ReadingUpstream, startReadingUpstream } from '../support/readings-upstream';
+import { proxyInFrontOf } from '../support/proxy';
+import { readingsYaml, startReadingUpstream } from '../support/readings-upstream';
 
 const TENANT = 'Bearer readings-tenant';
 const BODY = '{"amount":1000}';
 const FORM = 'application/x-www-form-urlencoded';
 
-let upstream: ReadingUpstream;
-let proxy: TestProxy;
-
-beforeAll(async () => {
-  upstream = await startReadingUpstream();
-  proxy = await startProxy({
-    yaml: `
-store: { table: "\${TEST_TABLE}" }
-upstreams:
-  app: { url: ${upstream.url} }
-routes:
-  - name: refunds
-    match: { method: POST, path: /refunds, formats: [json, xml] }
-    upstream: app
-    idempotency:
-      tenant: [header:authorization]
-  - name: order-refund
-    match: { method: POST, path: /orders/:id/refund, formats: [json, xml] }
-    upstream: app
-    idempotency:
-      tenant: [header:authorization]
-  - name: payment-delete
-    match: { method: DELETE, path: /payments/:id }
-    upstream: app
-    idempotency: {}
-  - name: account-delete
-    match: { method: DELETE, path: /accounts/:id }
-    methodOverride: true
-    upstream: app
-    idempotency: {}
-  - name: ab
-    match: { method: POST, path: /a/b }
-    upstream: app
-    idempotency: {}
-  - name: any-b
-    match: { method: POST, path: /:x/b }
-    upstream: app
-    idempotency: {}
-  - name: everything-else
-    match: { path: /** }
-    upstream: app
-`,
-  });
-});
-
-afterAll(async () => {
-  await proxy?.close();
-  await upstream?.close();
-});
+const running = proxyInFrontOf(startReadingUpstream, readingsYaml);
 
 function post(
   target: string,
@@ -73,7 +25,7 @@ function post(
 ): Promise<RawResponse> {
   const headers: [string, string][] = [['Content-Type', type], ['Authorization', TENANT], ...extra];
   if (key !== undefined) headers.push(['Idempotency-Key', key]);
-  return rawRequest(proxy.port, { target, headers, body });
+  return rawRequest(running.proxy.port, { target, headers, body });
 }
 
 const BOUNDARY = 'proxy-test-boundary';
@@ -102,11 +54,11 @@ const refundSpellings = [
 
 describe('every spelling the upstream runs as POST /refunds is protected', () => {
   test.each(refundSpellings)('%s without a key: refused, never run', async (target) => {
-    const before = upstream.ranAtAll('refund');
+    const before = running.upstream.ranAtAll('refund');
     const res = await post(target, undefined);
     expect(res.status).toBe(400);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(upstream.ranAtAll('refund')).toBe(before);
+    expect(running.upstream.ranAtAll('refund')).toBe(before);
   });
 
   test.each(refundSpellings)('%s twice with one key: run once', async (target) => {
@@ -116,7 +68,7 @@ describe('every spelling the upstream runs as POST /refunds is protected', () =>
     expect(first.status).toBe(201);
     expect(second.status).toBe(201);
     expect(second.headers['idempotent-replayed']).toBe('true');
-    expect(upstream.ran('refund', key)).toBe(1);
+    expect(running.upstream.ran('refund', key)).toBe(1);
   });
 
   test('/refunds and then each spelling under the same key: one execution in all', async () => {
@@ -127,7 +79,7 @@ describe('every spelling the upstream runs as POST /refunds is protected', () =>
       // The same call replays; a spelling kept in the fingerprint (parameters, suffix) is a 422.
       expect([201, 422]).toContain(res.status);
     }
-    expect(upstream.ran('refund', key)).toBe(1);
+    expect(running.upstream.ran('refund', key)).toBe(1);
   });
 
   test('/x/..;/refunds is the same call as /refunds (a dot segment): it replays', async () => {
@@ -136,13 +88,13 @@ describe('every spelling the upstream runs as POST /refunds is protected', () =>
     const res = await post('/x/..;/refunds', key);
     expect(res.status).toBe(201);
     expect(res.headers['idempotent-replayed']).toBe('true');
-    expect(upstream.ran('refund', key)).toBe(1);
+    expect(running.upstream.ran('refund', key)).toBe(1);
   });
 
   test('the upstream still receives the ;jsessionid it was sent', async () => {
     const key = freshKey('jsessionid');
     await post('/refunds;jsessionid=abc', key);
-    const seen = upstream.received.find((r) => r.headers['idempotency-key'] === key);
+    const seen = running.upstream.received.find((r) => r.headers['idempotency-key'] === key);
     expect(seen?.url).toBe('/refunds;jsessionid=abc');
   });
 });
@@ -151,11 +103,11 @@ describe('readings of upstreams that trim or decode twice are refused', () => {
   test.each(['/refunds%20', '/refunds%09', '/%2572efunds', '/refunds%0A'])(
     '%s: 400 REQUEST_TARGET_INVALID, not run',
     async (target) => {
-      const before = upstream.ranAtAll('refund');
+      const before = running.upstream.ranAtAll('refund');
       const res = await post(target, freshKey('trim'));
       expect(res.status).toBe(400);
       expect(JSON.parse(res.body.toString()).code).toBe('REQUEST_TARGET_INVALID');
-      expect(upstream.ranAtAll('refund')).toBe(before);
+      expect(running.upstream.ranAtAll('refund')).toBe(before);
     },
   );
 });
@@ -177,8 +129,8 @@ describe('a POST _method cannot reach a protected DELETE unprotected', () => {
     async (_kind, body, type, kept) => {
       const res = await post('/payments/42', undefined, body, type);
       expect(res.status).toBe(200);
-      expect(upstream.ranAtAll('delete-payment')).toBe(0);
-      const seen = upstream.received.at(-1)!;
+      expect(running.upstream.ranAtAll('delete-payment')).toBe(0);
+      const seen = running.upstream.received.at(-1)!;
       expect(seen.body.toString()).not.toContain('_method');
       expect(seen.body.toString()).toContain(kept);
       expect(seen.headers['content-length']).toBe(String(seen.body.length));
@@ -193,42 +145,42 @@ describe('a POST _method cannot reach a protected DELETE unprotected', () => {
       'application/x-www-form-urlencoded',
     );
     expect(res.status).toBe(200);
-    expect(upstream.ranAtAll('delete-payment')).toBe(0);
-    expect(upstream.received.at(-1)!.url).not.toContain('_method');
+    expect(running.upstream.ranAtAll('delete-payment')).toBe(0);
+    expect(running.upstream.received.at(-1)!.url).not.toContain('_method');
   });
 });
 
 test('the request log keeps no query of a non-canonical target', async () => {
-  const res = await rawRequest(proxy.port, {
+  const res = await rawRequest(running.proxy.port, {
     method: 'GET',
     target: '/x/../other?api_token=SECRET',
   });
   expect(res.status).toBe(200);
-  expect(JSON.stringify(proxy.logs)).not.toContain('SECRET');
+  expect(JSON.stringify(running.proxy.logs)).not.toContain('SECRET');
 });
 
 describe('a path parameter route (/orders/:id/refund)', () => {
   test.each(['/orders;a/1/refund', '/orders/1;v=2/refund', '/orders/1/refund;jsessionid=x'])(
     '%s: without a key refused and never run; with one key run once',
     async (target) => {
-      const before = upstream.ranAtAll('order-refund');
+      const before = running.upstream.ranAtAll('order-refund');
       const refused = await post(target, undefined);
       expect(refused.status).toBe(400);
       expect(problemCode(refused)).toBe('IDEMPOTENCY_KEY_MISSING');
-      expect(upstream.ranAtAll('order-refund')).toBe(before);
+      expect(running.upstream.ranAtAll('order-refund')).toBe(before);
       const key = freshKey('order-param');
       expect((await post(target, key)).status).toBe(201);
       expect((await post(target, key)).headers['idempotent-replayed']).toBe('true');
-      expect(upstream.ran('order-refund', key)).toBe(1);
+      expect(running.upstream.ran('order-refund', key)).toBe(1);
     },
   );
 
   test.each(['/orders/1/refund.json', '/orders/1/refund/.xml'])(
     '%s (match.formats): protected as the route, the suffix in the fingerprint',
     async (target) => {
-      const before = upstream.ranAtAll('order-refund');
+      const before = running.upstream.ranAtAll('order-refund');
       expect((await post(target, undefined)).status).toBe(400);
-      expect(upstream.ranAtAll('order-refund')).toBe(before);
+      expect(running.upstream.ranAtAll('order-refund')).toBe(before);
       const key = freshKey('order-format');
       const first = await post(target, key);
       expect(first.status).toBe(201);
@@ -236,19 +188,21 @@ describe('a path parameter route (/orders/:id/refund)', () => {
       // The same key on the path without the suffix is another request (the upstream may answer
       // JSON and HTML differently): 422, not run again.
       expect((await post('/orders/1/refund', key)).status).toBe(422);
-      expect(upstream.ran('order-refund', key)).toBe(1);
-      expect(upstream.received.find((r) => r.headers['idempotency-key'] === key)?.url).toBe(target);
+      expect(running.upstream.ran('order-refund', key)).toBe(1);
+      expect(running.upstream.received.find((r) => r.headers['idempotency-key'] === key)?.url).toBe(
+        target,
+      );
     },
   );
 });
 
 describe('readings that reach two different protected routes are refused', () => {
   test('/a;x/b is route "any-b" as sent and route "ab" without ";x": 400, never forwarded', async () => {
-    const received = upstream.received.length;
+    const received = running.upstream.received.length;
     const res = await post('/a;x/b', freshKey('two-routes'));
     expectProblem(res, 400, 'REQUEST_TARGET_INVALID');
     expect(res.json<{ detail: string }>().detail).toContain('"ab"');
-    expect(upstream.received.length).toBe(received);
+    expect(running.upstream.received.length).toBe(received);
   });
 
   test('each reading alone is protected by its own route', async () => {
@@ -256,13 +210,15 @@ describe('readings that reach two different protected routes are refused', () =>
     expect((await post('/a/b', undefined)).status).toBe(400);
     expect((await post('/z/b', key)).status).toBe(200);
     expect((await post('/z/b', key)).headers['idempotent-replayed']).toBe('true');
-    expect(upstream.received.filter((r) => r.headers['idempotency-key'] === key)).toHaveLength(1);
+    expect(
+      running.upstream.received.filter((r) => r.headers['idempotency-key'] === key),
+    ).toHaveLength(1);
   });
 });
 
 describe('a _method the route does not honour never reaches the upstream', () => {
   test('a multipart body the proxy cannot read (no closing delimiter) is refused, not passed on', async () => {
-    const received = upstream.received.length;
+    const received = running.upstream.received.length;
     const whole = multipart([['_method', 'DELETE']]).toString();
     const res = await post(
       '/payments/45',
@@ -271,24 +227,24 @@ describe('a _method the route does not honour never reaches the upstream', () =>
       MULTIPART,
     );
     expectProblem(res, 400, 'METHOD_OVERRIDE_INVALID');
-    expect(upstream.received.length).toBe(received);
+    expect(running.upstream.received.length).toBe(received);
   });
 
   // Rack::MethodOverride reads _method from form bodies only, but Laravel's input is the JSON body
   // when there is one, so {"_method":"DELETE"} runs DELETE there. Removing it would rewrite the
   // client's JSON; the proxy refuses it instead, and the upstream never sees it.
   test('in a JSON body: refused with 400, never forwarded', async () => {
-    const received = upstream.received.length;
+    const received = running.upstream.received.length;
     const res = await post('/payments/46', undefined, '{"_method":"DELETE","note":"x"}');
     expectProblem(res, 400, 'METHOD_OVERRIDE_INVALID');
-    expect(upstream.received.length).toBe(received);
-    expect(upstream.ranAtAll('delete-payment')).toBe(0);
+    expect(running.upstream.received.length).toBe(received);
+    expect(running.upstream.ranAtAll('delete-payment')).toBe(0);
   });
 
   test('a JSON "_method" below the top level is not a method and goes through', async () => {
     const res = await post('/payments/47', undefined, '{"note":{"_method":"DELETE"}}');
     expect(res.status).toBe(200);
-    expect(upstream.ranAtAll('delete-payment')).toBe(0);
+    expect(running.upstream.ranAtAll('delete-payment')).toBe(0);
   });
 });
 
@@ -302,13 +258,15 @@ describe('methodOverride: true honours _method for routing and protection', () =
   test.each(spellings)(
     'POST with _method=DELETE in the %s is a protected DELETE: no key 400, one key one run, replayed',
     async (_where, target, body, type) => {
-      const before = upstream.ranAtAll('delete-account');
+      const before = running.upstream.ranAtAll('delete-account');
       const refused = await post(target, undefined, body, type);
       expect(refused.status).toBe(400);
       expect(problemCode(refused)).toBe('IDEMPOTENCY_KEY_MISSING');
-      expect(upstream.ranAtAll('delete-account')).toBe(before);
+      expect(running.upstream.ranAtAll('delete-account')).toBe(before);
       const key = freshKey('override');
-      const { res: first, line } = await withLogLine(proxy, () => post(target, key, body, type));
+      const { res: first, line } = await withLogLine(running.proxy, () =>
+        post(target, key, body, type),
+      );
       expect(first.status).toBe(201);
       expect(line).toMatchObject({
         route: 'account-delete',
@@ -318,7 +276,7 @@ describe('methodOverride: true honours _method for routing and protection', () =
       const again = await post(target, key, body, type);
       expect(again.status).toBe(201);
       expect(again.headers['idempotent-replayed']).toBe('true');
-      expect(upstream.ran('delete-account', key)).toBe(1);
+      expect(running.upstream.ran('delete-account', key)).toBe(1);
     },
   );
 
@@ -328,8 +286,8 @@ describe('methodOverride: true honours _method for routing and protection', () =
       ['X-HTTP-Method-Override', 'PUT'],
     ]);
     expect(res.status).toBe(200);
-    expect(upstream.ranFor(key)).toBe(0);
-    const seen = upstream.received.at(-1)!;
+    expect(running.upstream.ranFor(key)).toBe(0);
+    const seen = running.upstream.received.at(-1)!;
     expect(seen.body.toString()).toBe('reason=x');
     expect(seen.headers['x-http-method-override']).toBeUndefined();
   });
@@ -343,7 +301,7 @@ describe('the request log keeps no ";" parameter value', () => {
     ['/refunds;jsessionid=SESSION-SECRET-4%2F', 400],
   ])('%s', async (target, status) => {
     const secret = /SESSION-SECRET-\d/.exec(target)![0];
-    const { res, line } = await withLogLine(proxy, () => post(target, freshKey('log')));
+    const { res, line } = await withLogLine(running.proxy, () => post(target, freshKey('log')));
     expect(res.status).toBe(status);
     expect(JSON.stringify(line)).not.toContain(secret);
     expect(line.path).toContain(';jsessionid=');

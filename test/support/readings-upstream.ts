@@ -119,3 +119,47 @@ export async function startReadingUpstream(): Promise<ReadingUpstream> {
     close: () => upstream.close(),
   };
 }
+
+/**
+ * The edge-readings config: protected routes whose paths the readings above reach (formats on for
+ * the refunds), a methodOverride route, two routes that `/a;x/b` reaches one per reading, and a
+ * pass-through `/**` to the same upstream.
+ */
+export function readingsYaml(upstream: { readonly url: string }): string {
+  return `
+store: { table: "\${TEST_TABLE}" }
+upstreams:
+  app: { url: ${upstream.url} }
+routes:
+  - name: refunds
+    match: { method: POST, path: /refunds, formats: [json, xml] }
+    upstream: app
+    idempotency:
+      tenant: [header:authorization]
+  - name: order-refund
+    match: { method: POST, path: /orders/:id/refund, formats: [json, xml] }
+    upstream: app
+    idempotency:
+      tenant: [header:authorization]
+  - name: payment-delete
+    match: { method: DELETE, path: /payments/:id }
+    upstream: app
+    idempotency: {}
+  - name: account-delete
+    match: { method: DELETE, path: /accounts/:id }
+    methodOverride: true
+    upstream: app
+    idempotency: {}
+  - name: ab
+    match: { method: POST, path: /a/b }
+    upstream: app
+    idempotency: {}
+  - name: any-b
+    match: { method: POST, path: /:x/b }
+    upstream: app
+    idempotency: {}
+  - name: everything-else
+    match: { path: /** }
+    upstream: app
+`;
+}
