@@ -48,8 +48,17 @@ export function routeRequest(
   const matched = matchReadings(router, edge);
   if (matched instanceof ProxyError) return matched;
   if (edge.method !== 'POST') return routed(matched, edge, edge.query, undefined);
+  // Every reading counts: `/%2570ayments/1%20` is `/payments/1` to an upstream that decodes twice
+  // and trims, and a `_method=DELETE` would run it there as a DELETE nobody protected.
+  const readings = edge.readings;
   const paths =
-    edge.readings?.servlet === undefined ? [edge.path] : [edge.path, edge.readings.servlet];
+    readings === undefined
+      ? [edge.path]
+      : [
+          edge.path,
+          ...(readings.servlet === undefined ? [] : [readings.servlet]),
+          ...readings.suspect,
+        ];
   const limit = router.methodParamLimit(
     edge.host,
     paths,
