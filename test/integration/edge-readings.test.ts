@@ -8,7 +8,12 @@ import { expectProblem, withLogLine } from '../support/edge-expect';
 import { rawRequest, type RawResponse } from '../support/edge-raw';
 import { freshKey } from '../support/edge-refunds';
 import { proxyInFrontOf } from '../support/proxy';
-import { readingsYaml, startReadingUpstream } from '../support/readings-upstream';
+import {
+  multipart,
+  MULTIPART,
+  readingsYaml,
+  startReadingUpstream,
+} from '../support/readings-upstream';
 
 const TENANT = 'Bearer readings-tenant';
 const BODY = '{"amount":1000}';
@@ -27,16 +32,6 @@ function post(
   if (key !== undefined) headers.push(['Idempotency-Key', key]);
   return rawRequest(running.proxy.port, { target, headers, body });
 }
-
-const BOUNDARY = 'proxy-test-boundary';
-function multipart(fields: [string, string][], boundary = BOUNDARY): Buffer {
-  const parts = fields.map(
-    ([name, value]) =>
-      `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
-  );
-  return Buffer.from(`${parts.join('')}--${boundary}--\r\n`);
-}
-const MULTIPART = `multipart/form-data; boundary=${BOUNDARY}`;
 
 const problemCode = (res: RawResponse): string =>
   (JSON.parse(res.body.toString()) as { code: string }).code;
@@ -110,6 +105,36 @@ describe('readings of upstreams that trim or decode twice are refused', () => {
       expect(running.upstream.ranAtAll('refund')).toBe(before);
     },
   );
+});
+
+// Found by the property in edge-bypass.property.test.ts: each reading was taken alone, so a path that
+// only decoding twice AND trimming turns into a protected one, and a `_method` on such a path, passed.
+describe('readings combined: decoded twice and trimmed', () => {
+  test('/or%2564ers/7/refund%20 is /orders/7/refund to the upstream: 400, never run', async () => {
+    const before = running.upstream.ranAtAll('order-refund');
+    const res = await post('/or%2564ers/7/refund%20', undefined);
+    expectProblem(res, 400, 'REQUEST_TARGET_INVALID');
+    expect(running.upstream.ranAtAll('order-refund')).toBe(before);
+  });
+
+  test('a multipart _method=DELETE on /%2570ayments/7%20 is removed: the upstream never runs DELETE', async () => {
+    const res = await post(
+      '/%2570ayments/7%20',
+      undefined,
+      multipart([['_method', 'DELETE']]),
+      MULTIPART,
+    );
+    expect(res.status).toBe(200);
+    expect(running.upstream.ranAtAll('delete-payment')).toBe(0);
+    expect(running.upstream.received.at(-1)!.body.toString()).not.toContain('_method');
+  });
+
+  test('a _method=DELETE on /%2561ccounts/7%20 (a methodOverride route in that reading): 400', async () => {
+    const received = running.upstream.received.length;
+    const res = await post('/%2561ccounts/7%20', freshKey('combined'), '_method=DELETE', FORM);
+    expectProblem(res, 400, 'REQUEST_TARGET_INVALID');
+    expect(running.upstream.received.length).toBe(received);
+  });
 });
 
 describe('a POST _method cannot reach a protected DELETE unprotected', () => {

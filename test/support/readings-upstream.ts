@@ -121,9 +121,10 @@ export async function startReadingUpstream(): Promise<ReadingUpstream> {
 }
 
 /**
- * The edge-readings config: protected routes whose paths the readings above reach (formats on for
- * the refunds), a methodOverride route, two routes that `/a;x/b` reaches one per reading, and a
- * pass-through `/**` to the same upstream.
+ * The edge-readings config: the endpoints above as protected routes, each with `formats: [json, xml]`
+ * (this upstream takes a format suffix on every path, as Rails does; a route without it would leave
+ * `/accounts/7.json` to the pass-through route), a methodOverride route, two routes that `/a;x/b`
+ * reaches one per reading, and a pass-through `/**` to the same upstream.
  */
 export function readingsYaml(upstream: { readonly url: string }): string {
   return `
@@ -142,11 +143,11 @@ routes:
     idempotency:
       tenant: [header:authorization]
   - name: payment-delete
-    match: { method: DELETE, path: /payments/:id }
+    match: { method: DELETE, path: /payments/:id, formats: [json, xml] }
     upstream: app
     idempotency: {}
   - name: account-delete
-    match: { method: DELETE, path: /accounts/:id }
+    match: { method: DELETE, path: /accounts/:id, formats: [json, xml] }
     methodOverride: true
     upstream: app
     idempotency: {}
@@ -163,3 +164,14 @@ routes:
     upstream: app
 `;
 }
+
+const BOUNDARY = 'proxy-test-boundary';
+/** A multipart/form-data body of these text fields (Content-Type: MULTIPART). */
+export function multipart(fields: [string, string][], boundary = BOUNDARY): Buffer {
+  const parts = fields.map(
+    ([name, value]) =>
+      `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
+  );
+  return Buffer.from(`${parts.join('')}--${boundary}--\r\n`);
+}
+export const MULTIPART = `multipart/form-data; boundary=${BOUNDARY}`;
