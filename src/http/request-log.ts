@@ -86,17 +86,18 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
 
 /**
  * A path as the log shows it: the query cut off and the value of every `;` segment parameter
- * replaced by `*` (`/refunds;jsessionid=*`, a bare `;abc` as `;*`). Servlet containers carry the
- * session id there, and a session id is a credential; the names stay, so the log still says why a
- * request was read the way it was.
+ * replaced by `*` (`/refunds;jsessionid=*`, a bare `;abc` as `;*`, an empty `/..;/` kept).
+ * Servlet containers carry the session id there, and a session id is a credential; the names stay,
+ * so the log still says why a request was read the way it was.
  */
 export function loggedPath(path: string): string {
   const q = path.indexOf('?');
   const bare = q === -1 ? path : path.slice(0, q);
   if (!bare.includes(';')) return bare;
-  return bare.replace(/;([^;/=]*)(=[^;/]*)?/g, (_, name: string, value: string | undefined) =>
-    value === undefined ? ';*' : `;${name}=*`,
-  );
+  return bare.replace(/;([^;/=]*)(=[^;/]*)?/g, (_, name: string, value: string | undefined) => {
+    if (value !== undefined) return `;${name}=*`;
+    return name === '' ? ';' : ';*';
+  });
 }
 
 export const roundMs = (ms: number): number => Math.round(ms * 100) / 100;
