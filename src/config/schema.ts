@@ -425,7 +425,7 @@ const routeSchema = strict(
     ),
     methodOverride: opt(
       bool,
-      'The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override): route and protect by the overriding method, and forward those headers. Off: they are removed.',
+      "The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override) and a POST's _method (query, form, multipart or JSON body): route and protect by the overriding method, and forward them. Off: they are removed (a JSON body's _method is refused).",
       false,
     ),
     idempotency: opt(

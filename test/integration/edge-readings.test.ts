@@ -278,6 +278,7 @@ describe('methodOverride: true honours _method for routing and protection', () =
     ['urlencoded body', '/accounts/7', 'reason=closed&_method=DELETE', FORM],
     ['multipart body', '/accounts/8', multipart([['_method', 'delete']]), MULTIPART],
     ['query', '/accounts/9?_method=DELETE', 'reason=closed', FORM],
+    ['JSON body', '/accounts/11', '{"_method":"DELETE","reason":"closed"}', 'application/json'],
   ];
 
   test.each(spellings)(
