@@ -1,4 +1,4 @@
-// The zod schema of the YAML config (SPEC §3): shapes, formats and defaults of every field, with
+// The zod schema of the YAML config: shapes, formats and defaults of every field, with
 // the plain-English "expected …" messages users see. Strict everywhere so a typo is an error at the
 // typo. Checks that need more than one field (unique names, known upstreams, safe methods) live in
 // compile.ts. The schema sees values after ${VAR} interpolation, so it also accepts numbers and
@@ -174,7 +174,7 @@ const upstreamUrl = pattern(
 );
 
 /**
- * Built-in idempotency defaults (SPEC §3), written as in YAML. The `defaults:` block is merged over
+ * Built-in idempotency defaults, written as in YAML. The `defaults:` block is merged over
  * these, and each route's block over that.
  */
 export const IDEMPOTENCY_DEFAULTS = {

@@ -1,4 +1,4 @@
-// The canonical form of a request target (SPEC §8): one spelling of the path and the authority,
+// The canonical form of a request target: one spelling of the path and the authority,
 // decided before routing and forwarded as decided, so the route the proxy picks and the endpoint the
 // upstream runs cannot differ. Pure: strings in, strings (or a reason to refuse) out.
 //

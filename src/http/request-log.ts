@@ -1,4 +1,4 @@
-// One structured log line per request (SPEC §6). Handlers fill in the entry as they go; the app writes
+// One structured log line per request. Handlers fill in the entry as they go; the app writes
 // it once the response is finished or the client went away.
 export type Outcome =
   | 'executed'
@@ -49,9 +49,9 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
-  /** The tool of a protected MCP tools/call (SPEC §9). */
+  /** The tool of a protected MCP tools/call. */
   tool?: string;
-  /** The request target as sent, when the edge rewrote it to its canonical form (SPEC §8). */
+  /** The target's path as sent (loggedPath: no query, `;` values masked), when the edge rewrote it. */
   rawTarget?: string;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;

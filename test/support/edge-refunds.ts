@@ -1,4 +1,4 @@
-// The config and the requests the path-bypass suites share (SPEC §8): a protected POST /refunds
+// The config and the requests the path-bypass suites share: a protected POST /refunds
 // with a tenant, a pass-through /** to the same upstream, and a stripPrefix route to the same
 // upstream under a base path — the shipped config's shape, so a bypass here is a bypass there.
 import { type HeaderLines, rawPostJson, type RawResponse } from './edge-raw';
