@@ -11,7 +11,7 @@ import { ProxyError } from './errors';
 import { readEdge } from './http/edge';
 import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
 import { sendProblem } from './http/problem';
-import { newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
+import { loggedPath, newLogEntry, type RequestLogEntry, roundMs } from './http/request-log';
 import {
   isBodyNeeded,
   type RoutedRequest,
@@ -98,10 +98,10 @@ export function createApp(options: AppOptions): App {
         routing instanceof ProxyError || isBodyNeeded(routing) ? undefined : routing;
       const entry = newLogEntry(
         routedNow?.target.method ?? req.method ?? 'GET',
-        edge instanceof ProxyError ? (req.url ?? '/') : edge.path,
+        loggedPath(edge instanceof ProxyError ? (req.url ?? '/') : edge.path),
       );
       if (!(edge instanceof ProxyError) && edge.rawTarget !== undefined)
-        entry.rawTarget = edge.rawTarget;
+        entry.rawTarget = loggedPath(edge.rawTarget);
       const trace = tracing?.startRequest(req, entry.method, routedNow?.route);
       // A request is done when its response closed AND (for protected ones) its handler settled: a client
       // that hangs up does not end the upstream call or the store write, and shutdown waits for those.

@@ -1,10 +1,10 @@
-// The zod schema of the YAML config (config/README.md): shapes, formats and defaults of every
-// field, with the plain-English "expected …" messages users see. Strict everywhere so a typo is an
-// error at the typo. Checks that need more than one field (unique names, known upstreams, safe
-// methods) live in compile.ts. The schema sees values after ${VAR} interpolation, so it also
-// accepts numbers and booleans spelled as strings ("8080", "true") wherever a number or boolean is
-// expected, whether or not the string came from the environment: `port: ${PORT:-8080}` has to work,
-// and a quoted `port: "8080"` is no less clear.
+// The zod schema of the YAML config: shapes, formats and defaults of every field, with
+// the plain-English "expected …" messages users see. Strict everywhere so a typo is an error at the
+// typo. Checks that need more than one field (unique names, known upstreams, safe methods) live in
+// compile.ts. The schema sees values after ${VAR} interpolation, so it also accepts numbers and
+// booleans spelled as strings ("8080", "true") wherever a number or boolean is expected, whether or
+// not the string came from the environment: `port: ${PORT:-8080}` has to work, and a quoted
+// `port: "8080"` is no less clear.
 import { z } from 'zod';
 import {
   DURATION_HINT,
@@ -174,8 +174,8 @@ const upstreamUrl = pattern(
 );
 
 /**
- * Built-in idempotency defaults (config/README.md), written as in YAML. The `defaults:` block is
- * merged over these, and each route's block over that.
+ * Built-in idempotency defaults, written as in YAML. The `defaults:` block is merged over
+ * these, and each route's block over that.
  */
 export const IDEMPOTENCY_DEFAULTS = {
   key: { header: 'Idempotency-Key', forward: 'raw', required: true, maxLength: 255 },
@@ -425,7 +425,7 @@ const routeSchema = strict(
     ),
     methodOverride: opt(
       bool,
-      'The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override): route and protect by the overriding method, and forward those headers. Off: they are removed.',
+      "The upstream honours X-HTTP-Method-Override (and X-HTTP-Method, X-Method-Override) and a POST's _method (query, form, multipart or JSON body): route and protect by the overriding method, and forward them. Off: they are removed (a JSON body's _method is refused).",
       false,
     ),
     idempotency: opt(

@@ -1,6 +1,6 @@
-// The canonical form of a request target (src/http/README.md): one spelling of the path and the
-// authority, decided before routing and forwarded as decided, so the route the proxy picks and the
-// endpoint the upstream runs cannot differ. Pure: strings in, strings (or a reason to refuse) out.
+// The canonical form of a request target: one spelling of the path and the authority,
+// decided before routing and forwarded as decided, so the route the proxy picks and the endpoint the
+// upstream runs cannot differ. Pure: strings in, strings (or a reason to refuse) out.
 //
 //   raw target ─► split (origin-form /p?q, or absolute-form http://host/p?q)
 //              ─► path: decode %XX of unreserved chars, uppercase other %XX, percent-encode bytes
@@ -147,19 +147,22 @@ export function pathReadings(path: string): PathReadings | undefined {
   const semicolon = path.includes(';');
   if (!semicolon && !path.includes('%')) return undefined;
   const servlet = semicolon ? withoutParameters(path) : undefined;
+  // Each reading of each reading: an upstream that decodes twice may trim too (`/or%2564ers/1/x%20`
+  // is `/orders/1/x` only to both). Every step shortens the path, so this ends.
   const suspect: string[] = [];
-  const add = (reading: string | undefined): void => {
-    if (
-      reading !== undefined &&
-      reading !== path &&
-      reading !== servlet &&
-      !suspect.includes(reading)
-    )
+  const pending = servlet === undefined || servlet === path ? [path] : [path, servlet];
+  for (let base = pending.pop(); base !== undefined; base = pending.pop()) {
+    for (const reading of [trimmed(base), decodedTwice(base)]) {
+      if (
+        reading === undefined ||
+        reading === path ||
+        reading === servlet ||
+        suspect.includes(reading)
+      )
+        continue;
       suspect.push(reading);
-  };
-  for (const base of servlet === undefined || servlet === path ? [path] : [path, servlet]) {
-    add(trimmed(base));
-    add(decodedTwice(base));
+      pending.push(reading);
+    }
   }
   if ((servlet === undefined || servlet === path) && suspect.length === 0) return undefined;
   return {

@@ -1,5 +1,5 @@
-// One structured log line per request (src/cli/README.md). Handlers fill in the entry as they go;
-// the app writes it once the response is finished or the client went away.
+// One structured log line per request. Handlers fill in the entry as they go; the app writes
+// it once the response is finished or the client went away.
 export type Outcome =
   | 'executed'
   | 'replayed'
@@ -49,9 +49,9 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
-  /** The tool of a protected MCP tools/call (src/mcp/README.md). */
+  /** The tool of a protected MCP tools/call. */
   tool?: string;
-  /** The request target as sent, when the edge rewrote it to its canonical form (src/http/README.md). */
+  /** The target's path as sent (loggedPath: no query, `;` values masked), when the edge rewrote it. */
   rawTarget?: string;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;
@@ -82,6 +82,22 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     rawTarget: undefined,
     tool: undefined,
   };
+}
+
+/**
+ * A path as the log shows it: the query cut off and the value of every `;` segment parameter
+ * replaced by `*` (`/refunds;jsessionid=*`, a bare `;abc` as `;*`, an empty `/..;/` kept).
+ * Servlet containers carry the session id there, and a session id is a credential; the names stay,
+ * so the log still says why a request was read the way it was.
+ */
+export function loggedPath(path: string): string {
+  const q = path.indexOf('?');
+  const bare = q === -1 ? path : path.slice(0, q);
+  if (!bare.includes(';')) return bare;
+  return bare.replace(/;([^;/=]*)(=[^;/]*)?/g, (_, name: string, value: string | undefined) => {
+    if (value !== undefined) return `;${name}=*`;
+    return name === '' ? ';' : ';*';
+  });
 }
 
 export const roundMs = (ms: number): number => Math.round(ms * 100) / 100;

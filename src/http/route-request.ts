@@ -48,8 +48,17 @@ export function routeRequest(
   const matched = matchReadings(router, edge);
   if (matched instanceof ProxyError) return matched;
   if (edge.method !== 'POST') return routed(matched, edge, edge.query, undefined);
+  // Every reading counts: `/%2570ayments/1%20` is `/payments/1` to an upstream that decodes twice
+  // and trims, and a `_method=DELETE` would run it there as a DELETE nobody protected.
+  const readings = edge.readings;
   const paths =
-    edge.readings?.servlet === undefined ? [edge.path] : [edge.path, edge.readings.servlet];
+    readings === undefined
+      ? [edge.path]
+      : [
+          edge.path,
+          ...(readings.servlet === undefined ? [] : [readings.servlet]),
+          ...readings.suspect,
+        ];
   const limit = router.methodParamLimit(
     edge.host,
     paths,
@@ -58,7 +67,7 @@ export function routeRequest(
   );
   if (limit === undefined) return routed(matched, edge, edge.query, undefined);
   if (methodBodyKind(headers['content-type']) !== undefined) return { limitBytes: limit, edge };
-  return withMethodParams(router, edge, formMethodParams(edge.query), undefined);
+  return withMethodParams(router, edge, formMethodParams(edge.query), undefined, undefined);
 }
 
 export function isBodyNeeded(value: unknown): value is BodyNeeded {
@@ -95,7 +104,7 @@ export function routeWithBody(
     fromBody === 'json' || fromBody === undefined
       ? { methods: jsonMethods, without: body }
       : fromBody;
-  const result = withMethodParams(router, edge, query, bodyParams);
+  const result = withMethodParams(router, edge, query, bodyParams, body);
   if (jsonMethods.length > 0 && !(result instanceof ProxyError) && !result.route.methodOverride)
     return new ProxyError(
       'METHOD_OVERRIDE_INVALID',
@@ -107,13 +116,15 @@ export function routeWithBody(
 
 /**
  * Routes with the `_method` values found as override methods (like the override headers, they count
- * only on methodOverride routes); on any other route they are removed from what is forwarded.
+ * only on methodOverride routes, which forward the body as `sent`); on any other route they are
+ * removed from what is forwarded.
  */
 function withMethodParams(
   router: Router,
   edge: EdgeRequest,
   query: MethodParams<string>,
   body: MethodParams<Buffer> | undefined,
+  sent: Buffer | undefined,
 ): RoutedRequest | ProxyError {
   const named = [...query.methods, ...(body?.methods ?? [])];
   let override = edge.overrideMethod;
@@ -126,8 +137,8 @@ function withMethodParams(
     override === edge.overrideMethod ? edge : { ...edge, overrideMethod: override };
   const matched = matchReadings(router, read);
   if (matched instanceof ProxyError) return matched;
-  if (matched?.route.methodOverride)
-    return routed(matched, read, edge.query, body?.without ?? undefined);
+  // Honoured: the upstream applies the override itself, so it gets the `_method` it was sent.
+  if (matched?.route.methodOverride) return routed(matched, read, edge.query, sent);
   // Not honoured: the upstream must not see it either, so it runs the request line's method.
   return routed(matched, edge, query.without, body?.without);
 }

@@ -1,9 +1,9 @@
-// The config and the requests the path-bypass suites share (src/http/README.md): a protected POST
-// /refunds with a tenant, a pass-through /** to the same upstream, and a stripPrefix route to the
-// same upstream under a base path — the shipped config's shape, so a bypass here is a bypass there.
+// The config and the requests the path-bypass suites share: a protected POST /refunds
+// with a tenant, a pass-through /** to the same upstream, and a stripPrefix route to the same
+// upstream under a base path — the shipped config's shape, so a bypass here is a bypass there.
 import { type HeaderLines, rawPostJson, type RawResponse } from './edge-raw';
 import { refundUpstreams, type RefundUpstream } from './edge-upstreams';
-import { startProxy, type TestProxy } from './proxy';
+import { proxyInFrontOf, type TestProxy } from './proxy';
 
 export const TENANT = 'Bearer edge-tenant';
 export const REFUND_BODY = '{"amount":1000}';
@@ -73,28 +73,7 @@ export function refundsProxyPer(kind: UpstreamKind): {
   readonly upstream: RefundUpstream;
   readonly proxy: TestProxy;
 } {
-  let upstream: RefundUpstream | undefined;
-  let proxy: TestProxy | undefined;
-  beforeAll(async () => {
-    upstream = await refundUpstreams[kind]();
-    proxy = await startProxy({ yaml: refundsYaml(upstream) });
-  });
-  afterAll(async () => {
-    await proxy?.close();
-    await upstream?.close();
-  });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('the proxy is started in beforeAll');
-    return value;
-  };
-  return {
-    get upstream() {
-      return started(upstream);
-    },
-    get proxy() {
-      return started(proxy);
-    },
-  };
+  return proxyInFrontOf(refundUpstreams[kind], refundsYaml);
 }
 
 let keys = 0;

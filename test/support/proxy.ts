@@ -110,3 +110,35 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     },
   };
 }
+
+/**
+ * Starts (beforeAll) an upstream and a proxy whose config is `yaml(upstream)`, and stops both
+ * (afterAll), for the enclosing describe block or file; read them through the getters once tests run.
+ */
+export function proxyInFrontOf<U extends { readonly url: string; close(): Promise<void> }>(
+  start: () => Promise<U>,
+  yaml: (upstream: U) => string,
+): { readonly upstream: U; readonly proxy: TestProxy } {
+  let upstream: U | undefined;
+  let proxy: TestProxy | undefined;
+  beforeAll(async () => {
+    upstream = await start();
+    proxy = await startProxy({ yaml: yaml(upstream) });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+    await upstream?.close();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the proxy is started in beforeAll');
+    return value;
+  };
+  return {
+    get upstream() {
+      return started(upstream);
+    },
+    get proxy() {
+      return started(proxy);
+    },
+  };
+}

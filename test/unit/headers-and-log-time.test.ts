@@ -3,6 +3,7 @@
 import { isoTimeCachedPerMillisecond } from '../../src/observability/logger';
 import { HOP_BY_HOP, hopByHopNames } from '../../src/http/headers';
 import { responseHeaderPairs } from '../../src/http/response';
+import { loggedPath } from '../../src/http/request-log';
 
 test.each([undefined, 'keep-alive', 'close'])(
   'Connection: %s adds nothing to the fixed hop-by-hop set',
@@ -58,4 +59,20 @@ test('stored response headers leave out hop-by-hop, Connection-named and framing
     ['x-private', 'secret'],
     ['content-type', 'application/json'],
   ]);
+});
+
+describe('the path the request log shows', () => {
+  test.each([
+    ['/refunds', '/refunds'],
+    ['/refunds?api_token=SECRET', '/refunds'],
+    ['/refunds;jsessionid=SECRET', '/refunds;jsessionid=*'],
+    ['/orders;jsessionid=SECRET/1/refund', '/orders;jsessionid=*/1/refund'],
+    ['/refunds;a=1;b=2', '/refunds;a=*;b=*'],
+    ['/refunds;SECRET', '/refunds;*'],
+    ['/refunds;', '/refunds;'],
+    ['/refunds;=SECRET', '/refunds;=*'],
+    ['/x/..;/refunds;jsessionid=SECRET?q=SECRET', '/x/..;/refunds;jsessionid=*'],
+  ])('%s → %s', (path, logged) => {
+    expect(loggedPath(path)).toBe(logged);
+  });
 });

@@ -147,3 +147,80 @@ describe('upstream paths', () => {
     expect(upstreamPath(route('plain', '/**'), { path: '/a/..', query: '' })).toBeUndefined();
   });
 });
+
+describe('match.formats', () => {
+  const withFormats = (path: string, extra: Partial<RouteConfig['match']> = {}): RouteConfig => {
+    const base = route(path.slice(1), path, { idempotency: PROTECTED }, ['POST']);
+    return { ...base, match: { ...base.match, formats: ['json', 'xml'], ...extra } };
+  };
+  const router = createRouter([
+    withFormats('/refunds'),
+    withFormats('/orders/:id/refund'),
+    withFormats('/strict', { strict: true }),
+    route('plain', '/plain', { idempotency: PROTECTED }, ['POST']),
+    route('rest', '/**'),
+  ]);
+  const name = (path: string) => router.match(request('POST', 'x', path))?.route.name;
+
+  test.each([
+    ['/refunds.json', 'refunds'],
+    ['/refunds.xml', 'refunds'],
+    ['/refunds/.json', 'refunds'],
+    ['/refunds.json/', 'refunds'],
+    ['/REFUNDS.JSON', 'refunds'],
+    ['/orders/1/refund.json', 'orders/:id/refund'],
+    ['/orders/1/refund/.xml', 'orders/:id/refund'],
+    ['/strict.json', 'strict'],
+    ['/strict/.json', 'strict'],
+  ])('%s takes route %s', (path, expected) => {
+    expect(name(path)).toBe(expected);
+  });
+
+  test.each([
+    ['/refunds.html', 'another format'],
+    ['/refunds.json.json', 'two suffixes'],
+    ['/refundsjson', 'no dot'],
+    ['/.json', 'a suffix alone'],
+    ['/plain.json', 'a route without formats'],
+    ['/STRICT.json', 'a strict route in another case'],
+    ['/strict.JSON', 'a strict route, the suffix in another case'],
+    ['/orders.json/1/refund', 'a suffix inside the path'],
+  ])('%s (%s) does not', (path) => {
+    expect(name(path)).toBe('rest');
+  });
+});
+
+describe('methodParamLimit: could a _method turn this POST into a protected method elsewhere', () => {
+  const policy = (bytes: number) =>
+    ({ maxRequestBytes: bytes, mcp: null }) as unknown as IdempotencyPolicy;
+  const deletes = route('delete', '/payments/:id', { idempotency: policy(1000) }, ['DELETE']);
+  const puts = route('put', '/payments/**', { idempotency: policy(5000) }, ['PUT'], 'api.local');
+  const posts = route('post', '/refunds', { idempotency: policy(9000) }, ['POST']);
+  const rest = route('rest', '/**');
+  const router = createRouter([posts, deletes, puts, rest]);
+
+  test('a path a DELETE route protects: its maxRequestBytes', () => {
+    expect(router.methodParamLimit('x', ['/payments/1'], rest, false)).toBe(1000);
+  });
+
+  test('several such routes: the largest limit; a route for another host does not count', () => {
+    expect(router.methodParamLimit('api.local', ['/payments/1'], rest, false)).toBe(5000);
+    expect(router.methodParamLimit('other', ['/payments/1/x'], rest, false)).toBeUndefined();
+  });
+
+  test('any reading of the path counts', () => {
+    expect(router.methodParamLimit('x', ['/payments;x/1', '/payments/1'], rest, false)).toBe(1000);
+  });
+
+  test('a route that protects only POST is no target, and paths no such route takes need no body', () => {
+    expect(router.methodParamLimit('x', ['/refunds'], rest, false)).toBeUndefined();
+    expect(router.methodParamLimit('x', ['/other'], rest, false)).toBeUndefined();
+  });
+
+  test('the route the POST is already protected by does not count itself', () => {
+    const any = route('any', '/things/:id', { idempotency: policy(700) });
+    const own = createRouter([any, rest]);
+    expect(own.methodParamLimit('x', ['/things/1'], any, true)).toBeUndefined();
+    expect(own.methodParamLimit('x', ['/things/1'], rest, false)).toBe(700);
+  });
+});
