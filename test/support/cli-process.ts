@@ -16,11 +16,19 @@ export interface CliOptions {
   readonly cwd?: string;
   /** The entry point to run: another checkout's dist/main.js. */
   readonly bin?: string;
+  /** The program and arguments that run the CLI instead of node: `['npx', '--no', 'idempotency-proxy']`. */
+  readonly launcher?: readonly string[];
+}
+
+/** The program to spawn and its arguments, for `args` given to the CLI. */
+function commandLine(args: readonly string[], options: CliOptions): [string, string[]] {
+  const [program, ...rest] = options.launcher ?? [process.execPath, options.bin ?? PROXY_BIN];
+  return [program!, [...rest, ...args]];
 }
 
 export function runCli(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [options.bin ?? PROXY_BIN, ...args], {
+    const child = spawn(...commandLine(args, options), {
       env: { ...process.env, ...options.env },
       cwd: options.cwd,
     });
@@ -50,7 +58,7 @@ export interface ServeOptions extends CliOptions {
 }
 
 export function spawnServe(args: readonly string[], options: ServeOptions = {}): ServeProcess {
-  const child = spawn(process.execPath, [options.bin ?? PROXY_BIN, 'serve', ...args], {
+  const child = spawn(...commandLine(['serve', ...args], options), {
     env: { ...process.env, LOG_FORMAT: 'json', ...options.env },
     cwd: options.cwd,
     detached: options.groupLeader === true,
