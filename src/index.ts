@@ -1,5 +1,5 @@
 // The package's library entry, for embedding the proxy in another Node process (tests do this).
-// Agent builders want `idempotency-proxy/client` instead.
+// Agent builders want the idempotency-proxy-client package instead.
 export { createApp, type App, type AppOptions } from './app';
 export { loadConfigFile, parseConfigText } from './config/load';
 export type { ProxyConfig, RouteConfig, IdempotencyPolicy } from './config/types';
