@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { runCli, spawnServe, type ServeProcess } from '../support/cli-process';
+import { runCli, spawnServe, type ServeOptions, type ServeProcess } from '../support/cli-process';
 import { postJson } from '../support/http';
 import { CLIENT_DIR, installTarballs, npmEnv, pack, REPO_ROOT } from '../support/npm-pack';
 import { databaseUrl, uniqueTable } from '../support/proxy';
@@ -73,8 +73,9 @@ const cli = (args: readonly string[], env: NodeJS.ProcessEnv = {}) =>
 async function serve(
   file: string,
   env: NodeJS.ProcessEnv,
+  options: ServeOptions = { launcher: NPX },
 ): Promise<{ proxy: ServeProcess; url: string }> {
-  const proxy = spawnServe(['--config', file], { launcher: NPX, cwd: app, env: npmEnv(env) });
+  const proxy = spawnServe(['--config', file], { cwd: app, env: npmEnv(env), ...options });
   serving.add(proxy);
   await proxy.waitFor(/SIGHUP reloads/);
   const port = /idempotency-proxy listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(
@@ -112,6 +113,13 @@ const libraryLinks = () =>
   fs
     .readdirSync(path.join(platformNative(), 'lib'), { withFileTypes: true })
     .filter((entry) => entry.isSymbolicLink()).length;
+
+const listedLinks = () =>
+  (
+    JSON.parse(
+      fs.readFileSync(path.join(platformNative(), 'pg-symlinks.json'), 'utf8'),
+    ) as unknown[]
+  ).length;
 
 const onLinuxX64 = process.platform === 'linux' && process.arch === 'x64' ? it : it.skip;
 
@@ -171,6 +179,38 @@ it('npx idempotency-proxy serve on DATABASE_URL runs a protected request once fo
   expect(await stop(proxy)).toBe(0);
 });
 
+const asRootOnLinuxX64 = onLinuxX64 === it && process.getuid?.() === 0 ? it : it.skip;
+
+asRootOnLinuxX64(
+  'serve as a user who cannot write node_modules runs the embedded PostgreSQL from a temp copy with the links',
+  async () => {
+    const nobody = { uid: 65534, gid: 65534 };
+    const home = path.join(work, 'nobody');
+    fs.mkdirSync(path.join(home, 'tmp'), { recursive: true });
+    fs.chownSync(home, nobody.uid, nobody.gid);
+    fs.chownSync(path.join(home, 'tmp'), nobody.uid, nobody.gid);
+    const file = writeConfig('nobody.yaml', `  dataDir: ${path.join(home, 'pgdata')}`);
+    const { proxy, url } = await serve(
+      file,
+      { DATABASE_URL: '', HOME: home, TMPDIR: path.join(home, 'tmp') },
+      // The installed bin run by node, as npx does: npm itself would want a writable home and cache.
+      { bin: path.join(app, 'node_modules/.bin/idempotency-proxy'), user: nobody },
+    );
+    await expectOneExecution(url);
+    expect(await stop(proxy)).toBe(0);
+    // The installed package is untouched; the copy the server ran from has every listed link.
+    expect(libraryLinks()).toBe(0);
+    const copies = fs
+      .readdirSync(path.join(home, 'tmp'))
+      .filter((name) => name.startsWith('idempotency-proxy-postgres-'));
+    expect(copies).toHaveLength(1);
+    const copied = fs
+      .readdirSync(path.join(home, 'tmp', copies[0]!, 'native/lib'), { withFileTypes: true })
+      .filter((entry) => entry.isSymbolicLink()).length;
+    expect(copied).toBe(listedLinks());
+  },
+);
+
 onLinuxX64(
   'npx idempotency-proxy serve on the embedded PostgreSQL makes the missing library links itself',
   async () => {
@@ -179,11 +219,8 @@ onLinuxX64(
     const file = writeConfig('embedded.yaml', `  dataDir: ${path.join(work, 'pgdata')}`);
     const { proxy, url } = await serve(file, { DATABASE_URL: '' });
     expect(proxy.output()).toContain('embedded PostgreSQL started');
-    const listed = JSON.parse(
-      fs.readFileSync(path.join(platformNative(), 'pg-symlinks.json'), 'utf8'),
-    ) as unknown[];
-    expect(listed.length).toBeGreaterThan(0);
-    expect(libraryLinks()).toBe(listed.length);
+    expect(listedLinks()).toBeGreaterThan(0);
+    expect(libraryLinks()).toBe(listedLinks());
     await expectOneExecution(url);
     expect(await stop(proxy)).toBe(0);
     expect(proxy.output()).toContain('embedded PostgreSQL stopped');

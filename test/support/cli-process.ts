@@ -55,6 +55,8 @@ export interface ServeProcess {
 export interface ServeOptions extends CliOptions {
   /** Lead a process group of its own, like a shell's foreground job (for SIGINT to the group). */
   readonly groupLeader?: boolean;
+  /** Run as this user and group (the suite must run as root to switch). */
+  readonly user?: { readonly uid: number; readonly gid: number };
 }
 
 export function spawnServe(args: readonly string[], options: ServeOptions = {}): ServeProcess {
@@ -63,6 +65,7 @@ export function spawnServe(args: readonly string[], options: ServeOptions = {}):
     cwd: options.cwd,
     detached: options.groupLeader === true,
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...options.user,
   });
   let output = '';
   let stderr = '';
