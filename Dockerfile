@@ -1,6 +1,7 @@
 # The idempotency-proxy image, and (target `payments`) the demo legacy payments service that
 # docker-compose.yml puts behind it. Built in stages so a runnable image holds only compiled
 # JavaScript, production dependencies and the config: no TypeScript, no dev tools, no npm cache.
+# The proxy image holds exactly the files of the npm package (see package.json's `files`).
 #
 #   docker build -t idempotency-proxy .                   # the proxy: the default (last) stage
 #   docker build --target payments -t payments-demo .     # the demo payments service
@@ -15,32 +16,47 @@ WORKDIR /app
 # (about 60 MB) and pg-cloudflare: in a container the store is the PostgreSQL that DATABASE_URL
 # names, so the embedded server is never started. Without DATABASE_URL (or store.url) the proxy exits
 # 1 with one line: "the embedded PostgreSQL is not installed in this build (…); set DATABASE_URL or
-# store.url to a PostgreSQL server". --ignore-scripts: nothing left needs one.
+# store.url to a PostgreSQL server". --ignore-scripts: nothing left needs one. The client workspace's
+# package.json is all npm needs to link node_modules/idempotency-proxy-client to packages/client.
 FROM base AS deps
 COPY package.json package-lock.json ./
+COPY packages/client/package.json ./packages/client/
 RUN npm ci --omit=dev --omit=optional --ignore-scripts
 
-# Compiles the TypeScript with the dev dependencies; only dist/ leaves this stage.
+# Compiles the TypeScript with the dev dependencies, then unpacks what `npm pack` would publish of
+# both packages (their `files` lists: no sources, tests, demos or benchmarks) into /pkg; only /pkg
+# and the demo service leave this stage.
 FROM base AS build
 COPY package.json package-lock.json ./
+COPY packages/client/package.json ./packages/client/
 RUN npm ci --omit=optional --ignore-scripts
-COPY tsconfig.json ./
+COPY tsconfig.json README.md CHANGELOG.md ./
+COPY packages/client/tsconfig.cjs.json packages/client/tsconfig.esm.json packages/client/README.md ./packages/client/
+COPY packages/client/src ./packages/client/src
 COPY src ./src
-RUN npm run build
+COPY config ./config
+RUN npm run build \
+  && npm pack --ignore-scripts --pack-destination /tmp \
+  && npm pack --ignore-scripts --workspace=idempotency-proxy-client --pack-destination /tmp \
+  && mkdir -p /pkg/packages/client \
+  && tar -xzf /tmp/idempotency-proxy-0*.tgz -C /pkg --strip-components=1 --no-same-owner \
+  && tar -xzf /tmp/idempotency-proxy-client-*.tgz -C /pkg/packages/client --strip-components=1 --no-same-owner
 
-# What both runnable images share. Files stay owned by root and read-only to the `node` user the
-# process runs as (the official image's non-root user): the proxy never writes to its own files.
+# What both runnable images share: the published packages and their production dependencies. Files
+# stay owned by root and read-only to the `node` user the process runs as (the official image's
+# non-root user): the proxy never writes to its own files, so the container can run with a
+# read-only root filesystem (docker run --read-only, Kubernetes readOnlyRootFilesystem). On an
+# external PostgreSQL it writes nowhere; a tmpfs on /tmp is enough for anything Node puts there.
 FROM base AS runtime
 ENV NODE_ENV=production
 COPY --from=deps /app/node_modules ./node_modules
-COPY --from=build /app/dist ./dist
-COPY package.json ./
-COPY config ./config
+COPY --from=build /pkg ./
 USER node
 
 # The demo "legacy" payments API (not idempotent). It binds 127.0.0.1 by default; in a container it
 # must listen on every interface for the proxy's container to reach it.
 FROM runtime AS payments
+COPY --from=build /app/dist/demo/payments-service.js ./dist/demo/
 ENV PAYMENTS_HOST=0.0.0.0 PAYMENTS_PORT=4000
 EXPOSE 4000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

@@ -4,11 +4,11 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'test/support/pg-server-child.js'] },
+  { ignores: ['dist/**', 'packages/*/dist/**', 'node_modules/**', 'test/support/pg-server-child.js'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    files: ['src/**/*.ts', 'test/**/*.ts'],
+    files: ['src/**/*.ts', 'test/**/*.ts', 'packages/*/src/**/*.ts'],
     languageOptions: {
       parserOptions: { project: ['./tsconfig.json', './test/tsconfig.json'], tsconfigRootDir: new URL('..', import.meta.url).pathname },
     },

@@ -1,6 +1,7 @@
 // The package's library entry, for embedding the proxy in another Node process: load a config,
-// `createProxy(config)`, `listen()`, and `close()` when done. Agent builders want the client package
-// instead. The lower-level parts stay exported for harnesses that bring their own pool.
+// `createProxy(config)`, `listen()`, and `close()` when done. Agent builders want the
+// idempotency-proxy-client package instead. The lower-level parts stay exported for harnesses that
+// bring their own pool.
 export { createProxy, type CreateProxyOptions, type EmbeddedProxy } from './embedding';
 export { createApp, type App, type AppOptions } from './app';
 export { loadConfigFile, parseConfigText } from './config/load';

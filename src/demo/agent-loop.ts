@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { idempotentFetch, stepKey } from '../client';
+import { idempotentFetch, stepKey } from 'idempotency-proxy-client';
 import { findFreePort } from '../db/embedded';
 import { startBuiltProxy } from './built-proxy';
 import { startPaymentsService } from './payments-service';

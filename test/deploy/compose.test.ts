@@ -40,6 +40,8 @@ interface ComposeService {
   readonly network_mode?: string;
   readonly pid?: string | null;
   readonly user?: string;
+  readonly read_only?: boolean | string;
+  readonly tmpfs?: string | string[];
 }
 
 interface PortObject {
@@ -354,6 +356,15 @@ describe('docker-compose.yml agrees with config/proxy.yaml and the Dockerfile', 
   it('gives the proxy longer to stop than shutdownGrace, so in-flight requests store their result', () => {
     const grace = service('proxy').stop_grace_period ?? '10s';
     expect(durationMs(grace)).toBeGreaterThan(config.shutdownGraceMs);
+  });
+
+  it('runs the proxy on a read-only root filesystem, with a tmpfs only on /tmp', () => {
+    const proxy = service('proxy');
+    expect(proxy.read_only).toBe(true);
+    const tmpfs = [proxy.tmpfs ?? []].flat().map((entry) => entry.split(':')[0]);
+    expect(tmpfs).toEqual(['/tmp']);
+    // Everything else the container may write is a volume; only the read-only config mount is one.
+    expect(mounts(proxy).map((mount) => mount.readOnly)).toEqual([true]);
   });
 
   it('restarts a crashed proxy a few times, never a config error in a loop', () => {

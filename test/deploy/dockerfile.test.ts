@@ -36,6 +36,14 @@ function ofStage(stage: Stage, keyword: string): Instruction[] {
   return stage.instructions.filter((instruction) => instruction.keyword === keyword);
 }
 
+/** What an image copies from the build stage, as `SOURCE DEST`. */
+function copiesFromBuild(stage: Stage): string[] {
+  return inheritedInstructions(dockerfile, stage)
+    .filter((instruction) => instruction.keyword === 'COPY')
+    .filter((copy) => splitFlags(copy.args).flags.get('from') === 'build')
+    .map((copy) => splitFlags(copy.args).rest);
+}
+
 /** The config the image serves by default, resolved with the image's own environment. */
 function configForImage(stage: Stage) {
   const file = path.join(REPO_ROOT, 'config/proxy.yaml');
@@ -97,15 +105,40 @@ describe('Dockerfile: base images and stages', () => {
     }
   });
 
-  it('is multi-stage: a named build stage compiles, and the proxy image takes only dist/ from it', () => {
+  it('is multi-stage: a named build stage compiles and packs, and the proxy image takes only the packed packages from it', () => {
     const build = stageNamed(dockerfile, 'build');
-    expect(ofStage(build, 'RUN').map((run) => run.args)).toContain('npm run build');
-    const fromBuild = inheritedInstructions(dockerfile, proxy)
-      .filter((instruction) => instruction.keyword === 'COPY')
-      .filter((copy) => splitFlags(copy.args).flags.get('from') === 'build')
-      .map((copy) => splitFlags(copy.args).rest);
-    expect(fromBuild).toEqual(['/app/dist ./dist']);
+    const steps = ofStage(build, 'RUN').flatMap((run) => run.args.split(/\s*&&\s*/));
+    expect(steps).toContain('npm run build');
+    expect(steps).toContain('npm pack --ignore-scripts --pack-destination /tmp');
+    expect(steps).toContain(
+      'npm pack --ignore-scripts --workspace=idempotency-proxy-client --pack-destination /tmp',
+    );
+    expect(steps.filter((step) => /^tar -xzf \/tmp\/.*\.tgz -C \/pkg\b/.test(step))).toHaveLength(
+      2,
+    );
+    expect(copiesFromBuild(proxy)).toEqual(['/pkg ./']);
     expect(lineage(dockerfile, proxy)).not.toContain(build);
+  });
+
+  it('adds to the payments image only the demo service, which the package leaves out', () => {
+    expect(copiesFromBuild(payments)).toEqual([
+      '/pkg ./',
+      '/app/dist/demo/payments-service.js ./dist/demo/',
+    ]);
+  });
+
+  it('gives npm ci every workspace package.json, so node_modules links the client', () => {
+    const { workspaces = [] } = JSON.parse(
+      fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8'),
+    ) as { workspaces?: string[] };
+    expect(workspaces.length).toBeGreaterThan(0);
+    for (const name of ['deps', 'build']) {
+      const copied = ofStage(stageNamed(dockerfile, name), 'COPY').map(
+        (copy) => splitFlags(copy.args).rest,
+      );
+      for (const workspace of workspaces)
+        expect(copied).toContain(`${workspace}/package.json ./${workspace}/`);
+    }
   });
 
   it('builds the proxy by default: the last stage runs node dist/main.js serve --config config/proxy.yaml', () => {
@@ -296,12 +329,15 @@ describe('.dockerignore and the build context', () => {
     }
     expect(isIgnored(rules, 'src/main.ts')).toBe(false);
     expect(isIgnored(rules, 'config/proxy.yaml')).toBe(false);
+    expect(isIgnored(rules, 'packages/client/src/index.ts')).toBe(false);
   });
 
   it('keeps node_modules, dist, .data, .git, coverage, tests and .env files out of the context', () => {
     for (const kept of [
       'node_modules/pg/package.json',
       'dist/main.js',
+      'packages/client/dist/cjs/index.js',
+      'packages/client/node_modules/.package-lock.json',
       '.data/postgres/PG_VERSION',
       '.git/HEAD',
       'coverage/lcov.info',

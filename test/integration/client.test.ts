@@ -9,7 +9,7 @@ import {
   type RetryInfo,
   idempotentFetch,
   stepKey,
-} from '../../src/client';
+} from 'idempotency-proxy-client';
 import { until } from '../support/eventually';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { startUpstream, type TestUpstream } from '../support/upstream';

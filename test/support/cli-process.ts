@@ -18,13 +18,21 @@ export interface CliOptions {
   readonly bin?: string;
   /** Rewrites the argv before it runs (e.g. pg-cluster's serverCommand: as another user). */
   readonly wrap?: (argv: string[]) => string[];
+  /** The program and arguments that run the CLI instead of node: `['npx', '--no', 'idempotency-proxy']`. */
+  readonly launcher?: readonly string[];
+}
+
+/** The program to spawn and its arguments, for `args` given to the CLI. */
+function commandLine(args: readonly string[], options: CliOptions): [string, string[]] {
+  const [program, ...rest] = options.launcher ?? [process.execPath, options.bin ?? PROXY_BIN];
+  const argv = [program!, ...rest, ...args];
+  const [command, ...wrapped] = options.wrap ? options.wrap(argv) : argv;
+  return [command!, wrapped];
 }
 
 export function runCli(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    const argv = [process.execPath, options.bin ?? PROXY_BIN, ...args];
-    const [command, ...rest] = options.wrap ? options.wrap(argv) : argv;
-    const child = spawn(command!, rest, {
+    const child = spawn(...commandLine(args, options), {
       env: { ...process.env, ...options.env },
       cwd: options.cwd,
     });
@@ -51,14 +59,17 @@ export interface ServeProcess {
 export interface ServeOptions extends CliOptions {
   /** Lead a process group of its own, like a shell's foreground job (for SIGINT to the group). */
   readonly groupLeader?: boolean;
+  /** Run as this user and group (the suite must run as root to switch). */
+  readonly user?: { readonly uid: number; readonly gid: number };
 }
 
 export function spawnServe(args: readonly string[], options: ServeOptions = {}): ServeProcess {
-  const child = spawn(process.execPath, [options.bin ?? PROXY_BIN, 'serve', ...args], {
+  const child = spawn(...commandLine(['serve', ...args], options), {
     env: { ...process.env, LOG_FORMAT: 'json', ...options.env },
     cwd: options.cwd,
     detached: options.groupLeader === true,
     stdio: ['ignore', 'pipe', 'pipe'],
+    ...options.user,
   });
   let output = '';
   let stderr = '';

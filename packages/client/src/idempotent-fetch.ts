@@ -6,7 +6,7 @@
 //   attempt 1 ── POST, key k ── times out (it may be running upstream)
 //   attempt 2 ── POST, key k ── 409 in flight, Retry-After: 59 ── wait min(59 s, maxDelayMs)
 //   attempt 3 ── POST, key k ── 201, Idempotent-Replayed: true  → { replayed: true, attempts: 3 }
-import { type ReplayableBody, snapshotBody } from './replayable-body';
+import { type ReplayableBody, snapshotBody } from './replayable-body.js';
 import {
   type RetryPolicy,
   type RetryReason,
@@ -14,7 +14,7 @@ import {
   resolveRetryPolicy,
   retryDelayMs,
   retryReasonFor,
-} from './retry-policy';
+} from './retry-policy.js';
 
 /** The header the key is sent in unless `keyHeader` says otherwise (the proxy's `key.header`). */
 export const DEFAULT_KEY_HEADER = 'Idempotency-Key';

@@ -1,6 +1,6 @@
 // Deterministic idempotency keys for agent actions: the same action gives the same key on every
 // attempt, restart and replay, and a different action gives a different key (UUIDv5, RFC 9562 §5.5).
-import { isUuid, isWellFormedText, uuidV5 } from './uuid-v5';
+import { isUuid, isWellFormedText, uuidV5 } from './uuid-v5.js';
 
 /**
  * The namespace {@link stepKey} and {@link businessKey} use unless given another:
