@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import { parseConfigText } from '../../src/config/load';
 import type { McpPolicy } from '../../src/config/types';
 import { parseJson } from '../../src/idempotency/canonical-json';
+import { callPlaceOf, InFlightToolCalls } from '../../src/mcp/in-flight-calls';
 import { withId, storedMessage } from '../../src/mcp/jsonrpc';
 import { SseReader } from '../../src/mcp/sse';
 import {
@@ -205,5 +206,35 @@ describe('stored messages', () => {
       result: { content: [] },
     });
     expect(withId(Buffer.from('{"other":1}'), '1').toString()).toBe('{"other":1}');
+  });
+});
+
+describe('InFlightToolCalls', () => {
+  const policy = { scope: 'tools', tenant: ['header:authorization'] };
+  const place = (authorization: string, session?: string, scope = 'tools') =>
+    callPlaceOf(
+      { ...policy, scope },
+      session === undefined ? { authorization } : { authorization, 'mcp-session-id': session },
+    );
+
+  it('holds a cancel only for the same scope, tenant, session and id', () => {
+    const calls = new InFlightToolCalls();
+    calls.add(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(true);
+    expect(calls.has(place('bearer  a'), '5')).toBe(true); // one tenant, however the scheme is spelt
+    expect(calls.has(place('Bearer b'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a', 's-1'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a', undefined, 'other'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a'), '"5"')).toBe(false);
+  });
+
+  it('counts the same call twice in flight, and forgets it when both end', () => {
+    const calls = new InFlightToolCalls();
+    calls.add(place('Bearer a'), '5');
+    calls.add(place('Bearer a'), '5');
+    calls.delete(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(true);
+    calls.delete(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(false);
   });
 });
