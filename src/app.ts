@@ -27,6 +27,7 @@ import { InFlightToolCalls } from './mcp/in-flight-calls';
 import { handleMcpRequest } from './mcp/mcp-request';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
+import { storeTlsProblem } from './db/tls-problem';
 import type { ProxyMetrics } from './observability/metrics';
 import type { RequestTrace, Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
@@ -74,7 +75,11 @@ export function createApp(options: AppOptions): App {
   const logRequest = infoLineWriter(logger, 'request');
   const localKeys = new LocalKeys();
   const toolCalls = new InFlightToolCalls();
-  const onStoreError = storeErrorLog(logger);
+  // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
+  const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
+  const onStoreError = storeErrorLog(logger, undefined, (error) =>
+    storeTlsProblem(error, storeTls, 'PostgreSQL'),
+  );
 
   // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
   const server = createListener(

@@ -1,5 +1,7 @@
-// The package's library entry, for embedding the proxy in another Node process (tests do this).
-// Agent builders want `idempotency-proxy/client` instead.
+// The package's library entry, for embedding the proxy in another Node process: load a config,
+// `createProxy(config)`, `listen()`, and `close()` when done. Agent builders want the client package
+// instead. The lower-level parts stay exported for harnesses that bring their own pool.
+export { createProxy, type CreateProxyOptions, type EmbeddedProxy } from './embedding';
 export { createApp, type App, type AppOptions } from './app';
 export { loadConfigFile, parseConfigText } from './config/load';
 export type { ProxyConfig, RouteConfig, IdempotencyPolicy } from './config/types';

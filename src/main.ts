@@ -1,5 +1,7 @@
 #!/usr/bin/env node
-// Process entry: the only file that exits. Exit codes: 0 success, 2 bad config or usage, 1 runtime failure.
+// Process entry: runs the command and turns its result or error into the exit code: 0 success, 2 bad
+// config or usage, 1 runtime failure. `serve` also exits on its own for a signal during startup and
+// for a second signal while it drains (cli/serve.ts).
 import fs from 'node:fs';
 import path from 'node:path';
 import { describeConfig } from './config/describe';
@@ -31,8 +33,9 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${describeConfig(config)}\n`);
     for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
-    process.stdout.write(`${await describeStoreTopology(config)}\n`);
-    return 0;
+    const store = await describeStoreTopology(config);
+    process.stdout.write(`${store.line}\n`);
+    return store.tlsRefused ? 2 : 0;
   }
   const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });
   if (args.command === 'migrate') return runMigrate(config, logger);

@@ -12,7 +12,7 @@ import { decodeCursor, LIST_STATES, type ListState, listRecords } from '../db/re
 import { deleteRecord, findRecord } from '../db/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment, json, problem, tenantOf } from './admin-http';
-import type { AdminDeps } from './admin-server';
+import type { AdminDeps } from './admin-deps';
 
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;

@@ -1,34 +1,20 @@
-// The admin listener (SPEC §6), on its own port: health, readiness, Prometheus metrics, and key
-// inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and its JSON
-// API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and /ui are off
-// (404), never open.
+// The admin listener (src/cli/README.md), on its own port: health, readiness, Prometheus metrics,
+// and key inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and
+// its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
+// /ui are off (404), never open.
 import http from 'node:http';
 import { hashKey } from '../app';
-import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
-import type { ProxyConfig } from '../config/types';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
 import { deleteRecord, findRecord } from '../db/record-queries';
 import type { RecordId } from '../store/record';
-import type { ProxyMetrics } from '../observability/metrics';
 import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
 import { handleApi } from './admin-api';
+import type { AdminDeps } from './admin-deps';
 import { sendConsolePage } from './console-page';
 import { createListener, type Listener } from '../listener';
-
-export interface AdminDeps {
-  /** The config in force (it changes on reload). */
-  readonly config: () => ProxyConfig;
-  readonly pool: Pool;
-  readonly metrics: ProxyMetrics;
-  readonly draining: () => boolean;
-  /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
-  readonly beforeScrape?: () => void;
-  /** Where operator actions (a clear) are logged; never with the token. */
-  readonly logger?: Pick<Logger, 'info'>;
-}
 
 const READINESS_TIMEOUT_MS = 2_000;
 
@@ -98,7 +84,8 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
   const ready = Object.keys(checks).length === 0;
-  // Where the table lives (SPEC §10), for whoever checks a rollout onto Citus or a new primary.
+  // Where the table lives (src/db/README.md), for whoever checks a rollout onto Citus or a new
+  // primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),

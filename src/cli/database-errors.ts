@@ -3,7 +3,7 @@
 // may still be starting: docker-compose order); everything else fails at once with a hint.
 import { maskPassword } from '../config/describe';
 import { SQLSTATE } from '../db/sqlstate';
-import { storeTlsProblem } from '../db/pool';
+import { storeTlsProblem } from '../db/tls-problem';
 import type { StoreTlsConfig } from '../config/types';
 import { StartupError } from '../startup-error';
 

@@ -1,7 +1,7 @@
 // Opens the store's database for a command: the configured server, or the embedded PostgreSQL when
-// no URL is set (SPEC §2) — for an operator command, the one a running proxy already started on the
-// same data directory if there is one. Also waits for a server that is still starting
-// (docker-compose order), saying so in one line rather than a stack trace per attempt.
+// no URL is set (README.md#quick-start) — for an operator command, the one a running proxy already
+// started on the same data directory if there is one. Also waits for a server that is still
+// starting (docker-compose order), saying so in one line rather than a stack trace per attempt.
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';

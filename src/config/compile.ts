@@ -1,7 +1,7 @@
-// Turns the zod-parsed config into the frozen ProxyConfig of types.ts: cross-field checks first (each
-// issue at its own YAML path), then defaults merged into every protected route, units converted,
-// upstream URLs split, and `storesStatus` built as a lookup table. Nothing on the request path
-// re-checks any of this.
+// Turns the zod-parsed config into the frozen ProxyConfig of types.ts: cross-field checks first
+// (each issue at its own YAML path), then defaults merged into every protected route, units
+// converted, upstream URLs split, and `storesStatus` built as a lookup table. Nothing on the
+// request path re-checks any of this.
 import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
@@ -19,15 +19,7 @@ import type {
 import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
-
-export type IssuePath = readonly (string | number)[];
-
-/** A problem at a YAML path; `at: 'key'` points at the key itself (for keys that should not be there). */
-export interface PathIssue {
-  readonly path: IssuePath;
-  readonly message: string;
-  readonly at?: 'key' | 'value';
-}
+import { formatPath, type IssuePath, type PathIssue } from './path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
 
@@ -40,17 +32,6 @@ export interface CompileOptions {
   readonly cwd?: string;
   /** Source positions of paths; load.ts passes the YAML document's. */
   readonly locate?: Locate;
-}
-
-/** `routes[2].idempotency.ttl`; keys that are not plain names are quoted: `upstreams["a b"]`. */
-export function formatPath(segments: IssuePath): string {
-  let out = '';
-  for (const segment of segments) {
-    if (typeof segment === 'number') out += `[${segment}]`;
-    else if (/^[A-Za-z_$][\w$-]*$/.test(segment)) out += out === '' ? segment : `.${segment}`;
-    else out += `[${JSON.stringify(segment)}]`;
-  }
-  return out;
 }
 
 export function compileConfig(parsed: ParsedConfig, options: CompileOptions): ProxyConfig {
@@ -139,7 +120,7 @@ function readTlsFiles(parsed: ParsedConfig, baseDir: string, storeUrl: string) {
 /**
  * Features that are part of the config contract but not implemented in this version, one issue
  * each at the path where the value is written (in `defaults` once, not once per route inheriting
- * it). None right now: derived keys and shadow mode landed with issue 4.
+ * it). None right now.
  */
 export function rejectUnsupportedFeatures(_parsed: ParsedConfig): PathIssue[] {
   return [];
@@ -232,8 +213,8 @@ function checkProtectedRoute(
 }
 
 /**
- * An MCP route keys and fingerprints tool calls itself (SPEC §9), from the tool name and its
- * arguments: the REST settings for that would be silently ignored, so they are refused here.
+ * An MCP route keys and fingerprints tool calls itself (src/mcp/README.md), from the tool name and
+ * its arguments: the REST settings for that would be silently ignored, so they are refused here.
  */
 function checkMcpRoute(
   block: IdempotencyBlock,
@@ -304,8 +285,8 @@ function methodsOf(route: ParsedRoute): string[] {
   return (Array.isArray(listed) ? listed : [listed]).map((method) => method.toUpperCase());
 }
 
-// Nested `key` and `fingerprint` merge field by field (SPEC §7): a route that sets only
-// `fingerprint.ignore` keeps the defaults' parts. Every other field is replaced whole.
+// Nested `key` and `fingerprint` merge field by field (docs/README.md#small-rules): a route that
+// sets only `fingerprint.ignore` keeps the defaults' parts. Every other field is replaced whole.
 function resolvePolicy(
   route: ParsedRoute,
   defaults: IdempotencyBlock | undefined,

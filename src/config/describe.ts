@@ -68,10 +68,13 @@ const storeModeText = {
 function describeStoreTls(tls: StoreTlsConfig | undefined): string[] {
   if (!tls) return ['  TLS: off (plain connection)'];
   const files = [
-    `ca ${tls.ca?.file ?? "the system's"}`,
+    // require checks no certificate: naming a CA would suggest it does.
+    ...(tls.mode === 'require' ? [] : [`ca ${tls.ca?.file ?? "the system's"}`]),
     ...(tls.cert ? [`client cert ${tls.cert.file}`] : []),
   ];
-  return [`  TLS: ${tls.mode} (${storeModeText[tls.mode]}); ${files.join(', ')}`];
+  return [
+    `  TLS: ${tls.mode} (${storeModeText[tls.mode]})${files.length ? `; ${files.join(', ')}` : ''}`,
+  ];
 }
 
 function describeUpstreamTls(tls: UpstreamTlsConfig | undefined): string[] {

@@ -1,7 +1,7 @@
 // `${VAR}` and `${VAR:-default}` in config values. It runs on each string scalar AFTER the YAML is
-// parsed (SPEC §7), so whatever an environment variable holds — `: {`, newlines, `- x` — ends up
-// inside one string and can never add keys, lists or anchors to the document. Substituted text is
-// not scanned again, so an env value containing `${OTHER}` stays literal.
+// parsed (docs/README.md#small-rules), so whatever an environment variable holds — `: {`, newlines,
+// `- x` — ends up inside one string and can never add keys, lists or anchors to the document.
+// Substituted text is not scanned again, so an env value containing `${OTHER}` stays literal.
 //
 // Rules (shell-like, as in docker compose):
 //   ${NAME}           the variable's value; an error when it is unset (empty is allowed)

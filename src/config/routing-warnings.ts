@@ -1,8 +1,8 @@
-// Writes a protected route's path can still reach unprotected (SPEC §8): a method the route does not
-// list falls through to a later pass-through route (`PATCH /refunds` reaching `/**`), or an earlier
-// pass-through route takes the route's own requests. Not errors — a service may truly have no
-// `PATCH /refunds` — but `check` and startup say so, since the upstream would run such a write
-// unprotected if it has one.
+// Writes a protected route's path can still reach unprotected (src/http/README.md): a method the
+// route does not list falls through to a later pass-through route (`PATCH /refunds` reaching
+// `/**`), or an earlier pass-through route takes the route's own requests. Not errors — a service
+// may truly have no `PATCH /refunds` — but `check` and startup say so, since the upstream would run
+// such a write unprotected if it has one.
 import { createRouter } from '../http/router';
 import type { ProxyConfig } from './types';
 

@@ -1,10 +1,10 @@
-// The zod schema of the YAML config (SPEC §3): shapes, formats and defaults of every field, with
-// the plain-English "expected …" messages users see. Strict everywhere so a typo is an error at the
-// typo. Checks that need more than one field (unique names, known upstreams, safe methods) live in
-// compile.ts. The schema sees values after ${VAR} interpolation, so it also accepts numbers and
-// booleans spelled as strings ("8080", "true") wherever a number or boolean is expected, whether or
-// not the string came from the environment: `port: ${PORT:-8080}` has to work, and a quoted
-// `port: "8080"` is no less clear.
+// The zod schema of the YAML config (config/README.md): shapes, formats and defaults of every
+// field, with the plain-English "expected …" messages users see. Strict everywhere so a typo is an
+// error at the typo. Checks that need more than one field (unique names, known upstreams, safe
+// methods) live in compile.ts. The schema sees values after ${VAR} interpolation, so it also
+// accepts numbers and booleans spelled as strings ("8080", "true") wherever a number or boolean is
+// expected, whether or not the string came from the environment: `port: ${PORT:-8080}` has to work,
+// and a quoted `port: "8080"` is no less clear.
 import { z } from 'zod';
 import {
   DURATION_HINT,
@@ -174,8 +174,8 @@ const upstreamUrl = pattern(
 );
 
 /**
- * Built-in idempotency defaults (SPEC §3), written as in YAML. The `defaults:` block is merged over
- * these, and each route's block over that.
+ * Built-in idempotency defaults (config/README.md), written as in YAML. The `defaults:` block is
+ * merged over these, and each route's block over that.
  */
 export const IDEMPOTENCY_DEFAULTS = {
   key: { header: 'Idempotency-Key', forward: 'raw', required: true, maxLength: 255 },
@@ -488,7 +488,7 @@ const storeTls = strict(
       z.enum(['require', 'verify-ca', 'verify-full'], {
         error: 'expected require, verify-ca or verify-full',
       }),
-      "require: encrypted, server not verified; verify-ca: its certificate chains to ca; verify-full: and names the URL's host.",
+      "require: encrypted, server not verified (with a ca: as verify-ca, like libpq); verify-ca: its certificate chains to ca; verify-full: and names the URL's host.",
       'verify-full',
     ),
     ca: opt(pemFile, "CA certificates the server's certificate must chain to (else the system's)."),
@@ -570,7 +570,7 @@ export const configSchema = strict(
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
         tls: opt(
           storeTls,
-          "TLS to PostgreSQL; the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning).",
+          "TLS to PostgreSQL (pool, LISTEN, migrate, check); the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning; prefer/allow are refused).",
         ),
       },
       'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, tls)',

@@ -7,7 +7,7 @@
 import { createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { IssuePath, PathIssue } from './compile';
+import type { IssuePath, PathIssue } from './path-issue';
 import type { ParsedConfig } from './schema';
 import type {
   PemFile,
@@ -30,14 +30,15 @@ function readFile(file: string, what: string, at: IssuePath, issues: Issues): st
     return fs.readFileSync(file, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? 'an error';
+    if (code === 'EACCES') {
+      issues.push({
+        path: at,
+        message: `cannot read ${file} (permission denied): make it readable by the user the proxy runs as`,
+      });
+      return undefined;
+    }
     const reason =
-      code === 'ENOENT'
-        ? 'no such file'
-        : code === 'EACCES'
-          ? 'permission denied: make it readable by the user the proxy runs as'
-          : code === 'EISDIR'
-            ? 'a directory, not a file'
-            : code;
+      code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'a directory, not a file' : code;
     issues.push({
       path: at,
       message: `cannot read ${file} (${reason}); put the PEM ${what} there or fix the path (relative paths start at the config file's directory)`,
@@ -195,9 +196,11 @@ export const URL_TLS_PARAMETERS = ['sslmode', 'sslrootcert', 'sslcert', 'sslkey'
 /**
  * store.tls, or the URL's libpq parameters read with libpq's meaning (not pg-connection-string's,
  * which reads `require` as verify-full): `disable` is plain; `require` encrypts without verifying —
- * unless sslrootcert is given, then it is verify-ca, as in libpq; `verify-ca`, `verify-full` as
- * named; `sslrootcert=system` is the system's CAs. `prefer`/`allow` (fall back to plain) cannot be
- * honoured by the driver and are refused rather than guessed.
+ * unless a CA is given (sslrootcert, store.tls.ca), then it is verify-ca, as in libpq; `verify-ca`,
+ * `verify-full` as named; `sslrootcert=system` is Node's public CAs, with verify-full only (libpq 16).
+ * `prefer`/`allow` (TLS if offered, else plain) cannot be honoured by the driver, which has no
+ * fallback, and are refused rather than guessed: either guess would surprise someone (plain against
+ * a server that offers TLS, or TLS against one without it).
  */
 export function readStoreTls(
   parsed: ParsedStoreTls | undefined,
@@ -230,17 +233,29 @@ export function readStoreTls(
   }
   if (!inUrl) return undefined;
   const ssl = params.get('ssl');
+  const rootCert = params.get('sslrootcert') ?? undefined;
+  // libpq 16: sslrootcert=system makes verify-full the default.
   const sslmode =
     params.get('sslmode') ??
-    (ssl === 'false' || ssl === '0' ? 'disable' : ssl !== null ? 'verify-full' : 'prefer');
-  const rootCert = params.get('sslrootcert') ?? undefined;
+    (ssl === 'false' || ssl === '0'
+      ? 'disable'
+      : ssl !== null || rootCert === 'system'
+        ? 'verify-full'
+        : 'prefer');
+  if (rootCert === 'system' && sslmode !== 'verify-full') {
+    // Anyone can get a publicly trusted certificate for a name they control: only the host name
+    // check protects anything, and libpq refuses weaker modes with system too.
+    issues.push({
+      path: urlPath,
+      message: `sslrootcert=system (the public CAs) needs sslmode=verify-full, not ${sslmode}: anyone can get a public certificate for a name of their own, so only the host name check protects the connection`,
+    });
+    return undefined;
+  }
   let mode: StoreTlsMode;
   switch (sslmode) {
     case 'disable':
       return undefined;
     case 'require':
-      mode = rootCert !== undefined ? 'verify-ca' : 'require';
-      break;
     case 'verify-ca':
     case 'verify-full':
       mode = sslmode;
@@ -249,7 +264,7 @@ export function readStoreTls(
     case 'prefer':
       issues.push({
         path: urlPath,
-        message: `sslmode=${sslmode} (TLS if the server offers it, else plain) is not supported: use sslmode=verify-full (or require, verify-ca), or sslmode=disable`,
+        message: `sslmode=${sslmode}${params.has('sslmode') ? '' : " (libpq's default, as the URL names no sslmode)"} (TLS if the server offers it, else plain) is not supported: use sslmode=verify-full (or require, verify-ca), or sslmode=disable`,
       });
       return undefined;
     default:
@@ -280,7 +295,10 @@ function readStoreFiles(
 ): StoreTlsConfig {
   const client = readClientPair(files, resolve, at, issues);
   const ca = files.ca === undefined ? undefined : readCa(resolve(files.ca), [...at, 'ca'], issues);
-  return { mode, ca, cert: client?.cert, key: client?.key };
+  // libpq: "require" with a root CA file verifies the chain, as verify-ca does. A CA given and then
+  // not used would be a silent downgrade.
+  const effective = mode === 'require' && files.ca !== undefined ? 'verify-ca' : mode;
+  return { mode: effective, ca, cert: client?.cert, key: client?.key };
 }
 
 function urlTlsParameters(url: string): URLSearchParams | undefined {

@@ -1,6 +1,6 @@
-// The compiled configuration: what the rest of the proxy reads. Everything here is already validated,
-// defaulted and converted to units (milliseconds, bytes), so nothing on the request path re-checks
-// config. Produced by compile.ts from the zod-parsed YAML; frozen after compilation.
+// The compiled configuration: what the rest of the proxy reads. Everything here is already
+// validated, defaulted and converted to units (milliseconds, bytes), so nothing on the request path
+// re-checks config. Produced by compile.ts from the zod-parsed YAML; frozen after compilation.
 
 export type HttpMethod = 'GET' | 'HEAD' | 'OPTIONS' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
@@ -103,7 +103,7 @@ export interface KeyPolicy {
   readonly forward: 'raw' | 'scoped' | 'none';
   readonly required: boolean;
   readonly maxLength: number;
-  /** Parts a key is derived from when none is sent (issue 4); null when not configured. */
+  /** Parts a key is derived from when none is sent; null when not configured. */
   readonly derive: readonly RequestPart[] | null;
   readonly windowMs: number | null;
 }
@@ -114,7 +114,7 @@ export interface FingerprintPolicy {
   readonly ignore: readonly (readonly string[])[];
 }
 
-/** An MCP route's settings (SPEC §9): which tools/call requests are protected and how. */
+/** An MCP route's settings (src/mcp/README.md): which tools/call requests are protected and how. */
 export interface McpPolicy {
   /** True when calls of this tool are protected (a name or glob of `tools` matches it). */
   readonly protects: (tool: string) => boolean;
@@ -154,8 +154,8 @@ export interface IdempotencyPolicy {
   /** Lower-case response header names never replayed (besides `date`, which is always fresh). */
   readonly dropReplayHeaders: ReadonlySet<string>;
   /**
-   * Lower-case request headers the key, tenant, fingerprint or derived key read: a Connection header
-   * naming one would make the proxy drop what it decided on (SPEC §8).
+   * Lower-case request headers the key, tenant, fingerprint or derived key read: a Connection
+   * header naming one would make the proxy drop what it decided on (src/http/README.md).
    */
   readonly readsHeaders: ReadonlySet<string>;
   /** Set on a route that fronts an MCP server: only protected tools/call requests are claimed. */
@@ -169,7 +169,7 @@ export interface RouteMatch {
   readonly path: string;
   /** Lower-case host name without port; null = any host. */
   readonly host: string | null;
-  /** Protected routes match a trailing slash and any letter case unless strict (SPEC §8). */
+  /** Protected routes match a trailing slash and any letter case unless strict (src/http/README.md). */
   readonly strict: boolean;
   /** Format suffixes (`json`, lower-case) a path may end with and still take this route; [] = none. */
   readonly formats: readonly string[];
@@ -181,7 +181,7 @@ export interface RouteConfig {
   readonly upstream: UpstreamConfig;
   /** Removed from the front of the request path before forwarding; null = none. */
   readonly stripPrefix: string | null;
-  /** The upstream honours method-override headers: route by them and forward them (SPEC §8). */
+  /** The upstream honours method-override headers: route by them and forward them (src/http/README.md). */
   readonly methodOverride: boolean;
   /** null = pass-through route. */
   readonly idempotency: IdempotencyPolicy | null;

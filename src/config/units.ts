@@ -18,7 +18,7 @@ const MS_PER_UNIT: Readonly<Record<string, number>> = {
   d: 24 * 60 * 60 * 1000,
 };
 
-// Binary units (SPEC §7): 1kb = 1024 bytes, 1mb = 1024kb.
+// Binary units (docs/README.md#small-rules): 1kb = 1024 bytes, 1mb = 1024kb.
 const BYTES_PER_UNIT: Readonly<Record<string, number>> = {
   b: 1,
   kb: 1024,

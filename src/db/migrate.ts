@@ -5,10 +5,10 @@
 // pooler (PgBouncer in transaction mode) a session lock would stay on whichever server connection
 // took it, and its unlock could reach another.
 //
-// With the citus extension (SPEC §10), the same transaction then makes the keys table a distributed
-// table, sharded by `key`, when it is not one yet: on the first migrate, and on the first one after
-// Citus was added to a database that already had the table (its rows move into the shards). The
-// check runs under the lock, so of several replicas exactly one distributes it.
+// With the citus extension (src/db/README.md), the same transaction then makes the keys table a
+// distributed table, sharded by `key`, when it is not one yet: on the first migrate, and on the
+// first one after Citus was added to a database that already had the table (its rows move into the
+// shards). The check runs under the lock, so of several replicas exactly one distributes it.
 import type { Pool, PoolClient } from 'pg';
 import { quoteTableName } from './identifier';
 import { MIGRATIONS } from './migrations';

@@ -1,7 +1,7 @@
 // The pg pool, and how every connection to the store is made (the pool, the completion listener,
-// `check`): one function, so all of them speak TLS the same way. Connection failures surface as
-// query errors (mapped to 503 by the caller), never as a crash: an idle client that dies emits
-// 'error' on the pool, which must be handled.
+// `check`): one function, so all of them speak TLS the same way (tls-problem.ts says what a
+// refusal means). Connection failures surface as query errors (mapped to 503 by the caller), never
+// as a crash: an idle client that dies emits 'error' on the pool, which must be handled.
 import type { ConnectionOptions } from 'node:tls';
 import { Pool } from 'pg';
 import type { StoreTlsConfig } from '../config/types';
@@ -21,24 +21,23 @@ export interface PoolOptions {
 /** What a pg Client or Pool needs to reach the store: the URL and its TLS. */
 export interface StoreConnection {
   readonly connectionString: string;
-  /** Absent: pg's own default (plain, or PGSSLMODE from the environment). */
-  readonly ssl?: ConnectionOptions | false;
+  /** false: plain. Never absent, so pg's reading of PGSSLMODE never decides. */
+  readonly ssl: ConnectionOptions | false;
 }
 
 /**
  * The URL without its TLS parameters, and the TLS options they (or store.tls) were compiled to.
  * pg-connection-string would read those parameters its own way (sslmode=require as verify-full,
  * sslrootcert read at every connect) and its reading would override ours, so they never reach it.
+ * Without store.tls and sslmode the connection is plain: PGSSLMODE is not read (it would be read
+ * pg's way, not libpq's), so what `check` shows is what runs.
  *
  *   require      encrypted; the server's certificate is not checked
  *   verify-ca    its certificate must chain to ca (or the system's CAs); any host name
  *   verify-full  and it must name the host of the URL
  */
 export function storeConnection(url: string, tls: StoreTlsConfig | undefined): StoreConnection {
-  const connectionString = withoutTlsParameters(url);
-  if (tls) return { connectionString, ssl: sslOptions(tls) };
-  // sslmode=disable was taken out of the URL: say so, or PGSSLMODE would decide instead.
-  return connectionString === url ? { connectionString } : { connectionString, ssl: false };
+  return { connectionString: withoutTlsParameters(url), ssl: tls ? sslOptions(tls) : false };
 }
 
 function sslOptions(tls: StoreTlsConfig): ConnectionOptions {
@@ -66,43 +65,6 @@ function withoutTlsParameters(url: string): string {
   if (!URL_TLS_PARAMETERS.some((name) => parsed.searchParams.has(name))) return url;
   for (const name of URL_TLS_PARAMETERS) parsed.searchParams.delete(name);
   return parsed.toString();
-}
-
-const UNTRUSTED = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_UNTRUSTED',
-]);
-
-/**
- * What to do about a connection that failed for TLS reasons, or undefined when it did not. `where`
- * names the server; the answer is one sentence for a person.
- */
-export function storeTlsProblem(
-  error: unknown,
-  tls: StoreTlsConfig | undefined,
-  where: string,
-): string | undefined {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  const message = (error as Error | undefined)?.message ?? '';
-  if (typeof code === 'string' && UNTRUSTED.has(code)) {
-    const ca = tls?.ca ? ` (${tls.ca.file} is not it)` : ' (none set: the system CAs were used)';
-    return `${where} presented a certificate not from a CA the proxy trusts (${code}): set store.tls.ca (or sslrootcert in the URL) to the CA that issued the server's certificate${ca}`;
-  }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
-    return `${where} presented a certificate for another host name (${message}): connect by a name the certificate holds, or use store.tls.mode verify-ca (chain checked, host name not)`;
-  if (code === 'CERT_HAS_EXPIRED')
-    return `${where} presented an expired certificate: renew the server's certificate`;
-  if (/does not support SSL/i.test(message))
-    return `${where} does not accept TLS (ssl = off on the server): turn ssl on there, or remove store.tls (or sslmode) to connect in plain`;
-  if (/no encryption/i.test(message))
-    return `${where} refused a plain connection (${message.split('\n')[0]}): pg_hba.conf requires TLS (hostssl); set store.tls (mode verify-full and ca) or sslmode=verify-full&sslrootcert=… in the URL`;
-  if (/certificate/i.test(message) && /alert|required/i.test(message))
-    return `${where} refused the connection's client certificate (${message}): set store.tls.cert and key to a certificate its CA issued`;
-  return undefined;
 }
 
 export function createPool(options: PoolOptions): Pool {

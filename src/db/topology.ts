@@ -1,6 +1,6 @@
-// Where the keys table lives (SPEC §10): on one PostgreSQL, or distributed over a Citus cluster whose
-// coordinator the URL reaches. The store and the pruner pick their statements by it; migrate
-// distributes the table when the citus extension is there.
+// Where the keys table lives (src/db/README.md): on one PostgreSQL, or distributed over a Citus
+// cluster whose coordinator the URL reaches. The store and the pruner pick their statements by it;
+// migrate distributes the table when the citus extension is there.
 import type { Client, Pool, PoolClient } from 'pg';
 import { quoteTableName } from './identifier';
 

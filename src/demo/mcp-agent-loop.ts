@@ -1,7 +1,7 @@
 // An MCP agent loop the way agent frameworks run one: the official SDK Client over Streamable HTTP,
 // each tool call with a timeout, and on any error the same call again after a backoff (as the
 // OpenAI Agents SDK's MCP `max_retry_attempts` does). It sends no idempotency key: through an MCP
-// route the proxy derives one from the tool name and its arguments (SPEC §9).
+// route the proxy derives one from the tool name and its arguments (src/mcp/README.md).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 

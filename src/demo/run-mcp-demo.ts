@@ -1,7 +1,7 @@
-// `npm run demo:mcp`: the refund story over MCP (issue 13). The same agent loop (SDK client, a
-// timeout, a retry on any error, no idempotency key) calls the same `refund` tool twice over: once on
-// an MCP server directly, once on an identical server behind the built proxy with an MCP route.
-// Uses the embedded PostgreSQL under .data/demo-postgres, or DATABASE_URL when set.
+// `npm run demo:mcp`: the refund story over MCP. The same agent loop (SDK client, a timeout, a
+// retry on any error, no idempotency key) calls the same `refund` tool twice over: once on an MCP
+// server directly, once on an identical server behind the built proxy with an MCP route. Uses the
+// embedded PostgreSQL under .data/demo-postgres, or DATABASE_URL when set.
 //
 //   t=0      attempt 1 sent ─────────────── the tool's first run (1500 ms) ──────────── refund
 //   t=1000   attempt 1 times out (the SDK also sends notifications/cancelled)

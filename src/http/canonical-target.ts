@@ -1,6 +1,6 @@
-// The canonical form of a request target (SPEC §8): one spelling of the path and the authority,
-// decided before routing and forwarded as decided, so the route the proxy picks and the endpoint the
-// upstream runs cannot differ. Pure: strings in, strings (or a reason to refuse) out.
+// The canonical form of a request target (src/http/README.md): one spelling of the path and the
+// authority, decided before routing and forwarded as decided, so the route the proxy picks and the
+// endpoint the upstream runs cannot differ. Pure: strings in, strings (or a reason to refuse) out.
 //
 //   raw target ─► split (origin-form /p?q, or absolute-form http://host/p?q)
 //              ─► path: decode %XX of unreserved chars, uppercase other %XX, percent-encode bytes
@@ -192,7 +192,8 @@ function decodedTwice(path: string): string | undefined {
   });
   if (once === path) return undefined;
   const reading = canonicalPath(once);
-  // A second reading that holds a NUL or a broken escape reaches no route of ours: nothing to match.
+  // A second reading that holds a NUL or a broken escape reaches no route of ours: nothing to
+  // match.
   return typeof reading === 'string' ? reading : undefined;
 }
 

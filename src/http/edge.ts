@@ -1,6 +1,6 @@
-// The edge (SPEC §8): what the proxy decides a request is — its path, host and method — before it
-// routes it, so routing, protection and forwarding all read one reading of the request, and a
-// request that has more than one reading is refused instead of passed on.
+// The edge (src/http/README.md): what the proxy decides a request is — its path, host and method —
+// before it routes it, so routing, protection and forwarding all read one reading of the request,
+// and a request that has more than one reading is refused instead of passed on.
 //
 //   req ─► target (canonical-target.ts) ─► host: absolute-form authority, else the one Host line
 //       ─► Transfer-Encoding: chunked only ─► Connection may not name framing headers

@@ -37,7 +37,8 @@ const NO_TOKENS: readonly string[] = [];
 
 /**
  * The header names a Connection header lists (lower-case; `close` and `keep-alive` left out), from
- * one value or the repeated lines undici keeps apart. Usually none: no parsing for the usual values.
+ * one value or the repeated lines undici keeps apart. Usually none: no parsing for the usual
+ * values.
  */
 export function connectionTokens(
   connection: string | readonly string[] | undefined,
@@ -87,8 +88,9 @@ export function forwardedHeaders(req: IncomingMessage, facts: ForwardingFacts): 
 }
 
 /**
- * Request headers the edge decides about (SPEC §8): `Forwarded` is kept only from a trusted proxy,
- * the method-override headers only on routes that honour them. One set lookup per header.
+ * Request headers the edge decides about (src/http/README.md): `Forwarded` is kept only from a
+ * trusted proxy, the method-override headers only on routes that honour them. One set lookup per
+ * header.
  */
 export const EDGE_HEADERS: ReadonlySet<string> = new Set([
   'forwarded',

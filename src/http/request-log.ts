@@ -1,5 +1,5 @@
-// One structured log line per request (SPEC §6). Handlers fill in the entry as they go; the app writes
-// it once the response is finished or the client went away.
+// One structured log line per request (src/cli/README.md). Handlers fill in the entry as they go;
+// the app writes it once the response is finished or the client went away.
 export type Outcome =
   | 'executed'
   | 'replayed'
@@ -49,9 +49,9 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
-  /** The tool of a protected MCP tools/call (SPEC §9). */
+  /** The tool of a protected MCP tools/call (src/mcp/README.md). */
   tool?: string;
-  /** The request target as sent, when the edge rewrote it to its canonical form (SPEC §8). */
+  /** The request target as sent, when the edge rewrote it to its canonical form (src/http/README.md). */
   rawTarget?: string;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;

@@ -1,9 +1,9 @@
 // Matches a request to the first route whose method, host and path match (config order). Path
 // patterns are compiled once: exact (`/refunds`), parameters (`/orders/:id/refund`), or a prefix
 // (`/mail/**`, which also matches `/mail` itself; `/**` matches everything). Protected routes match
-// leniently (SPEC §8): with a trailing slash and in any letter case, as Express and many frameworks
-// route, so no spelling the upstream would take for the protected endpoint slips past to a
-// pass-through route. The router only ever sees canonical paths (edge.ts).
+// leniently (src/http/README.md): with a trailing slash and in any letter case, as Express and many
+// frameworks route, so no spelling the upstream would take for the protected endpoint slips past to
+// a pass-through route. The router only ever sees canonical paths (edge.ts).
 import { type RouteConfig, SAFE_METHODS } from '../config/types';
 import type { EdgeRequest } from './edge';
 

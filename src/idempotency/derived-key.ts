@@ -1,6 +1,6 @@
-// Derived keys (SPEC §3/§4 `key.derive`, `key.window`): a request sent without a key header on a route
-// that names `derive` parts gets a key computed from those parts, so identical payloads inside the
-// window run once even though the client never sent a key.
+// Derived keys (`key.derive`, `key.window`: config/README.md): a request sent without a key header
+// on a route that names `derive` parts gets a key computed from those parts, so identical payloads
+// inside the window run once even though the client never sent a key.
 //
 //   no key header ─► key = "derived:" + base64url(SHA-256 over the derive parts, `ignore` applied)
 //                    record lives for key.window (not ttl) ─► then the same payload runs again
@@ -24,7 +24,8 @@ const DOMAIN = 'derived-key/v1';
 /**
  * The derived key of a request: visible ASCII, always DERIVED_KEY_LENGTH characters (config
  * compilation checks that `key.maxLength` allows it). The fingerprint's `ignore` paths apply here
- * too (SPEC §7), so a volatile field such as a timestamp never makes a repeat look new.
+ * too (docs/README.md#small-rules), so a volatile field such as a timestamp never makes a repeat
+ * look new.
  */
 export function deriveKey(
   parts: readonly RequestPart[],
@@ -39,8 +40,8 @@ const windowPolicies = new WeakMap<IdempotencyPolicy, IdempotencyPolicy>();
 
 /**
  * The route's policy as a request with a derived key sees it: the record lives for `key.window`
- * instead of `ttl` (SPEC §7), in the claim's expiry and in every completion alike. Without a window
- * the ttl applies. Built once per policy, not per request.
+ * instead of `ttl` (docs/README.md#small-rules), in the claim's expiry and in every completion
+ * alike. Without a window the ttl applies. Built once per policy, not per request.
  */
 export function derivedKeyPolicy(policy: IdempotencyPolicy): IdempotencyPolicy {
   const windowMs = policy.key.windowMs;

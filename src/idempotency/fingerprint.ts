@@ -1,5 +1,6 @@
 // The request fingerprint: SHA-256 over the parts a route lists, so a key reused with a different
-// request is answered 422 instead of replaying someone else's response (SPEC §4).
+// request is answered 422 instead of replaying someone else's response
+// (README.md#what-a-client-sees-on-a-protected-route).
 //
 // Framing: the hash input is a sequence of fields, each an 8-byte big-endian byte length followed
 // by the bytes. It opens with a domain field ("idempotency-proxy/fingerprint/v1"), then each part
@@ -191,7 +192,8 @@ export function canonicalQueryPairs(query: string): [name: Buffer, value: Buffer
 function decodeFormComponent(text: string): Buffer {
   const bytes = Buffer.from(text, 'utf8');
   if (!text.includes('%') && !text.includes('+')) return bytes;
-  // UTF-8 never uses ASCII bytes inside multi-byte sequences, so decoding in place on bytes is safe.
+  // UTF-8 never uses ASCII bytes inside multi-byte sequences, so decoding in place on bytes is
+  // safe.
   let write = 0;
   for (let read = 0; read < bytes.length; read++) {
     const byte = bytes[read] as number;

@@ -1,9 +1,10 @@
 // Parses the Idempotency-Key request header into the key the store is indexed by.
 //
-// Two forms are accepted (SPEC §4): a bare value (`abc-123`, what most clients send) and an
-// RFC 8941 sf-string (`"abc-123"`, as in draft-ietf-httpapi-idempotency-key-header). Either way
-// the key itself must be 1..maxLength visible ASCII characters (0x21-0x7E), so it is safe to log,
-// store as text and echo in problem details.
+// Two forms are accepted (README.md#what-a-client-sees-on-a-protected-route): a bare value
+// (`abc-123`, what most clients send) and an RFC 8941 sf-string (`"abc-123"`, as in
+// draft-ietf-httpapi-idempotency-key-header). Either way the key itself must be 1..maxLength
+// visible ASCII characters (0x21-0x7E), so it is safe to log, store as text and echo in problem
+// details.
 import type { IncomingMessage } from 'node:http';
 
 export type KeyParseResult =

@@ -42,11 +42,11 @@ export function tenantHash(headers: IncomingHttpHeaders, tenantParts: readonly s
 const CREDENTIALS = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s;
 
 /**
- * One spelling per caller (SPEC §8, RFC 9110 §11.1): the auth scheme is case-insensitive and any run
- * of whitespace after it counts as one space, so `bearer   A` and `Bearer A` are one tenant while
- * `Bearer a` is another (credentials are compared exactly). The scheme is spelt with a capital
- * first letter — `Bearer`, `Basic`, as clients send them — so tenants hashed before this rule keep
- * their scope.
+ * One spelling per caller (src/http/README.md, RFC 9110 §11.1): the auth scheme is case-insensitive
+ * and any run of whitespace after it counts as one space, so `bearer   A` and `Bearer A` are one
+ * tenant while `Bearer a` is another (credentials are compared exactly). The scheme is spelt with a
+ * capital first letter — `Bearer`, `Basic`, as clients send them — so tenants hashed before this
+ * rule keep their scope.
  */
 export function canonicalCredentials(value: string): string {
   const match = CREDENTIALS.exec(value.trim());

@@ -1,7 +1,8 @@
 // Forwarding a protected tools/call under its claim, then settling the claim from the MCP server's
 // answer (tool-call-answer.ts): the result is stored the moment it arrives, before the client sees
 // it; a non-final answer releases the claim; a stream that ends or breaks without the result is an
-// unknown outcome, decided by the route's `unknownOutcome` as on REST routes (SPEC §4, §9).
+// unknown outcome, decided by the route's `unknownOutcome` as on REST routes
+// (README.md#what-a-client-sees-on-a-protected-route, src/mcp/README.md).
 import { performance } from 'node:perf_hooks';
 import { ProxyError } from '../errors';
 import { sendUpstream, transportFailure } from '../protected/outgoing';

@@ -1,9 +1,9 @@
 // The protected tool calls this process is forwarding, by route scope, tenant, MCP session and
 // JSON-RPC id. An SDK client that times out sends notifications/cancelled for its request, and a
-// server that obeys it never answers: the call would become an unknown outcome although the tool may
-// well have run. Once a call is claimed its result belongs to every retry (SPEC §7: a client that
-// hangs up does not cancel the upstream call), so the proxy takes such a cancel itself and lets the
-// call finish.
+// server that obeys it never answers: the call would become an unknown outcome although the tool
+// may well have run. Once a call is claimed its result belongs to every retry
+// (docs/README.md#small-rules: a client that hangs up does not cancel the upstream call), so the
+// proxy takes such a cancel itself and lets the call finish.
 //
 // A JSON-RPC id is only unique within one client's session, and stateless clients all share the
 // session '' and count ids from 1: the scope and tenant keep one caller's cancel of its own id 5

@@ -1,4 +1,4 @@
-// What MCP clients get from the proxy itself (SPEC §9): JSON-RPC responses, never problem+json. A
+// What MCP clients get from the proxy itself (src/mcp/README.md): JSON-RPC responses, never problem+json. A
 // JSON-RPC client reads only the body of an HTTP 200, so every refusal of a tool call the proxy
 // makes on an MCP route is a JSON-RPC error under the request's `id`, with the HTTP status it would
 // have had on a REST route as its `code` and a `data.type` a program can branch on. A body that
@@ -25,7 +25,7 @@ export const PARSE_ERROR = -32700;
 /** The code the MCP SDK's server gives a request its HTTP transport refuses (413, 415, ...). */
 export const TRANSPORT_ERROR = -32000;
 
-/** `data.type` of the refusals SPEC §9 names; every other code is its lower-cased name. */
+/** `data.type` of the refusals src/mcp/README.md names; every other code is its lower-cased name. */
 const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
   IDEMPOTENCY_KEY_IN_FLIGHT: 'idempotency_key_in_progress',
   IDEMPOTENCY_KEY_REUSED: 'idempotency_key_conflict',

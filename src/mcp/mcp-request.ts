@@ -1,4 +1,4 @@
-// A POST on an MCP route (SPEC §9): read the body once (read-body.ts: what cannot be read is
+// A POST on an MCP route (src/mcp/README.md): read the body once (read-body.ts: what cannot be read is
 // refused, never passed on), pass through every message that is not a protected tools/call, and run
 // a protected call through the same claim → forward → store path as a REST request, keyed by
 // header, params.idempotencyKey or the tool and its arguments. The answers the proxy gives itself

@@ -1,7 +1,8 @@
-// Takes an MCP server's answer to a protected tools/call as it arrives (SPEC §9). An event stream
-// goes to the client event by event (progress notifications included) while the proxy looks for
-// the final JSON-RPC response with the call's id; that event is held back until the record is
-// settled, so a client that has the result always finds it stored. A JSON answer is kept whole.
+// Takes an MCP server's answer to a protected tools/call as it arrives (src/mcp/README.md). An
+// event stream goes to the client event by event (progress notifications included) while the proxy
+// looks for the final JSON-RPC response with the call's id; that event is held back until the
+// record is settled, so a client that has the result always finds it stored. A JSON answer is kept
+// whole.
 //
 //   final response ─┬─ result ───────────────────► store (isError: true too: the tool ran)
 //                   ├─ result, input_required ───► release (the tool asks first; nothing ran)
@@ -136,7 +137,8 @@ export class ToolCallAnswer implements ResponseReceiver {
 
   /**
    * Ends an answer that broke off without a final response: an event stream gets the error as its
-   * last event (only whole events were passed on, so it cannot merge into one); anything else is cut.
+   * last event (only whole events were passed on, so it cannot merge into one); anything else is
+   * cut.
    */
   endWithError(error: JsonRpcErrorObject): void {
     if (this.res.destroyed) return;

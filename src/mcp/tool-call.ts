@@ -1,4 +1,4 @@
-// Reading a POST on an MCP route (SPEC §9): is it a tools/call the route protects, and if so which
+// Reading a POST on an MCP route (src/mcp/README.md): is it a tools/call the route protects, and if so which
 // tool, under which JSON-RPC id, with which key and fingerprint. Only a message read-body.ts could
 // read comes here; every other body was refused before anything asked what it is.
 //

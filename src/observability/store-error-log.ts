@@ -16,6 +16,8 @@ interface Window {
 export function storeErrorLog(
   logger: Logger,
   everyMs = SUMMARY_EVERY_MS,
+  /** What to change, when the error says (a TLS refusal: tls-problem.ts). */
+  hintOf: (error: unknown) => string | undefined = () => undefined,
 ): (error: unknown, operation: string) => void {
   let window: Window | undefined;
   const summarise = (): void => {
@@ -40,8 +42,15 @@ export function storeErrorLog(
     const kind = storeFailureKind(error);
     const message = error instanceof Error ? error.message : String(error);
     if (window === undefined) {
+      const hint = hintOf(error);
       logger.error(
-        { operation, kind, error: message, code: (error as { code?: unknown }).code },
+        {
+          operation,
+          kind,
+          error: message,
+          code: (error as { code?: unknown }).code,
+          ...(hint === undefined ? {} : { hint }),
+        },
         kind === 'pool_busy'
           ? 'idempotency store: every pool connection is busy (answering 503 STORE_BUSY)'
           : 'idempotency store operation failed (answering 503 STORE_UNAVAILABLE)',

@@ -1,7 +1,7 @@
-// Traces (issue 16): the port the request path calls, and the switch that turns it on. Off unless the
-// standard OpenTelemetry variables name an OTLP endpoint; then the SDK (otel-tracing.ts) is loaded
-// and each request gets a span tree. Off, nothing of OpenTelemetry is loaded and a request carries no
-// trace: every hook on the path is `request.trace?.…`, one property check.
+// Traces: the port the request path calls, and the switch that turns it on. Off unless the standard
+// OpenTelemetry variables name an OTLP endpoint; then the SDK (otel-tracing.ts) is loaded and each
+// request gets a span tree. Off, nothing of OpenTelemetry is loaded and a request carries no trace:
+// every hook on the path is `request.trace?.…`, one property check.
 //
 //   POST /refunds (server)  idempotency.route, .outcome, .replayed, .key_derived, .cached, …
 //   ├─ idempotency.claim     one per store round trip (claim, take over, settle unknown, wait)

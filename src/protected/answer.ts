@@ -15,7 +15,7 @@ export type Answer =
   | { readonly kind: 'replay'; readonly stored: StoredResponse }
   /** One of the proxy's own refusals or failures (problem+json, or JSON-RPC on MCP routes). */
   | { readonly kind: 'problem'; readonly outcome: Outcome; readonly error: ProxyError }
-  /** The answer this request made itself for an upstream that may have acted (SPEC §4). */
+  /** The answer this request made itself for an upstream that may have acted (README.md#what-a-client-sees-on-a-protected-route). */
   | { readonly kind: 'unknown-outcome'; readonly stored: StoredResponse }
   /** A waiting request whose client left: nobody to answer. */
   | { readonly kind: 'client-gone' };

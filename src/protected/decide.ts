@@ -1,7 +1,8 @@
-// What to do with a protected request once its key and fingerprint are known (SPEC §4): answer it
-// from memory (the store's replay cache, this process's first request of the key), or claim it in the store
-// and decide from what the claim says. `decide` only decides; `answerCall` carries the decision out:
-// respond (respond.ts), forward under the claim (forward.ts), or — shadow mode — forward unstored.
+// What to do with a protected request once its key and fingerprint are known
+// (README.md#what-a-client-sees-on-a-protected-route): answer it from memory (the store's replay
+// cache, this process's first request of the key), or claim it in the store and decide from what
+// the claim says. `decide` only decides; `answerCall` carries the decision out: respond
+// (respond.ts), forward under the claim (forward.ts), or — shadow mode — forward unstored.
 //
 //   claim ─┬─ claimed ──► forward
 //          ├─ completed ─► replay

@@ -1,5 +1,6 @@
 // Forwarding under a claim, then settling it: complete with the upstream's answer, release it, or
-// record an unknown outcome (SPEC §4, the rows after "first request").
+// record an unknown outcome (README.md#what-a-client-sees-on-a-protected-route, the rows after
+// "first request").
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';

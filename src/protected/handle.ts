@@ -1,5 +1,6 @@
-// A protected REST request up to its claim (SPEC §4): the key (sent, or derived once the body is
-// read), the body, the fingerprint — then decide.ts answers it or forwards it under its claim.
+// A protected REST request up to its claim (README.md#what-a-client-sees-on-a-protected-route): the
+// key (sent, or derived once the body is read), the body, the fingerprint — then decide.ts answers
+// it or forwards it under its claim.
 //
 //   key ─┬─ sent ─────────────┐
 //        ├─ none, derive set ─┤ (derived-key.ts: hashed from the request once its body is read)
@@ -99,7 +100,8 @@ export async function handleProtectedRequest(
   const body = read.body();
   input.body = body;
   // Only a route with key.derive gets here without a key (refuseKey took every other keyless
-  // request). A derived key's record lives for key.window instead of ttl; the rest is as for a sent key.
+  // request). A derived key's record lives for key.window instead of ttl; the rest is as for a sent
+  // key.
   let key: string;
   let fingerprint: Buffer;
   try {

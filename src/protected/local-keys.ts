@@ -1,6 +1,6 @@
 // Repeats of a key this process is already working on are answered here, in memory, instead of
 // each asking PostgreSQL: a storm of 3000 retries of one key must not queue 3000 claims on one row,
-// hold every pool connection and starve requests for other keys (issue 12). Correctness across
+// hold every pool connection and starve requests for other keys. Correctness across
 // instances still comes from the row alone: the first request of a key in this process (the
 // leader) claims as always, and only what the leader learnt from the store is shared.
 //

@@ -1,6 +1,7 @@
-// The one writer of the proxy's own answers on a protected route (answer.ts), and the only place
-// their log outcome is set: replays, refusals and failures, as problem+json on REST routes and as
-// JSON-RPC on MCP routes (the request's `mcp` field).
+// The one writer of the proxy's own answers on a protected route (answer.ts) — replays, refusals and
+// failures, as problem+json on REST routes and as JSON-RPC on MCP routes (the request's `mcp` field)
+// — and of those answers' log outcome. Forwarded requests get theirs where they are forwarded
+// (forward.ts, shadow.ts, mcp/forward-tool-call.ts).
 import { sendProblem } from '../http/problem';
 import { writeWhole } from '../http/response';
 import { DERIVED_KEY_HEADER } from '../idempotency/derived-key';

@@ -1,6 +1,7 @@
-// Settling a claim once its forward is over (SPEC §4): complete it with the answer, release it so a
-// retry runs, or — after a transport failure — release it when nothing reached the upstream, else
-// record an unknown outcome as the route says (`unknownOutcome`).
+// Settling a claim once its forward is over (README.md#what-a-client-sees-on-a-protected-route):
+// complete it with the answer, release it so a retry runs, or — after a transport failure — release
+// it when nothing reached the upstream, else record an unknown outcome as the route says
+// (`unknownOutcome`).
 import type { RecordId, StoredResponse } from '../store/record';
 import type { TransportFailure } from '../upstream/transport-errors';
 import { type Answer, problem, unknownOutcomeResponse } from './answer';

@@ -1,6 +1,7 @@
 // Every store round trip of a protected request goes through storeCall: it is timed into the log and
-// the metrics, and a failure becomes one typed error, StoreUnavailable, that handle.ts maps to 503
-// (fail closed) in one place — or, in shadow mode, to "forward anyway".
+// the metrics, and a failure becomes one typed error, StoreUnavailable, that decide.ts maps to 503
+// (fail closed) — or, in shadow mode, to "forward anyway"; a follower whose leader lost the store
+// answers the same 503 (follow-leader.ts).
 import { performance } from 'node:perf_hooks';
 import { isPoolExhausted } from '../db/store-failure';
 import { ProxyError } from '../errors';

@@ -6,7 +6,7 @@
 //                 │  └─ release (status in `release`, nothing sent) ──► absent
 //                 └─ lease ends (crash, unknown outcome under `retry`)
 //                       ├─ unknownOutcome: fail  ──► completed with the unknown-outcome answer
-//                       └─ unknownOutcome: retry ──► taken over: fence + 1, forwarded again
+//                       └─ unknownOutcome: retry ──► taken over: a new fence, forwarded again
 
 import { createHash } from 'node:crypto';
 
@@ -47,7 +47,11 @@ export type ClaimResult = ClaimState & {
 };
 
 export type ClaimState =
-  /** This request owns the record and must forward, then complete or release with `fence`. */
+  /**
+   * This request owns the record and must forward, then complete or release with `fence`: the claim's
+   * own token, never reused (not a counter: after a release deletes the row, a new claim would count
+   * from 1 again, and a late former holder's write would land on it).
+   */
   | { readonly kind: 'claimed'; readonly fence: string }
   /** Same fingerprint, completed: replay it. */
   | { readonly kind: 'completed'; readonly response: StoredResponse; readonly expiresInMs: number }

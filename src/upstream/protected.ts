@@ -1,6 +1,6 @@
 // Forwards protected requests with undici: one keep-alive Pool per upstream, the body already in
-// memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives. The same
-// pools carry pass-through requests (passthrough.ts): one upstream engine, one set of sockets.
+// memory (it was needed for the fingerprint), the answer handed to a receiver as it arrives. The
+// same pools carry pass-through requests (passthrough.ts): one upstream engine, one set of sockets.
 import type { IncomingHttpHeaders } from 'node:http';
 import { buildConnector, type Dispatcher, Pool } from 'undici';
 import type tls from 'node:tls';
@@ -73,8 +73,9 @@ export class UpstreamPools {
       this.pools.set(
         upstream.name,
         new Pool(upstream.origin, {
-          // Keep idle sockets a little shorter than Node's default server keepAliveTimeout (5 s), so we
-          // do not reuse a socket the upstream is closing: on a POST that race would be an unknown outcome.
+          // Keep idle sockets a little shorter than Node's default server keepAliveTimeout (5 s),
+          // so we do not reuse a socket the upstream is closing: on a POST that race would be an
+          // unknown outcome.
           keepAliveTimeout: 4_000,
           keepAliveMaxTimeout: 60_000,
           connectTimeout: CONNECT_TIMEOUT_MS,
@@ -93,9 +94,9 @@ export class UpstreamPools {
   }
 
   /**
-   * Sends the request and feeds the answer to `receiver`; settles when the body has ended, or rejects
-   * with undici's error — before receiver.head if the upstream never answered, after it if the answer
-   * broke off.
+   * Sends the request and feeds the answer to `receiver`; settles when the body has ended, or
+   * rejects with undici's error — before receiver.head if the upstream never answered, after it if
+   * the answer broke off.
    */
   send(
     upstream: UpstreamConfig,
@@ -112,7 +113,8 @@ export class UpstreamPools {
         body: request.body.length > 0 || request.method !== 'GET' ? request.body : null,
         headersTimeout: upstream.timeoutMs,
         bodyTimeout: upstream.timeoutMs,
-        // A client that hangs up must not cancel the upstream call (SPEC §7): nothing aborts it.
+        // A client that hangs up must not cancel the upstream call (docs/README.md#small-rules):
+        // nothing aborts it.
       };
       pool.dispatch(options, {
         onRequestStart() {},

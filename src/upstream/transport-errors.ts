@@ -1,6 +1,7 @@
-// One place that maps transport failures to what the client sees (SPEC §4, §7). What matters for
-// idempotency is whether the upstream may have acted: a failure before the request left us is safe to
-// retry; anything after it is an unknown outcome.
+// One place that maps transport failures to what the client sees
+// (README.md#what-a-client-sees-on-a-protected-route, docs/README.md#small-rules). What matters for
+// idempotency is whether the upstream may have acted: a failure before the request left us is safe
+// to retry; anything after it is an unknown outcome.
 import { ProxyError } from '../errors';
 
 export type TransportFailure =

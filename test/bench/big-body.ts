@@ -1,4 +1,4 @@
-// The big-body scenario (issue 12): how long an unrelated pass-through request waits while 20
+// The big-body scenario: how long an unrelated pass-through request waits while 20
 // concurrent repeats of a 1 MB JSON body hammer one key. A repeat whose bytes the proxy has seen is
 // answered from a SHA-256 of its bytes; canonicalising 1 MB of JSON on the event loop for every one
 // of them made an unrelated GET wait seconds. Target: p99 under 50 ms.
@@ -122,7 +122,8 @@ async function runRepeater(proxyUrl: string, key: string): Promise<void> {
   // its own client waited for a CPU. The proxy gets the same repeats either way (a closed loop).
   os.setPriority(10);
   const agent = new Agent({ connections: REPEATERS });
-  // Encoded once: a string body would be UTF-8 encoded again for every POST, on the core the probe shares.
+  // Encoded once: a string body would be UTF-8 encoded again for every POST, on the core the probe
+  // shares.
   const body = Buffer.from(bigBody());
   const post = async (): Promise<number> => {
     const response = await request(`${proxyUrl}/refunds`, {

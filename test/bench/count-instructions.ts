@@ -1,7 +1,7 @@
 // `npm run bench:instructions`: instructions per request, counted by valgrind's callgrind, for the
 // bare http-proxy and bare undici scripts and our proxy's pass-through, new-key and replay paths.
 //
-// CPU time per request (npm run bench) is what the issue-6 targets are written in, but on a shared VM
+// CPU time per request (npm run bench) is what the targets are written in, but on a shared VM
 // it drifts ±20% or more between runs, which hides a 5% difference. An instruction count does not
 // depend on what else the machine runs: the same build and load give the same count within a few %.
 // It is not time — cache misses and syscalls cost differently — so both are reported, side by side.

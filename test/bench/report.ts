@@ -1,5 +1,5 @@
-// Turns measured scenarios into the printed table, the issue-6/15 target checks (informational PASS/FAIL;
-// the bench exits 0 regardless) and the JSON written to bench-results/.
+// Turns measured scenarios into the printed table, the target checks (informational
+// PASS/FAIL; the bench exits 0 regardless) and the JSON written to bench-results/.
 import type { LoadSummary } from './load';
 import type { PerfSummary } from './perf-profile';
 import type { ProfileSummary } from './profile-summary';
@@ -198,7 +198,7 @@ export function checkTargets(run: RunResult, allRuns: readonly RunResult[]): Tar
       pass: atMost ? value <= limit : value >= limit,
     });
   };
-  // Issue 15: the bare undici script is the Node floor; the bare http-proxy the naive baseline.
+  // The bare undici script is the Node floor; the bare http-proxy the naive baseline.
   ratio('pass-through req/s ≥ 1.0× bare undici', rps(pass), rps(bareUndici), 1.0, false);
   ratio('pass-through CPU/req ≤ 1.0× bare undici', cpu(pass), cpu(bareUndici), 1.0, true);
   ratio('pass-through req/s ≥ 1.3× bare http-proxy', rps(pass), rps(bare), 1.3, false);

@@ -7,7 +7,7 @@
 //
 // Per scenario: warm-up, then a measured run; CPU per request is each process's utime+stime delta
 // (/proc) over the measured run divided by the responses received; store round trips are statements
-// counted by the server (store-probe.ts). Prints one table per run, the issue-6 target checks, and
+// counted by the server (store-probe.ts). Prints one table per run, the target checks, and
 // writes JSON. A benchmark, not a test: it asserts nothing and exits 0 whatever the numbers.
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -201,9 +201,7 @@ async function main(): Promise<number> {
     );
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
-    process.stdout.write(
-      `\nTargets (issues 6 and 15; informational):\n${formatTargets(checkTargets(run, runs))}\n`,
-    );
+    process.stdout.write(`\nTargets (informational):\n${formatTargets(checkTargets(run, runs))}\n`);
   }
 
   if (options.perf) {

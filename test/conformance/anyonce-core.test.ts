@@ -22,7 +22,8 @@ let target: RunTarget;
 
 beforeAll(async () => {
   // One protected route for the whole fixture: every POST needs a key, and GET /counter (a safe
-  // method) passes through it untouched, key or not (SPEC §7) — which core/get-ignored checks.
+  // method) passes through it untouched, key or not (docs/README.md#small-rules) — which
+  // core/get-ignored checks.
   conformance = await startConformanceTarget('  ttl: 2s\n', TTL_MS);
   target = conformance.target;
 });

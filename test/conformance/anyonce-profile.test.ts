@@ -1,7 +1,7 @@
 // anyonce's profile conformance vectors (anyonce's own choices where the IETF draft is silent)
 // against the real proxy, configured with anyonce's choices wherever our SPEC lets a config select
-// them. A vector passes, or fails with exactly the differences our SPEC documents (the table below):
-// any other failure in those vectors is a regression.
+// them. A vector passes, or fails with exactly the differences our SPEC documents (the table
+// below): any other failure in those vectors is a regression.
 import path from 'node:path';
 import { barePassIds, type ConformanceTarget, startConformanceTarget } from './conformance-target';
 import { loadVectors, runVector, type RunTarget } from './vector-runner';
@@ -9,13 +9,14 @@ import { loadVectors, runVector, type RunTarget } from './vector-runner';
 const vectors = loadVectors(path.join(__dirname, 'anyonce', 'profile'));
 
 /**
- * Vector id → the exact failure sentences the runner reports for it, where our contract differs from
- * anyonce's profile on purpose and no config option selects anyonce's choice.
+ * Vector id → the exact failure sentences the runner reports for it, where our contract differs
+ * from anyonce's profile on purpose and no config option selects anyonce's choice.
  */
 const KNOWN_DIFFERENCES: Readonly<Record<string, readonly string[]>> = {
-  // Our problem `code`s are the proxy's stable error codes in upper snake case (SPEC §4, the README's
-  // error table; the same codes name log outcomes and metrics); anyonce's profile (D7, D10, D11)
-  // spells them in kebab case. Status, media type and the other members agree.
+  // Our problem `code`s are the proxy's stable error codes in upper snake case
+  // (README.md#what-a-client-sees-on-a-protected-route, the README's error table; the same codes
+  // name log outcomes and metrics); anyonce's profile (D7, D10, D11) spells them in kebab case.
+  // Status, media type and the other members agree.
   'profile/empty-key-rejected': [
     'step "empty": bodyJson member "code" expected "invalid-key", got "IDEMPOTENCY_KEY_INVALID"',
   ],
@@ -26,9 +27,10 @@ const KNOWN_DIFFERENCES: Readonly<Record<string, readonly string[]>> = {
     'step "missing": bodyJson member "code" expected "missing-key", got "IDEMPOTENCY_KEY_MISSING"',
     'step "changed": bodyJson member "code" expected "fingerprint-mismatch", got "IDEMPOTENCY_KEY_REUSED"',
   ],
-  // A replay whose body was too large to store is marked `Idempotent-Body-Omitted: true` (SPEC §4,
-  // last row; not configurable), where anyonce (D12) sends `Idempotency-Replay: omitted`. The
-  // status, the empty body and the (configured) Idempotency-Replayed: true marker agree.
+  // A replay whose body was too large to store is marked `Idempotent-Body-Omitted: true`
+  // (README.md#what-a-client-sees-on-a-protected-route, last row; not configurable), where anyonce
+  // (D12) sends `Idempotency-Replay: omitted`. The status, the empty body and the (configured)
+  // Idempotency-Replayed: true marker agree.
   'profile/omitted-body-replay': [
     'step "retry": header Idempotency-Replay expected "omitted", got absent',
   ],
@@ -44,8 +46,9 @@ let conformance: ConformanceTarget;
 let target: RunTarget;
 
 beforeAll(async () => {
-  // anyonce's choices, where SPEC §3 makes them options: its replay marker, never storing a 5xx
-  // (so a retry executes again), and a 1 MiB cap on stored bodies (sizes are binary, SPEC §7).
+  // anyonce's choices, where config/README.md makes them options: its replay marker, never storing
+  // a 5xx (so a retry executes again), and a 1 MiB cap on stored bodies (sizes are binary,
+  // docs/README.md#small-rules).
   conformance = await startConformanceTarget(
     [
       '  replayedHeader: Idempotency-Replayed',

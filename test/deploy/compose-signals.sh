@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# compose-signals.sh — what ../shared/tools/compose-smoke.sh does not check, on the stack it builds
+# compose-signals.sh — what the compose smoke tool ($COMPOSE_SMOKE: it builds the Dockerfile, starts
+# docker-compose.yml and runs the README's Try-it flow) does not check, on the stack it builds
 # (kept with SMOKE_KEEP=1, torn down at the end): SIGHUP through `docker compose kill -s HUP proxy`
 # reaches the proxy (init: true forwards it) and reloads its config, and a config error stops the
 # proxy with one line and exit 2 instead of a restart loop. Needs root; 1–4 minutes. Not part of
 # `npm test` (no Docker engine there); run it by hand after changing the Dockerfile or compose file.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-smoke=${COMPOSE_SMOKE:-$root/../shared/tools/compose-smoke.sh}
+smoke=${COMPOSE_SMOKE:?set COMPOSE_SMOKE to the compose smoke tool (a script taking the project directory)}
 export DOCKER_HOST=unix:///run/compose-smoke/docker.sock
 compose=/var/lib/compose-smoke/bin/docker-compose
 C() { "$compose" --project-directory "$root" -f "$root/docker-compose.yml" "$@"; }

@@ -10,15 +10,14 @@ import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { postJson } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startWaitingUpstream, type TestUpstream } from '../support/upstream';
+import { testUnless } from '../support/run-report';
 
 const CHROMIUM = '/usr/bin/chromium';
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
-if (!HAVE_CHROMIUM) {
-  console.warn(
-    `SKIPPED admin-console.test.ts: no ${CHROMIUM} (apt-get install chromium; .ci/run installs it as root)`,
-  );
-}
-const browserTest = HAVE_CHROMIUM ? test : test.skip;
+const browserTest = testUnless(
+  !HAVE_CHROMIUM && `no ${CHROMIUM} (apt-get install chromium; .ci/run installs it as root)`,
+  'admin-console.test.ts: the console was not tried in a browser',
+);
 
 const TOKEN = 'console-browser-token-51c2';
 let upstream: TestUpstream;

@@ -1,6 +1,6 @@
-// Issue 4 item 5: an agent-like loop calls the bundled, non-idempotent payments service through the
-// proxy with a client timeout shorter than the service takes. Whether it sends explicit keys (client
-// helper) or none at all (derived by the proxy), the run ends with exactly one refund.
+// An agent-like loop calls the bundled, non-idempotent payments service through the proxy with a
+// client timeout shorter than the service takes. Whether it sends explicit keys (client helper) or
+// none at all (derived by the proxy), the run ends with exactly one refund.
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -8,6 +8,7 @@ import { agentLoopProxyYaml, runAgentLoop } from '../../src/demo/agent-loop';
 import { findFreePort } from '../../src/db/embedded';
 import { type PaymentsService, startPaymentsService } from '../../src/demo/payments-service';
 import { databaseUrl, startProxy, type TestProxy } from '../support/proxy';
+import { recordFigures } from '../support/run-report';
 
 let payments: PaymentsService;
 let proxy: TestProxy;
@@ -81,5 +82,5 @@ test('node dist/demo/agent-loop.js runs both variants against the built proxy an
   expect(stdout).toContain('(explicit keys):');
   expect(stdout).toContain('(derived keys):');
   expect(stdout.match(/: 1 refund\(s\) for /g)).toHaveLength(2);
-  process.stdout.write(`\n${stdout}`);
+  recordFigures(__filename, 'story', stdout.split('\n'));
 }, 90_000);

@@ -133,8 +133,8 @@ test('concurrent claims share statements, and each request gets its own answer',
   // Records that exist before the burst: completed, in flight, expired.
   const doneFence = await claim(store, 'done');
   await store.complete(idFor('done'), doneFence, responseFor(5), 60_000);
-  await claim(store, 'running');
-  await claim(store, 'expired');
+  const runningFence = await claim(store, 'running');
+  const expiredFence = await claim(store, 'expired');
   await pool.query(
     `UPDATE ${quoteTableName(table)} SET expires_at = now() - interval '1 second' WHERE key = 'expired'`,
   );
@@ -168,8 +168,9 @@ test('concurrent claims share statements, and each request gets its own answer',
   // so it runs alone, beside the batch): each counts one attempt.
   expect(results[22]).toMatchObject({ kind: 'mismatch' });
   expect([results[21]!.attempts, results[22]!.attempts].sort()).toEqual([2, 3]);
-  expect(results[23]).toMatchObject({ kind: 'in-flight', fence: '1', attempts: 2 });
-  expect(results[24]).toMatchObject({ kind: 'claimed', fence: '2', attempts: 1 });
+  expect(results[23]).toMatchObject({ kind: 'in-flight', fence: runningFence, attempts: 2 });
+  expect(results[24]).toMatchObject({ kind: 'claimed', attempts: 1 });
+  expect((results[24] as { fence: string }).fence).not.toBe(expiredFence); // claimed afresh
 
   const stats = store.batchStats().claims;
   expect(stats.batches).toBeLessThan(stats.items);

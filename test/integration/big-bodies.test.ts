@@ -1,4 +1,4 @@
-// Big bodies must not stall the event loop (issue 12): a repeat of a large body whose exact bytes
+// Big bodies must not stall the event loop: a repeat of a large body whose exact bytes
 // the proxy has seen for that record is answered from its raw fingerprint (a SHA-256 of the bytes),
 // without canonicalising the JSON again; other spellings still go through canonical JSON.
 import * as canonicalJson from '../../src/idempotency/canonical-json';

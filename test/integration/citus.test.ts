@@ -1,8 +1,8 @@
-// The store on a Citus cluster (SPEC §10, issue 14): CITUS_URL names a coordinator with at least two
+// The store on a Citus cluster (src/db/README.md): CITUS_URL names a coordinator with at least two
 // workers. migrate distributes the keys table by `key`; every statement the proxy runs (claims,
-// completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY) works
-// on it, through a real proxy and a real upstream; and claims for different keys land on different
-// workers. Without CITUS_URL nothing here runs, and the run says so.
+// completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY)
+// works on it, through a real proxy and a real upstream; and claims for different keys land on
+// different workers. Without CITUS_URL nothing here runs, and the run says so.
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';
@@ -16,15 +16,14 @@ import { recordDigest, type RecordId } from '../../src/store/record';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless } from '../support/run-report';
 
 const citusUrl = process.env.CITUS_URL;
-const describeIfCitus = citusUrl ? describe : describe.skip;
-if (!citusUrl) {
-  console.warn(
-    'SKIPPED: Citus tests did not run: CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
-  );
-  test('SKIPPED: CITUS_URL not set, so nothing here ran against Citus', () => undefined);
-}
+const describeIfCitus = describeUnless(
+  !citusUrl &&
+    'CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
+  'citus.test.ts: nothing ran against Citus',
+);
 
 const TOKEN = 'citus-admin-token';
 const response = {
@@ -233,18 +232,22 @@ routes:
       claimExpiryMs: 60_000,
     };
     const claimed = await store.claim(request);
-    expect(claimed).toMatchObject({ kind: 'claimed', fence: '1' });
+    if (claimed.kind !== 'claimed') throw new Error(`expected a claim, got ${claimed.kind}`);
+    const first = claimed.fence;
     const inFlight = await store.claim(request);
-    expect(inFlight).toMatchObject({ kind: 'in-flight', attempts: 2 });
+    expect(inFlight).toMatchObject({ kind: 'in-flight', attempts: 2, fence: first });
     if (inFlight.kind === 'in-flight') expect(inFlight.leaseRemainingMs).toBeLessThanOrEqual(100);
-    expect(await store.takeOver(id, '1', 100, 60_000)).toBeNull(); // the lease has not ended
+    expect(await store.takeOver(id, first, 100, 60_000)).toBeNull(); // the lease has not ended
     expect(await store.peek(id, Buffer.from('fp'))).toMatchObject({ kind: 'in-flight' });
     await sleep(150);
-    expect(await store.takeOver(id, '1', 100, 60_000)).toBe('2');
+    const second = await store.takeOver(id, first, 100, 60_000);
+    expect(second).not.toBeNull();
+    expect(second).not.toBe(first);
     await sleep(150);
     const listener = await listen(citusUrl!, completionChannel(proxy.table));
     try {
-      const settled = await store.settleUnknown(id, '2', response, 60_000);
+      expect(await store.settleUnknown(id, first, response, 60_000)).toBeNull(); // stale
+      const settled = await store.settleUnknown(id, second!, response, 60_000);
       expect(settled).toMatchObject({ status: 201, outcomeUnknown: true });
       expect(await listener.next(id)).toBe(true); // attempts > 1: waiters are nudged
     } finally {
@@ -274,12 +277,13 @@ routes:
           leaseMs: 5_000,
           claimExpiryMs: 60_000,
         };
-        await store.claim(request);
+        const claimed = await store.claim(request);
+        if (claimed.kind !== 'claimed') throw new Error(`expected a claim, got ${claimed.kind}`);
         await store.claim(request); // a repeat saw it: attempts 2
         const changed =
           outcome === 'release'
-            ? await store.release(id, '1')
-            : await store.complete(id, '1', response, 60_000);
+            ? await store.release(id, claimed.fence)
+            : await store.complete(id, claimed.fence, response, 60_000);
         expect(changed).toBe(true);
         expect(await listener.next(id)).toBe(true);
       }

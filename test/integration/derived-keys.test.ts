@@ -1,4 +1,4 @@
-// Derived keys (SPEC §3/§4 `key.derive`, `key.window`; issue 4 item 1): a request without a key
+// Derived keys (`key.derive`, `key.window`: config/README.md): a request without a key
 // header on a route with `derive` is keyed by a hash of the named parts, scoped like any key, and
 // deduplicated for `window`. Asserts the client's answer, what the upstream received, the log line
 // and the stored record.

@@ -1,8 +1,8 @@
-// Property (SPEC §8): however the path of a protected route is spelled — extra slashes, dot
-// segments, percent-encoded letters in either hex case, letter case, trailing slashes — one key runs
-// the upstream's refund endpoint at most once, and a request the proxy logged as pass-through never
-// runs it. Each run sends its generated targets on raw sockets under one fresh key, to an upstream
-// that routes on the WHATWG pathname and to a real Express 5 app.
+// Property (src/http/README.md): however the path of a protected route is spelled — extra slashes,
+// dot segments, percent-encoded letters in either hex case, letter case, trailing slashes — one key
+// runs the upstream's refund endpoint at most once, and a request the proxy logged as pass-through
+// never runs it. Each run sends its generated targets on raw sockets under one fresh key, to an
+// upstream that routes on the WHATWG pathname and to a real Express 5 app.
 import fc from 'fast-check';
 import { withLogLine } from '../support/edge-expect';
 import { freshKey, postRefund, refundsProxyPer, UPSTREAM_KINDS } from '../support/edge-refunds';

@@ -1,8 +1,8 @@
-// Security regression (SPEC §8): no spelling of a protected route's path reaches the upstream's
-// refund endpoint unprotected. Every variant goes out on a raw socket, so nothing normalises it on
-// the way, to two upstreams that decide for themselves what the refund endpoint is: one routing on
-// the WHATWG URL parser's pathname, one a real Express 5 app (case-insensitive, non-strict). The
-// invariant is counted on the upstream side: one key, at most one refund.
+// Security regression (src/http/README.md): no spelling of a protected route's path reaches the
+// upstream's refund endpoint unprotected. Every variant goes out on a raw socket, so nothing
+// normalises it on the way, to two upstreams that decide for themselves what the refund endpoint
+// is: one routing on the WHATWG URL parser's pathname, one a real Express 5 app (case-insensitive,
+// non-strict). The invariant is counted on the upstream side: one key, at most one refund.
 import { expectProblem, withLogLine } from '../support/edge-expect';
 import { type HeaderLines, rawGet, type RawResponse } from '../support/edge-raw';
 import { freshKey, postRefund, refundsProxyPer, UPSTREAM_KINDS } from '../support/edge-refunds';
@@ -27,7 +27,8 @@ const sameAsRefunds: readonly string[] = [
 
 /**
  * Canonical paths that a protected route matches leniently (trailing slash, letter case) and that
- * are forwarded as such: a repeat under the key of `/refunds` replays or is a 422, never a second run.
+ * are forwarded as such: a repeat under the key of `/refunds` replays or is a 422, never a second
+ * run.
  */
 const lenient: readonly (readonly [target: string, forwarded: string])[] = [
   ['/refunds/', '/refunds/'],

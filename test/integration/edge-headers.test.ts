@@ -1,8 +1,8 @@
-// Security regression (SPEC §8): the headers that could make the upstream run something other than
-// what the proxy protected — method overrides, Connection naming a header the route relies on,
-// tenant spellings, Transfer-Encoding, client-sent X-Forwarded-*/Forwarded, replayed auth headers
-// and Date, duplicate JSON keys. Each test asserts what the client got and what the upstream
-// received. Raw sockets, so every header line goes out exactly as written.
+// Security regression (src/http/README.md): the headers that could make the upstream run something
+// other than what the proxy protected — method overrides, Connection naming a header the route
+// relies on, tenant spellings, Transfer-Encoding, client-sent X-Forwarded-*/Forwarded, replayed
+// auth headers and Date, duplicate JSON keys. Each test asserts what the client got and what the
+// upstream received. Raw sockets, so every header line goes out exactly as written.
 import { awaitCondition, expectProblem, withLogLine } from '../support/edge-expect';
 import {
   type HeaderLines,

@@ -1,5 +1,5 @@
-// Security regression (SPEC §8, "Host"): a route matched by host is reached however the client
-// spells that host (case, trailing dot, port, an absolute-form target), the authority of an
+// Security regression (src/http/README.md, "Host"): a route matched by host is reached however the
+// client spells that host (case, trailing dot, port, an absolute-form target), the authority of an
 // absolute-form target wins over the Host header, and a request whose host cannot be decided — no
 // Host on HTTP/1.1, several Host lines, a malformed value — is a 400 before any route is chosen.
 // Raw sockets throughout: an HTTP client would add or fix the Host line itself.

@@ -14,6 +14,7 @@ import { makeCheckout } from '../support/checkout';
 import { runCli, startServe } from '../support/cli-process';
 import { postJson } from '../support/http';
 import { startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless } from '../support/run-report';
 
 const asRoot = process.getuid?.() === 0;
 let closed: string; // the 0700 directory
@@ -31,7 +32,10 @@ function modesUpTo(dir: string): Record<string, number> {
   }
 }
 
-(asRoot ? describe : describe.skip)('as root, in a checkout under a 0700 directory', () => {
+describeUnless(
+  !asRoot && 'not running as root (run the suite as root to try the postgres-user placement)',
+  'embedded-as-root.test.ts: the embedded server was not tried as root',
+)('as root, in a checkout under a 0700 directory', () => {
   beforeAll(async () => {
     upstream = await startUpstream();
     closed = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-0700-')); // mkdtemp: mode 0700

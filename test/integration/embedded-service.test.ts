@@ -1,7 +1,7 @@
-// The embedded PostgreSQL behaves like a service (issue 12, part 3), tested with real processes and
-// signals: Ctrl-C reaches only the proxy, which drains and then stops the server; a server left by a
-// proxy killed with -9 is found and stopped by the next start; a live proxy's server is refused to a
-// second proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
+// The embedded PostgreSQL behaves like a service, tested with real processes and signals: Ctrl-C
+// reaches only the proxy, which drains and then stops the server; a server left by a proxy killed
+// with -9 is found and stopped by the next start; a live proxy's server is refused to a second
+// proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

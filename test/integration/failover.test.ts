@@ -1,7 +1,7 @@
-// Failover (SPEC §10): a primary with a streaming standby, under a steady stream of new keys and
-// retries. The primary crashes, the standby is promoted and the database URL's host (a TCP forwarder
-// here) switches to it. The proxy answers 503 meanwhile and recovers without a restart. With a
-// synchronous standby no committed claim is lost, so no key runs twice; with asynchronous
+// Failover (src/db/README.md): a primary with a streaming standby, under a steady stream of new
+// keys and retries. The primary crashes, the standby is promoted and the database URL's host (a TCP
+// forwarder here) switches to it. The proxy answers 503 meanwhile and recovers without a restart.
+// With a synchronous standby no committed claim is lost, so no key runs twice; with asynchronous
 // replication the claims the standby had not received are lost, and their keys run again: the test
 // measures how many and prints the figures.
 import { quoteTableName } from '../../src/db/identifier';
@@ -10,13 +10,10 @@ import { executionCounts, type KeyTraffic, startKeyTraffic } from '../support/ke
 import { startProxy, type TestProxy } from '../support/proxy';
 import { startTcpForwarder, type TcpForwarder } from '../support/tcp-forwarder';
 import { startUpstream } from '../support/upstream';
+import { describeUnless, recordFigures } from '../support/run-report';
 
 const unavailable = pgClusterUnavailable();
-const describeIfCluster = unavailable ? describe.skip : describe;
-if (unavailable) {
-  console.warn(`SKIPPED: failover tests did not run: ${unavailable}`);
-  test(`SKIPPED: ${unavailable}, so no failover ran`, () => undefined);
-}
+const describeIfCluster = describeUnless(unavailable, 'failover.test.ts: no failover ran');
 
 /** The standby lags for this long, or until this many keys executed, before the primary crashes. */
 const LAG_MS = 1_000;
@@ -202,7 +199,7 @@ async function failover(
 }
 
 function report(figures: Figures): void {
-  console.log(`failover figures (${figures.replication} replication): ${JSON.stringify(figures)}`);
+  recordFigures(__filename, `${figures.replication} replication`, figures);
 }
 
 /**
@@ -285,9 +282,10 @@ describeIfCluster('failover to a promoted standby', () => {
 
   test('an old primary that turns read-only: 503 (SQLSTATE 25006) until the host reaches the new primary, then recovery', async () => {
     const figures = await readOnlyPrimary();
-    console.log(
-      `failover figures (read-only old primary): ${JSON.stringify({ ...figures, duplicates: figures.duplicates.length })}`,
-    );
+    recordFigures(__filename, 'read-only old primary', {
+      ...figures,
+      duplicates: figures.duplicates.length,
+    });
     expect(figures.readOnlyLog).toBe(true);
     expect(figures.answered503).toBeGreaterThan(0);
     expect(figures.duplicates).toEqual([]);

@@ -1,10 +1,10 @@
-// A flaky network between the proxy and PostgreSQL (issue 14, part 4): the proxy process and the
-// database each run in a network namespace of the test's own, joined by a veth pair, with packet
-// loss (and delay, where the kernel has tc netem) all along, and a timed partition that starts while
-// a request is between its claim and its completion. No key executes twice, protected routes fail
-// closed during the partition (nothing is forwarded without a claim), and the proxy recovers after
-// it without a restart. Only addresses inside the two namespaces, loopback and Unix sockets are used:
-// the test reaches the proxy, and the proxy the test's upstream, through netns-bridge.js.
+// A flaky network between the proxy and PostgreSQL: the proxy process and the database each run in
+// a network namespace of the test's own, joined by a veth pair, with packet loss (and delay, where
+// the kernel has tc netem) all along, and a timed partition that starts while a request is between
+// its claim and its completion. No key executes twice, protected routes fail closed during the
+// partition (nothing is forwarded without a claim), and the proxy recovers after it without a
+// restart. Only addresses inside the two namespaces, loopback and Unix sockets are used: the test
+// reaches the proxy, and the proxy the test's upstream, through netns-bridge.js.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -21,18 +21,22 @@ import { PgNode, pgClusterUnavailable } from '../support/pg-cluster';
 import { PROXY_BIN } from '../support/proxy-process';
 import { type Bridge, startBridge } from '../support/tcp-forwarder';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless, recordFigures } from '../support/run-report';
 
 const unavailable = netnsUnavailable() ?? pgClusterUnavailable();
-const describeIfNetns = unavailable ? describe.skip : describe;
-if (unavailable) {
-  console.warn(`SKIPPED: flaky-network tests did not run: ${unavailable}`);
-  test(`SKIPPED: ${unavailable}, so no flaky network was tested`, () => undefined);
-}
+const describeIfNetns = describeUnless(
+  unavailable,
+  'flaky-network.test.ts: no flaky network was tested',
+);
 const netem = unavailable ? false : netemAvailable();
-if (!unavailable && !netem) {
-  // Said loudly: the delay is real, but not the kernel's.
-  console.warn(
-    'NOTE: this kernel has no sch_netem, so the 10 ± 5 ms delay comes from a relay inside the proxy namespace (netns-bridge.js) instead of tc netem; loss and the partition (nftables) are on the veth link as always',
+if (!unavailable) {
+  // Kept with the figures: the delay is real either way, but not always the kernel's.
+  recordFigures(
+    __filename,
+    'delay source',
+    netem
+      ? 'tc netem on the veth link'
+      : 'no sch_netem in this kernel: a relay inside the proxy namespace (netns-bridge.js) adds the 10 ± 5 ms; loss and the partition (nftables) are on the veth link as always',
   );
 }
 /** Latency each way between proxy and PostgreSQL (netem, or the relay on kernels without it). */
@@ -234,7 +238,7 @@ routes:
       unknownOutcomes: traffic.answers.filter((a) => a.status === 502).length,
       recoveryAfterHealMs: executions.find((e) => e.at > healedAt)!.at - healedAt,
     };
-    console.log(`flaky-network figures: ${JSON.stringify(figures)}`);
+    recordFigures(__filename, 'partition and loss', figures);
     expect(duplicates).toEqual([]);
     expect(duringPartition).toEqual([]);
     expect(figures.answered503DuringPartition).toBeGreaterThan(0);

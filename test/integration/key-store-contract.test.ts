@@ -10,7 +10,9 @@ import {
   describeKeyStoreContract,
   postgresSubject,
 } from '../support/key-store-contract';
+import { detectTopology } from '../../src/db/topology';
 import { databaseUrl, uniqueTable } from '../support/proxy';
+import { describeUnless } from '../support/run-report';
 
 /** One pool and one migrated table per database, made on first use and shared by its tests. */
 function database(url: () => string): () => Promise<{ pool: Pool; table: string }> {
@@ -33,4 +35,19 @@ describeKeyStoreContract('PostgresKeyStore', async () => {
 describeKeyStoreContract('the caching decorator over PostgresKeyStore', async () => {
   const { pool, table } = await postgres();
   return cachingSubject(postgresSubject(new PostgresKeyStore(pool, table), pool, table));
+});
+
+const citusUrl = process.env.CITUS_URL;
+const citus = database(() => citusUrl!);
+describeUnless(
+  !citusUrl && 'CITUS_URL is not set (a Citus coordinator with workers; see src/db/README.md)',
+  'key-store-contract.test.ts: the contract did not run on Citus',
+)('on Citus', () => {
+  describeKeyStoreContract('PostgresKeyStore on a distributed table', async () => {
+    const { pool, table } = await citus();
+    const topology = await detectTopology(pool, table);
+    if (topology.kind !== 'citus' || !topology.distributed)
+      throw new Error(`CITUS_URL's table ${table} is not distributed: ${JSON.stringify(topology)}`);
+    return postgresSubject(new PostgresKeyStore(pool, table, { distributed: true }), pool, table);
+  });
 });

@@ -1,4 +1,4 @@
-// A storm on one key must not hurt anyone else (issue 12): 3000 concurrent duplicates of one key,
+// A storm on one key must not hurt anyone else: 3000 concurrent duplicates of one key,
 // whose first request takes 4 s upstream, and meanwhile a stream of requests with fresh keys on the
 // same route. Repeats are answered from what this process's first request knows (local-keys.ts), so
 // the storm holds no pool connections: one execution for the storm key, no 503 for anybody, and
@@ -9,6 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { until } from '../support/eventually';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { recordFigures } from '../support/run-report';
 
 const STORM = 3000;
 const FRESH = 20;
@@ -127,8 +128,8 @@ async function storm(path: string): Promise<{ storm: Answer[]; fresh: Answer[] }
     'the first request to reach the upstream',
     { intervalMs: 10 },
   );
-  // In waves of 250 connections, 20 ms apart: all 3000 are in flight together (the first takes 4 s),
-  // without overflowing the listen backlog, which would turn the test into one of SYN retries.
+  // In waves of 250 connections, 20 ms apart: all 3000 are in flight together (the first takes 4
+  // s), without overflowing the listen backlog, which would turn the test into one of SYN retries.
   const duplicates: Promise<Answer>[] = [];
   for (let sent = 1; sent < STORM; sent += WAVE) {
     for (let i = sent; i < Math.min(STORM, sent + WAVE); i++) duplicates.push(post(path, key));
@@ -164,9 +165,11 @@ test.each([
     );
     expect(storeFailures).toEqual([]);
     const ms = fresh.map((answer) => answer.ms);
-    console.info(
-      `${path} storm: ${JSON.stringify(counts)}; fresh keys p50 ${percentile(ms, 50).toFixed(0)} ms, p99 ${percentile(ms, 99).toFixed(0)} ms`,
-    );
+    recordFigures(__filename, `${path} storm`, {
+      ...counts,
+      freshP50Ms: Math.round(percentile(ms, 50)),
+      freshP99Ms: Math.round(percentile(ms, 99)),
+    });
   },
   120_000,
 );

@@ -1,4 +1,4 @@
-// Issue 13: the MCP demo (`npm run demo:mcp`). An SDK agent loop whose refund call times out and is
+// The MCP demo (`npm run demo:mcp`). An SDK agent loop whose refund call times out and is
 // retried executes the tool twice on the server directly and once through the proxy's MCP route;
 // the counts come from the servers themselves and from the built script's own output.
 import { execFile } from 'node:child_process';
@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { type McpRefundServer, startMcpRefundServer } from '../../src/demo/mcp-refund-server';
 import { MCP_DEMO_TIMING, mcpDemoProxyYaml, tellMcpRefundStory } from '../../src/demo/run-mcp-demo';
 import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { recordFigures } from '../support/run-report';
 
 let direct: McpRefundServer;
 let proxied: McpRefundServer;
@@ -64,5 +65,5 @@ test('node dist/demo/run-mcp-demo.js prints 2 executions without the proxy, 1 th
   expect(executed).toEqual([2, 1]);
   const summary = /Refunds executed: (\d+) without the proxy, (\d+) through it\./.exec(stdout);
   expect(summary?.slice(1).map(Number)).toEqual([2, 1]);
-  process.stdout.write(`\n${stdout}`);
+  recordFigures(__filename, 'story', stdout.split('\n'));
 }, 90_000);

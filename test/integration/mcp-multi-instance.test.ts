@@ -1,4 +1,4 @@
-// MCP routes (SPEC §9, issue 13) through two proxy instances sharing one PostgreSQL table: SDK
+// MCP routes (src/mcp/README.md) through two proxy instances sharing one PostgreSQL table: SDK
 // clients on both fire the same tool call at once; the tool server runs it once and every caller
 // gets the same result.
 import {

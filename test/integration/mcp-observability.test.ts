@@ -1,7 +1,8 @@
-// MCP routes carry the tool name into metrics and logs (SPEC §9): the admin listener's /metrics has
-// `idempotency_proxy_mcp_tool_calls_total{route,tool,outcome}` counting exactly the protected calls
-// made, by outcome; each protected call's request log line has `tool`; a tool the route does not
-// protect (get_balance) passes through and leaves no tool counter and no `tool` in its log line.
+// MCP routes carry the tool name into metrics and logs (src/mcp/README.md): the admin listener's
+// /metrics has `idempotency_proxy_mcp_tool_calls_total{route,tool,outcome}` counting exactly the
+// protected calls made, by outcome; each protected call's request log line has `tool`; a tool the
+// route does not protect (get_balance) passes through and leaves no tool counter and no `tool` in
+// its log line.
 import { eventually, until } from '../support/eventually';
 import { connectMcpClient, postMcp, resultText, toolCall } from '../support/mcp-client';
 import { orderId, startMcpProxy } from '../support/mcp-proxy';

@@ -1,8 +1,8 @@
 // Multi round-trip tool calls (protocol revision 2026-07-28, SEP-2322 "MRTR") through an MCP route
-// (SPEC §9): a tool that answers its first round with an `input_required` result (an embedded
-// elicitation and a `requestState`) and acts only on the continuation, which carries the client's
-// `inputResponses` and the echoed `requestState`. The first round is not final, so its claim is
-// released; the continuation is the call that runs, once, and is what retries replay.
+// (src/mcp/README.md): a tool that answers its first round with an `input_required` result (an
+// embedded elicitation and a `requestState`) and acts only on the continuation, which carries the
+// client's `inputResponses` and the echoed `requestState`. The first round is not final, so its
+// claim is released; the continuation is the call that runs, once, and is what retries replay.
 //
 // The continuation's `inputResponses` are part of its key and fingerprint (never `requestState`,
 // which a server may mint anew each round): round 1 is always released and keeps its own key, the

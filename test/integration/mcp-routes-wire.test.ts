@@ -1,4 +1,4 @@
-// MCP routes (SPEC §9, issue 13) on the wire: raw JSON-RPC over fetch for the exact shapes — key
+// MCP routes (src/mcp/README.md) on the wire: raw JSON-RPC over fetch for the exact shapes — key
 // sources, the replay's id and headers, the JSON-RPC errors (409/422/502/503, never problem+json),
 // non-final answers released, batches, pass-through GET/DELETE — and the 2026-07-28 revision with
 // the SDK v2 client. Upstream executions are counted for every "runs once".

@@ -1,6 +1,6 @@
-// MCP routes (SPEC §9, issue 13) with the official SDK on both sides: an SDK client whose URL is the
-// proxy, an SDK tool server behind it, in stateless and session mode, answering as SSE and as JSON.
-// Every claim about "runs once" is checked against the tool server's own execution count.
+// MCP routes (src/mcp/README.md) with the official SDK on both sides: an SDK client whose URL is
+// the proxy, an SDK tool server behind it, in stateless and session mode, answering as SSE and as
+// JSON. Every claim about "runs once" is checked against the tool server's own execution count.
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { connectMcpClient, resultText } from '../support/mcp-client';
 import { orderId, startMcpProxy, toolLogLines } from '../support/mcp-proxy';

@@ -1,5 +1,5 @@
-// The edges of a tool's answer stream on an MCP route (SPEC §9), against a raw upstream that writes
-// the exact SSE bytes a test chooses, chunk by chunk:
+// The edges of a tool's answer stream on an MCP route (src/mcp/README.md), against a raw upstream
+// that writes the exact SSE bytes a test chooses, chunk by chunk:
 // - progress events and a final response cut at odd places (inside a field name, between CR and
 //   LF, inside a UTF-8 character, between the two LFs that end an event, a response spread over
 //   several `data:` lines) reach the client event by event, byte for byte, each progress event

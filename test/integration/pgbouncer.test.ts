@@ -1,4 +1,4 @@
-// Behind a real PgBouncer (Debian's 1.18) in front of the suite's PostgreSQL (SPEC §10). In
+// Behind a real PgBouncer (Debian's 1.18) in front of the suite's PostgreSQL (src/db/README.md). In
 // transaction mode a named prepared statement does not survive between transactions, an advisory
 // lock must not outlive its transaction and LISTEN is never delivered: claims, completions, waits,
 // migrations and pruning still work, wait mode polls and says so. Session mode keeps LISTEN.
@@ -13,14 +13,12 @@ import { postJson } from '../support/http';
 import { PGBOUNCER_BIN, type PgBouncer, startPgBouncer } from '../support/pgbouncer';
 import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { describeUnless } from '../support/run-report';
 
-const describeIfPgBouncer = PGBOUNCER_BIN ? describe : describe.skip;
-if (!PGBOUNCER_BIN) {
-  console.warn(
-    'SKIPPED: pgbouncer is not installed (apt-get install pgbouncer); the PgBouncer tests did not run',
-  );
-  test('SKIPPED: pgbouncer not installed, so nothing here ran against PgBouncer', () => undefined);
-}
+const describeIfPgBouncer = describeUnless(
+  !PGBOUNCER_BIN && 'pgbouncer is not installed (apt-get install pgbouncer; .ci/run does as root)',
+  'pgbouncer.test.ts: nothing ran against PgBouncer',
+);
 
 describeIfPgBouncer('behind PgBouncer', () => {
   let bouncer: PgBouncer;

@@ -1,4 +1,5 @@
-// SPEC §4, the everyday rows: first request, replay, 409, 422, 400, 413, and what the upstream received.
+// What a client sees (README.md#what-a-client-sees-on-a-protected-route), the everyday rows: first
+// request, replay, 409, 422, 400, 413, and what the upstream received.
 import { eventually, until } from '../support/eventually';
 import { send, postJson } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';

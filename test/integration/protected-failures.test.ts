@@ -1,5 +1,6 @@
-// SPEC §4, the rows where something goes wrong: released statuses, unreachable or failing upstreams,
-// unknown outcomes (fail and retry), a crashed holder's lease, oversized responses.
+// What a client sees (README.md#what-a-client-sees-on-a-protected-route), the rows where something
+// goes wrong: released statuses, unreachable or failing upstreams, unknown outcomes (fail and
+// retry), a crashed holder's lease, oversized responses.
 import { once } from 'node:events';
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
@@ -360,8 +361,8 @@ test('keeps forwarding and stores the result when the client hangs up mid-reques
 });
 
 test('a connection the upstream resets as soon as it accepts is an unknown outcome, stored once (at most once)', async () => {
-  // Once a TCP connection is up, the proxy cannot prove the request bytes were not read: it does not
-  // guess "nothing sent". The upstream application here never sees the request (count 0).
+  // Once a TCP connection is up, the proxy cannot prove the request bytes were not read: it does
+  // not guess "nothing sent". The upstream application here never sees the request (count 0).
   const net = await import('node:net');
   const resetter = net.createServer((socket) => socket.resetAndDestroy());
   await new Promise<void>((resolve) => resetter.listen(0, '127.0.0.1', resolve));

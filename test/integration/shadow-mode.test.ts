@@ -1,4 +1,4 @@
-// Shadow mode (`enforce: false`; issue 4 item 3): every request is forwarded and the upstream's answer
+// Shadow mode (`enforce: false`): every request is forwarded and the upstream's answer
 // returned unchanged — status, headers, body — while the log (and the metric built from it) records
 // what enforcement would have done. Records are still written when a request wins its claim, so
 // later requests see what would have happened.

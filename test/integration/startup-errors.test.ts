@@ -1,4 +1,4 @@
-// Startup and usage errors a person can act on (issue 12, part 4), from the built CLI: one line that
+// Startup and usage errors a person can act on, from the built CLI: one line that
 // names the setting or variable to change, the right exit code, and no stack trace.
 import fs from 'node:fs';
 import os from 'node:os';

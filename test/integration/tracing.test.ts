@@ -1,6 +1,6 @@
-// Traces (issue 16): with OTEL_EXPORTER_OTLP_ENDPOINT set, each request is a span tree exported over
-// OTLP/HTTP to a real receiver started here; the client's traceparent is continued and the upstream
-// receives the proxy's upstream span as its parent. Asserts what the receiver got, what the upstream
+// Traces: with OTEL_EXPORTER_OTLP_ENDPOINT set, each request is a span tree exported over OTLP/HTTP
+// to a real receiver started here; the client's traceparent is continued and the upstream receives
+// the proxy's upstream span as its parent. Asserts what the receiver got, what the upstream
 // received and what never appears in an export (key, tenant, body). Off, nothing is exported and
 // the client's trace headers reach the upstream unchanged.
 //

@@ -16,11 +16,15 @@ export interface CliOptions {
   readonly cwd?: string;
   /** The entry point to run: another checkout's dist/main.js. */
   readonly bin?: string;
+  /** Rewrites the argv before it runs (e.g. pg-cluster's serverCommand: as another user). */
+  readonly wrap?: (argv: string[]) => string[];
 }
 
 export function runCli(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [options.bin ?? PROXY_BIN, ...args], {
+    const argv = [process.execPath, options.bin ?? PROXY_BIN, ...args];
+    const [command, ...rest] = options.wrap ? options.wrap(argv) : argv;
+    const child = spawn(command!, rest, {
       env: { ...process.env, ...options.env },
       cwd: options.cwd,
     });

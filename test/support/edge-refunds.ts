@@ -1,6 +1,6 @@
-// The config and the requests the path-bypass suites share (SPEC §8): a protected POST /refunds
-// with a tenant, a pass-through /** to the same upstream, and a stripPrefix route to the same
-// upstream under a base path — the shipped config's shape, so a bypass here is a bypass there.
+// The config and the requests the path-bypass suites share (src/http/README.md): a protected POST
+// /refunds with a tenant, a pass-through /** to the same upstream, and a stripPrefix route to the
+// same upstream under a base path — the shipped config's shape, so a bypass here is a bypass there.
 import { type HeaderLines, rawPostJson, type RawResponse } from './edge-raw';
 import { refundUpstreams, type RefundUpstream } from './edge-upstreams';
 import { startProxy, type TestProxy } from './proxy';

@@ -1,8 +1,8 @@
 // Two upstreams that decide for themselves what "the refund endpoint" is, the way real services do,
-// for the edge suites (SPEC §8): one normalises the path with the WHATWG URL parser (as a Node
-// service that routes on `new URL(req.url, base).pathname` does), one is a real Express 5 app with
-// its default case-insensitive, non-strict routing. Each counts, per Idempotency-Key, how often it
-// ran the refund: the number a proxy must keep at one.
+// for the edge suites (src/http/README.md): one normalises the path with the WHATWG URL parser (as
+// a Node service that routes on `new URL(req.url, base).pathname` does), one is a real Express 5
+// app with its default case-insensitive, non-strict routing. Each counts, per Idempotency-Key, how
+// often it ran the refund: the number a proxy must keep at one.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';

@@ -260,36 +260,26 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       });
     });
 
-    // KNOWN BUG, every store today: a released row is deleted and the next claim starts at fence 1
-    // again, so the first holder's fence fits the new claim. `test.failing` keeps the suite green
-    // while the bug is there and turns red once a store is fixed; then make it a plain test.
-    test.failing(
-      'a fence from before a release stays stale once the key is claimed again',
-      async () => {
-        // The first holder's lease ended while its upstream still ran; the request that took over was
-        // released (say a 503); a new request, another body, claims the key. The first holder's late
-        // answer must not become the new request's stored response.
-        const id = idOf(freshKey());
-        const first = await leaseOver(id);
-        const second = await store.takeOver(id, first, LONG_MS, 2 * LONG_MS);
-        expect(await store.release(id, second!)).toBe(true);
-        const third = await claimed(claimOf(id, { fingerprint: OTHER_FINGERPRINT }));
-        expect(await store.complete(id, first, response(500, 'the first body'), LONG_MS)).toBe(
-          false,
-        );
-        expect(await store.claim(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toMatchObject({
-          kind: 'in-flight',
-          fence: third,
-        });
-        expect(await store.complete(id, third, response(201, 'the third body'), LONG_MS)).toBe(
-          true,
-        );
-        expect(await subject.repeat(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toEqual({
-          kind: 'replay',
-          response: response(201, 'the third body'),
-        });
-      },
-    );
+    test('a fence from before a release stays stale once the key is claimed again', async () => {
+      // The first holder's lease ended while its upstream still ran; the request that took over was
+      // released (say a 503); a new request, another body, claims the key. The first holder's late
+      // answer must not become the new request's stored response.
+      const id = idOf(freshKey());
+      const first = await leaseOver(id);
+      const second = await store.takeOver(id, first, LONG_MS, 2 * LONG_MS);
+      expect(await store.release(id, second!)).toBe(true);
+      const third = await claimed(claimOf(id, { fingerprint: OTHER_FINGERPRINT }));
+      expect(await store.complete(id, first, response(500, 'the first body'), LONG_MS)).toBe(false);
+      expect(await store.claim(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toMatchObject({
+        kind: 'in-flight',
+        fence: third,
+      });
+      expect(await store.complete(id, third, response(201, 'the third body'), LONG_MS)).toBe(true);
+      expect(await subject.repeat(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toEqual({
+        kind: 'replay',
+        response: response(201, 'the third body'),
+      });
+    });
 
     test('a completed record is absent once its ttl has passed: a claim wins afresh', async () => {
       const id = idOf(freshKey());

@@ -1,7 +1,7 @@
-// The proxy configured for MCP routes (SPEC §9) in front of one tool server: `/mcp` waits on a
-// concurrent duplicate, `/reject-mcp` answers it at once, `/retry-mcp` lets a repeat take over an
-// unknown outcome after a short lease. Every route protects `refund*` and `fail_refund` and leaves
-// `arguments.trace_id` out of fingerprint and derived key.
+// The proxy configured for MCP routes (src/mcp/README.md) in front of one tool server: `/mcp` waits
+// on a concurrent duplicate, `/reject-mcp` answers it at once, `/retry-mcp` lets a repeat take over
+// an unknown outcome after a short lease. Every route protects `refund*` and `fail_refund` and
+// leaves `arguments.trace_id` out of fingerprint and derived key.
 import { until } from './eventually';
 import { startProxy, type TestProxy } from './proxy';
 

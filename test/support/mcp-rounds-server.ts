@@ -2,7 +2,7 @@
 // answers `input_required` with an embedded elicitation ("confirm") and a `requestState`; the
 // continuation, carrying the accepted confirmation in `inputResponses` and the echoed state,
 // refunds. A declined confirmation gets a tool error (`isError: true`) and refunds nothing. Counts
-// first rounds and refunds per order, for the multi round-trip tests (SPEC §9).
+// first rounds and refunds per order, for the multi round-trip tests (src/mcp/README.md).
 import {
   acceptedContent,
   createMcpHandler,

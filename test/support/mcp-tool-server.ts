@@ -1,5 +1,5 @@
-// A real MCP tool server built with the official SDK (@modelcontextprotocol/sdk 1.x) on node:http at
-// port 0, for the MCP route tests (SPEC §9, issue 13). Stateless or session mode, SSE or JSON
+// A real MCP tool server built with the official SDK (@modelcontextprotocol/sdk 1.x) on node:http
+// at port 0, for the MCP route tests (src/mcp/README.md). Stateless or session mode, SSE or JSON
 // answers. It counts every tool execution and records every HTTP request it received, so tests
 // assert what the upstream ran as well as what the client saw.
 import { randomBytes, randomUUID } from 'node:crypto';

@@ -11,12 +11,14 @@ import type {
   RecordId,
   StoredResponse,
 } from '../../src/store/record';
+import { randomUUID } from 'node:crypto';
 import { recordText } from '../../src/store/record';
 
 interface Row {
   fingerprint: Buffer;
   state: 'in_progress' | 'completed';
-  fence: number;
+  /** The claim's token, new for every claim and takeover: the fence its holder writes with. */
+  token: string;
   leaseEndsAt: number;
   expiresAt: number;
   response: StoredResponse | undefined;
@@ -36,7 +38,7 @@ export class MemoryKeyStore implements KeyStore {
   /** Seeds a record as another instance would have left it. */
   seed(id: RecordId, row: Partial<Row> & Pick<Row, 'fingerprint' | 'state'>): void {
     this.rows.set(recordText(id), {
-      fence: 1,
+      token: randomUUID(),
       leaseEndsAt: this.now() + 60_000,
       expiresAt: this.now() + 3_600_000,
       response: undefined,
@@ -56,19 +58,19 @@ export class MemoryKeyStore implements KeyStore {
     const now = this.now();
     const row = this.rows.get(text);
     if (row === undefined || row.expiresAt <= now) {
-      // An expired row is claimed afresh, its fence counting on: its former holder's is stale.
-      const fence = row === undefined ? 1 : row.fence + 1;
+      // A new or expired row is claimed afresh, with a new token: any former holder's is stale.
+      const token = randomUUID();
       this.rows.set(text, {
         fingerprint: request.fingerprint,
         state: 'in_progress',
-        fence,
+        token,
         leaseEndsAt: now + request.leaseMs,
         expiresAt: now + Math.max(request.claimExpiryMs, request.leaseMs),
         response: undefined,
         attempts: 1,
         replays: 0,
       });
-      return { kind: 'claimed', fence: String(fence), attempts: 1 };
+      return { kind: 'claimed', fence: token, attempts: 1 };
     }
     row.attempts++;
     const attempts = row.attempts;
@@ -83,7 +85,7 @@ export class MemoryKeyStore implements KeyStore {
       };
     }
     const leaseRemainingMs = Math.max(0, row.leaseEndsAt - now);
-    return { kind: 'in-flight', fence: String(row.fence), leaseRemainingMs, attempts };
+    return { kind: 'in-flight', fence: row.token, leaseRemainingMs, attempts };
   }
 
   async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
@@ -130,10 +132,10 @@ export class MemoryKeyStore implements KeyStore {
     this.enter('takeOver');
     const row = this.current(id, fence);
     if (row === undefined || row.leaseEndsAt > this.now()) return null;
-    row.fence++;
+    row.token = randomUUID();
     row.leaseEndsAt = this.now() + leaseMs;
     row.expiresAt = Math.max(row.expiresAt, this.now() + Math.max(claimExpiryMs, leaseMs));
-    return String(row.fence);
+    return row.token;
   }
 
   async settleUnknown(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
@@ -157,6 +159,6 @@ export class MemoryKeyStore implements KeyStore {
 
   private current(id: RecordId, fence: string): Row | undefined {
     const row = this.rows.get(recordText(id));
-    return row?.state === 'in_progress' && String(row.fence) === fence ? row : undefined;
+    return row?.state === 'in_progress' && row.token === fence ? row : undefined;
   }
 }

@@ -8,6 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import type { ConnectionOptions } from 'node:tls';
 import { Client, type ClientConfig } from 'pg';
 import { until } from './eventually';
 
@@ -61,6 +62,8 @@ export interface PgNodeOptions {
   readonly port?: number;
   /** Network namespace the server runs in. */
   readonly netns?: string;
+  /** How the test's own connections speak TLS, for a server that refuses plain ones. */
+  readonly ssl?: ConnectionOptions;
 }
 
 export class PgNode {
@@ -74,6 +77,7 @@ export class PgNode {
     readonly port: number,
     private readonly netns: string | undefined,
     private readonly logFile: string,
+    private readonly ssl: ConnectionOptions | undefined,
   ) {}
 
   get url(): string {
@@ -93,7 +97,7 @@ export class PgNode {
           database: 'postgres',
           connectionTimeoutMillis: timeoutMs,
         }
-      : { connectionString: this.url, connectionTimeoutMillis: timeoutMs };
+      : { connectionString: this.url, connectionTimeoutMillis: timeoutMs, ssl: this.ssl };
   }
 
   /** initdb, configured for streaming replication; not started. */
@@ -179,7 +183,15 @@ export class PgNode {
     fs.chmodSync(dataDir, 0o700);
     const port = options.port ?? (await freePort());
     const logFile = `${dataDir}.log`;
-    return new PgNode(name, dataDir, options.host ?? '127.0.0.1', port, options.netns, logFile);
+    return new PgNode(
+      name,
+      dataDir,
+      options.host ?? '127.0.0.1',
+      port,
+      options.netns,
+      logFile,
+      options.ssl,
+    );
   }
 
   /** Appends settings to postgresql.conf (later lines win); the server reads them when it starts. */

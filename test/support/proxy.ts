@@ -66,6 +66,7 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
   });
   const pool = createPool({
     url,
+    tls: config.store.tls,
     size: 10,
     onError: () => undefined,
     synchronousCommit: config.store.synchronousCommit,

@@ -191,3 +191,15 @@ export function makeTestCertificates(): TestCertificates {
 
 /** The PEM text of a file, for Node's TLS options. */
 export const pem = (file: string): string => fs.readFileSync(file, 'utf8');
+
+/**
+ * One more client certificate from `issuer`, for CN=`name` (PostgreSQL's clientcert=verify-full
+ * wants the role's name there), in `certs.dir`.
+ */
+export function makeClientCertificate(
+  certs: TestCertificates,
+  name: string,
+  issuer: CertFiles = certs.ca,
+): CertFiles {
+  return makeLeaf(certs.dir, name, issuer, { usage: 'clientAuth' });
+}

@@ -6,7 +6,7 @@ import {
   isTargetProblem,
 } from '../../src/http/canonical-target';
 
-describe('canonical paths (SPEC §8)', () => {
+describe('canonical paths (src/http/README.md)', () => {
   test.each([
     ['/refunds', '/refunds'],
     ['/', '/'],

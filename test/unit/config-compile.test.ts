@@ -46,7 +46,7 @@ describe('defaults', () => {
     routeYaml('    match: { method: POST, path: /orders }\n    idempotency: {}\n'),
   );
 
-  it('fills the server settings from SPEC §3', () => {
+  it('fills the server settings from the built-in defaults', () => {
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 8080 });
     expect(config.shutdownGraceMs).toBe(10_000);
     expect(config.admin).toEqual({ host: '127.0.0.1', port: 9090, token: undefined });
@@ -425,7 +425,7 @@ describe('cross-field checks', () => {
   });
 });
 
-describe('derived keys, shadow mode and onConcurrent: wait (issue 4)', () => {
+describe('derived keys, shadow mode and onConcurrent: wait', () => {
   it('accepts onConcurrent: wait now that it is built', () => {
     expect(policyOf(routeYaml('    idempotency:\n      onConcurrent: wait\n')).onConcurrent).toBe(
       'wait',
@@ -504,7 +504,7 @@ describe('derived keys, shadow mode and onConcurrent: wait (issue 4)', () => {
   });
 });
 
-describe('the SPEC §3 example', () => {
+describe('a full example config', () => {
   it('parses and resolves completely, its derived-key route included', () => {
     const config = parse(SPEC_EXAMPLE, {
       ADMIN_TOKEN: 'secret',

@@ -60,18 +60,40 @@ function depsFor(store: MemoryKeyStore): ProtectedDeps {
 const call: Call = { id: ID, fingerprint: FINGERPRINT, body: Buffer.from('{}') };
 
 type Seed = 'absent' | 'completed' | 'mismatch' | 'running' | 'lease-over';
+/** The fence of a seeded record's holder: another instance's claim. */
+const SEEDED_FENCE = '00000000-0000-4000-8000-000000000001';
 
 function seeded(seed: Seed): MemoryKeyStore {
   const store = new MemoryKeyStore();
   const now = store.now();
   if (seed === 'completed')
-    store.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    store.seed(ID, {
+      fingerprint: FINGERPRINT,
+      state: 'completed',
+      response: STORED,
+      token: SEEDED_FENCE,
+    });
   if (seed === 'mismatch')
-    store.seed(ID, { fingerprint: OTHER, state: 'completed', response: STORED });
+    store.seed(ID, {
+      fingerprint: OTHER,
+      state: 'completed',
+      response: STORED,
+      token: SEEDED_FENCE,
+    });
   if (seed === 'running')
-    store.seed(ID, { fingerprint: FINGERPRINT, state: 'in_progress', leaseEndsAt: now + 3_000 });
+    store.seed(ID, {
+      fingerprint: FINGERPRINT,
+      state: 'in_progress',
+      leaseEndsAt: now + 3_000,
+      token: SEEDED_FENCE,
+    });
   if (seed === 'lease-over')
-    store.seed(ID, { fingerprint: FINGERPRINT, state: 'in_progress', leaseEndsAt: now - 1 });
+    store.seed(ID, {
+      fingerprint: FINGERPRINT,
+      state: 'in_progress',
+      leaseEndsAt: now - 1,
+      token: SEEDED_FENCE,
+    });
   return store;
 }
 
@@ -83,7 +105,9 @@ function summary(decision: Decision): string {
     case 'replay':
       return decision.stored.outcomeUnknown ? 'replay unknown' : 'replay';
     case 'forward':
-      return `forward fence ${decision.fence}`;
+      return decision.fence === SEEDED_FENCE
+        ? 'forward under the seeded fence'
+        : 'forward under a new fence';
     case 'shadow':
       return `shadow ${decision.verdict}`;
     default:
@@ -93,8 +117,8 @@ function summary(decision: Decision): string {
 
 // seed × settings → decision. Every claim state under each policy that changes what happens.
 const MATRIX: [Seed, string, string][] = [
-  ['absent', 'onConcurrent: reject', 'forward fence 1'],
-  ['absent', 'enforce: false', 'forward fence 1'],
+  ['absent', 'onConcurrent: reject', 'forward under a new fence'],
+  ['absent', 'enforce: false', 'forward under a new fence'],
   ['completed', 'onConcurrent: reject', 'replay'],
   ['completed', 'enforce: false', 'shadow would_replay'],
   ['mismatch', 'onConcurrent: reject', 'problem IDEMPOTENCY_KEY_REUSED'],
@@ -104,9 +128,9 @@ const MATRIX: [Seed, string, string][] = [
   ['running', 'enforce: false, onConcurrent: reject', 'shadow would_reject_in_flight'],
   ['running', 'enforce: false, onConcurrent: wait', 'shadow would_wait'],
   ['lease-over', 'unknownOutcome: fail', 'replay unknown'],
-  ['lease-over', 'unknownOutcome: retry', 'forward fence 2'],
+  ['lease-over', 'unknownOutcome: retry', 'forward under a new fence'],
   ['lease-over', 'enforce: false, unknownOutcome: fail', 'shadow would_replay'],
-  ['lease-over', 'enforce: false, unknownOutcome: retry', 'forward fence 2'],
+  ['lease-over', 'enforce: false, unknownOutcome: retry', 'forward under a new fence'],
 ];
 
 describe.each(MATRIX)('a record %s, with { %s }', (seed, settings, expected) => {
@@ -124,7 +148,7 @@ describe('what decide leaves in the store', () => {
   it('claims an absent key for this request, with the lease', async () => {
     const store = seeded('absent');
     await decide(depsFor(store), requestFor(routeWith('lockTimeout: 5s')), call, undefined);
-    expect(store.row(ID)).toMatchObject({ state: 'in_progress', fence: 1 });
+    expect(store.row(ID)).toMatchObject({ state: 'in_progress' });
     expect(store.row(ID)!.leaseEndsAt - store.now()).toBeGreaterThan(4_000);
   });
 
@@ -141,8 +165,9 @@ describe('what decide leaves in the store', () => {
   it('takes over a lease that ended under retry, fencing out the first holder', async () => {
     const store = seeded('lease-over');
     await decide(depsFor(store), requestFor(routeWith('unknownOutcome: retry')), call, undefined);
-    expect(store.row(ID)).toMatchObject({ state: 'in_progress', fence: 2 });
-    expect(await store.complete(ID, '1', STORED, 1_000)).toBe(false);
+    expect(store.row(ID)).toMatchObject({ state: 'in_progress' });
+    expect(store.row(ID)!.token).not.toBe(SEEDED_FENCE);
+    expect(await store.complete(ID, SEEDED_FENCE, STORED, 1_000)).toBe(false);
   });
 
   it('leaves the record alone in shadow mode, whatever enforcement would do', async () => {
@@ -162,7 +187,7 @@ describe('waiting (onConcurrent: wait)', () => {
     const store = seeded('running');
     const request = requestFor(routeWith('onConcurrent: wait, waitTimeout: 5s'));
     const decided = decide(depsFor(store), request, call, undefined);
-    setTimeout(() => void store.complete(ID, '1', STORED, 60_000), 50);
+    setTimeout(() => void store.complete(ID, SEEDED_FENCE, STORED, 60_000), 50);
     expect(summary(await decided)).toBe('replay');
     expect(store.calls.filter((operation) => operation === 'claim')).toHaveLength(2);
   });
@@ -171,8 +196,8 @@ describe('waiting (onConcurrent: wait)', () => {
     const store = seeded('running');
     const request = requestFor(routeWith('onConcurrent: wait, waitTimeout: 5s'));
     const decided = decide(depsFor(store), request, call, undefined);
-    setTimeout(() => void store.release(ID, '1'), 50);
-    expect(summary(await decided)).toBe('forward fence 1');
+    setTimeout(() => void store.release(ID, SEEDED_FENCE), 50);
+    expect(summary(await decided)).toBe('forward under a new fence');
   });
 
   it('stops when its client leaves', async () => {

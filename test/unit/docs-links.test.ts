@@ -65,3 +65,62 @@ describe('README links', () => {
     },
   );
 });
+
+// The repository is self-contained: its rules are written in it, so nothing may cite a document that
+// is not here (a planning file's sections, an issue tracker's numbers, a folder beside the checkout),
+// and every repo path a comment names as its reference (`docs/record-lifecycle.md#the-fence`,
+// `src/http/README.md`) resolves, anchor included.
+const THIRD_PARTY = new Set(['anyonce']); // a conformance suite's own files, kept as they came
+const FORBIDDEN: [RegExp, string][] = [
+  [new RegExp(['SPEC', '§'].join(' ')), 'a section of a planning document that is not in the repo'],
+  [/\bissues? #?\d+\b|\bissue-\d+/i, 'an issue number'],
+  [new RegExp(['\\.\\.', 'shared'].join('/')), 'a folder outside the checkout'],
+];
+const REFERENCE = /(?<![\w./-])((?:docs|src|config|test)\/[\w./-]*\.md|README\.md)(#[\w-]+)?/g;
+
+function sourceFiles(dir: string): string[] {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory())
+      return SKIP.has(entry.name) || THIRD_PARTY.has(entry.name) ? [] : sourceFiles(full);
+    return /\.(ts|js|mjs|md|sh|ya?ml)$|^Dockerfile$|^run$/.test(entry.name) ? [full] : [];
+  });
+}
+
+describe('the repository is self-contained', () => {
+  const files = sourceFiles(ROOT).filter((f) => !f.startsWith(path.join(ROOT, 'node_modules')));
+
+  it('reads the code, the docs, the config and CI', () => {
+    const names = files.map((f) => path.relative(ROOT, f));
+    expect(names).toEqual(
+      expect.arrayContaining(['src/app.ts', 'docs/README.md', '.ci/run', 'Dockerfile']),
+    );
+  });
+
+  it('cites no document that is not in the repository', () => {
+    const found: string[] = [];
+    for (const file of files) {
+      const lines = fs.readFileSync(file, 'utf8').split('\n');
+      lines.forEach((line, n) => {
+        for (const [pattern, what] of FORBIDDEN)
+          if (pattern.test(line)) found.push(`${path.relative(ROOT, file)}:${n + 1}: ${what}`);
+      });
+    }
+    expect(found).toEqual([]);
+  });
+
+  it('every repo path a code comment names resolves, with its anchor', () => {
+    const broken: string[] = [];
+    for (const file of files.filter((f) => !f.endsWith('.md'))) {
+      const text = fs.readFileSync(file, 'utf8');
+      for (const [, target, anchor] of text.matchAll(REFERENCE)) {
+        const resolved = path.join(ROOT, target!);
+        const where = `${path.relative(ROOT, file)}: ${target}${anchor ?? ''}`;
+        if (!fs.existsSync(resolved)) broken.push(`${where} — no such file`);
+        else if (anchor !== undefined && !anchorsOf(resolved).has(anchor.slice(1)))
+          broken.push(`${where} — no such heading`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+});

@@ -1,4 +1,4 @@
-// Property tests over random JSON bodies (issue 4 item 2): `fingerprint.ignore` paths never change the
+// Property tests over random JSON bodies: `fingerprint.ignore` paths never change the
 // fingerprint or a derived key, every other change does, and the JSON spelling (key order,
 // whitespace, number formatting, \u escapes) never matters. The oracle is deliberately simple and
 // independent of canonical-json.ts: JSON.parse, drop the ignored paths, serialise with sorted keys.

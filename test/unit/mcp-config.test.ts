@@ -1,5 +1,5 @@
-// The `idempotency.mcp` block (SPEC §9): what it compiles to, which methods it protects, and the
-// REST settings it refuses because they would be silently ignored.
+// The `idempotency.mcp` block (src/mcp/README.md): what it compiles to, which methods it protects,
+// and the REST settings it refuses because they would be silently ignored.
 import { parseConfigText } from '../../src/config/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';

@@ -1,5 +1,5 @@
-// Reading MCP traffic without an SDK (SPEC §9): the event-stream splitter, the JSON-RPC message
-// classes, where a call's key comes from, and what its fingerprint covers.
+// Reading MCP traffic without an SDK (src/mcp/README.md): the event-stream splitter, the JSON-RPC
+// message classes, where a call's key comes from, and what its fingerprint covers.
 import fc from 'fast-check';
 import { parseConfigText } from '../../src/config/load';
 import type { McpPolicy } from '../../src/config/types';

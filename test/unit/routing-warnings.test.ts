@@ -12,7 +12,7 @@ function warningsFor(routes: string): string[] {
 
 const CATCH_ALL = '  - { name: rest, upstream: app, match: { path: /** } }\n';
 
-describe('routing warnings (SPEC §8: check warns about writes that reach a pass-through route)', () => {
+describe('routing warnings (src/http/README.md: check warns about writes that reach a pass-through route)', () => {
   test('names the unlisted methods that fall through to a later pass-through route', () => {
     expect(
       warningsFor(

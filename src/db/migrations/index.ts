@@ -14,10 +14,12 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: 'create the keys table',
-    // One row per (scope, tenant, key): the primary key is the lock. `fence` counts claims of the row
-    // (1 for the first, +1 per takeover or re-claim after expiry); completions carry the fence they were
-    // issued with so a slow former holder can never overwrite a newer result. `claim_token` tells the
-    // claim statement whether this request won the row.
+    // One row per (scope, tenant, key): the primary key is the lock. `claim_token` is new for every
+    // claim, takeover or re-claim after expiry: the claim statement compares it to tell whether this
+    // request won the row, and completion, release, takeover and settling carry it, so a slow former
+    // holder can never write over a newer claim — even one made after a release deleted the row.
+    // `fence` counts claims of the row (1 for the first, +1 per takeover or re-claim after expiry),
+    // for the record's history.
     sql: (table, tableName) => `
       CREATE TABLE ${table} (
         scope            text        NOT NULL,

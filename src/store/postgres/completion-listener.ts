@@ -158,9 +158,15 @@ export class CompletionListener implements CompletionWaiter {
       this.stats.reconnects > 0 || this.client !== undefined || this.stats.polling;
     this.client = client;
     this.stats.connected = true;
-    if (this.stats.polling) this.logger.info('completion listener: LISTEN is delivered again');
-    this.stats.polling = false;
     this.stats.backendPid = (client as unknown as { processID?: number }).processID;
+    // Once at startup, so an operator sees the listener's own connection (its TLS included) work.
+    if (this.stats.polling) this.logger.info('completion listener: LISTEN is delivered again');
+    else if (!wasReconnect)
+      this.logger.info(
+        { backendPid: this.stats.backendPid },
+        'completion listener: LISTEN is delivered',
+      );
+    this.stats.polling = false;
     this.eviction?.live(true);
     this.reconnectDelayMs = RECONNECT_MIN_MS;
     if (wasReconnect) this.wakeAll();

@@ -88,7 +88,7 @@ export function toResponse(row: ResponseRow): StoredResponse {
 
 export function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): ClaimResult {
   const attempts = row.attempts;
-  if (row.claim_token === token) return { kind: 'claimed', fence: row.fence, attempts };
+  if (row.claim_token === token) return { kind: 'claimed', fence: row.claim_token, attempts };
   if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch', attempts };
   if (row.state === 'completed') {
     return {
@@ -100,7 +100,7 @@ export function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer)
   }
   return {
     kind: 'in-flight',
-    fence: row.fence,
+    fence: row.claim_token,
     leaseRemainingMs: row.lease_remaining_ms,
     attempts,
   };

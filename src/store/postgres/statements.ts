@@ -1,13 +1,15 @@
-// The SQL of the PostgreSQL KeyStore, as literal statements built once per table. Time comes from PostgreSQL (now(), intervals), never from this process's clock, so
-// instances with skewed clocks agree.
+// The SQL of the PostgreSQL KeyStore, as literal statements built once per table. Time comes from
+// PostgreSQL (now(), intervals), never from this process's clock, so instances with skewed clocks
+// agree.
 //
-// The same statements run on a Citus distributed table (SPEC §10), which asks three things of them:
-// no function that is not IMMUTABLE in RETURNING (Citus runs RETURNING on the shard), no STABLE
-// function (now(), jsonb_build_object) called with a column of the row (Citus evaluates those once on
-// the coordinator, before it routes the statement), and no NOTIFY inside a statement Citus sends to a
-// worker (the LISTENing sessions are on the coordinator). So "now" reaches RETURNING as last_seen_at,
-// which each claim sets to now(); deadlines are computed from parameters alone; and on Citus the
-// nudge to waiters is a statement of its own, on the coordinator (key-store.ts, nudgeWaiters).
+// The same statements run on a Citus distributed table (src/db/README.md), which asks three things
+// of them: no function that is not IMMUTABLE in RETURNING (Citus runs RETURNING on the shard), no
+// STABLE function (now(), jsonb_build_object) called with a column of the row (Citus evaluates
+// those once on the coordinator, before it routes the statement), and no NOTIFY inside a statement
+// Citus sends to a worker (the LISTENing sessions are on the coordinator). So "now" reaches
+// RETURNING as last_seen_at, which each claim sets to now(); deadlines are computed from parameters
+// alone; and on Citus the nudge to waiters is a statement of its own, on the coordinator
+// (key-store.ts, nudgeWaiters).
 import { quoteTableName } from '../../db/identifier';
 
 /** An interval of `milliseconds`, a bigint expression. */
@@ -15,8 +17,8 @@ const ms = (milliseconds: string): string => `make_interval(secs => ${millisecon
 
 /**
  * A one-element jsonb array for the record's history (migration 2). The fence, a column expression,
- * is put in with jsonb_set and casts, which are IMMUTABLE; jsonb_build_* are STABLE, so on Citus they
- * may only see parameters and now() (see the top of this file).
+ * is put in with jsonb_set and casts, which are IMMUTABLE; jsonb_build_* are STABLE, so on Citus
+ * they may only see parameters and now() (see the top of this file).
  */
 function event(name: string, fence: string, status?: string): string {
   const statusPart = status ? `, 'status', ${status}` : '';
@@ -92,7 +94,8 @@ function recordDigestSql(scope: string, tenant: string, key: string): string {
 }
 
 /**
- * Claims and completions come alone or in batches (natural-batcher.ts), and each has two statements:
+ * Claims and completions come alone or in batches (natural-batcher.ts), and each has two
+ * statements:
  * - a lone call is one VALUES row of parameters: the cheapest to plan and run (an unnest of one
  *   costs 15–20 % more per claim, measured), and the shape Citus routes straight to the key's shard,
  *   where every call goes alone (key-store.ts) with its deadlines computed in the VALUES row, from
@@ -128,7 +131,7 @@ const COMPLETE_COLUMNS: readonly Column[] = [
   ['scope', 'text'],
   ['tenant', 'text'],
   ['key', 'text'],
-  ['fence', 'bigint'],
+  ['claim_token', 'text'],
   ['status', 'smallint'],
   ['headers', 'jsonb'],
   ['body', 'bytea'],
@@ -139,7 +142,8 @@ const COMPLETE_COLUMNS: readonly Column[] = [
 
 /**
  * Completion: one statement for one or several completions, an input row each with its own fence
- * check; the new expiry is computed in the input row, from its ttl. Nudges waiters (withNudge).
+ * check (the holder's claim_token, compared as text so a foreign fence is refused, not an error);
+ * the new expiry is computed in the input row, from its ttl. Nudges waiters (withNudge).
  * Returns the ordinals (n, from 1) of the input rows it changed. On PostgreSQL $1 is the NOTIFY
  * channel; then come the completion's values, or the batch's arrays, one per column.
  */
@@ -161,7 +165,8 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
                prune_after = GREATEST(r.prune_after, i.expires_at)
         FROM ${input}
           AS i(n, ${names.join(', ')}, expires_at)
-        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key AND r.fence = i.fence
+        WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key
+          AND r.claim_token::text = i.claim_token
           AND r.state = 'in_progress'
         RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
   const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
@@ -181,12 +186,12 @@ const CLAIM_COLUMNS: readonly Column[] = [
 
 /**
  * Claim-or-read, for one request or several in one statement: an input row each, distinct keys, in
- * the order given (key-store.ts sorts them, so that concurrent batches lock rows in one order). A new
- * row, or an expired one, is claimed (its claim_token is the request's); any other row is returned
- * as it stands, with the audit counters bumped. Rows come back keyed by (scope, tenant, key); the
- * request compares the token and fingerprint itself. Both branches set last_seen_at to the row's
- * now(): RETURNING measures the lease and the expiry from it, not from now() itself (see the top of
- * this file). $1… are one claim's values, or the batch's arrays, one per column.
+ * the order given (key-store.ts sorts them, so that concurrent batches lock rows in one order). A
+ * new row, or an expired one, is claimed (its claim_token is the request's); any other row is
+ * returned as it stands, with the audit counters bumped. Rows come back keyed by (scope, tenant,
+ * key); the request compares the token and fingerprint itself. Both branches set last_seen_at to
+ * the row's now(): RETURNING measures the lease and the expiry from it, not from now() itself (see
+ * the top of this file). $1… are one claim's values, or the batch's arrays, one per column.
  */
 export function claimStatement(tableName: string, shape: Shape): string {
   const row = (v: Record<string, string>): string =>
@@ -226,7 +231,8 @@ export function claimStatement(tableName: string, shape: Shape): string {
 
 /**
  * Every statement of the store for one table. On a Citus distributed table (`distributed`) the
- * writes take no NOTIFY parameters (withNudge), and only the lone-call claim and completion are used.
+ * writes take no NOTIFY parameters (withNudge), and only the lone-call claim and completion are
+ * used.
  */
 export function buildStatements(tableName: string, distributed = false) {
   const t = quoteTableName(tableName);
@@ -241,7 +247,7 @@ export function buildStatements(tableName: string, distributed = false) {
     // Release, like completion, nudges waiters.
     release: withNudge(
       `
-        DELETE FROM ${t} WHERE ${where} AND fence = $4::bigint AND state = 'in_progress'
+        DELETE FROM ${t} WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress'
         RETURNING attempts`,
       notify('$5', '$6'),
     ),
@@ -250,8 +256,8 @@ export function buildStatements(tableName: string, distributed = false) {
              expires_at = GREATEST(expires_at, now() + ${ms('$7::bigint')}),
              prune_after = GREATEST(prune_after, now() + ${ms('$7::bigint')}),
              events = events || ${event("'taken_over'", 'fence + 1')}
-      WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
-      RETURNING fence::text AS fence`,
+      WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress' AND lease_expires_at <= now()
+      RETURNING claim_token::text AS fence`,
     settleUnknown: withNudge(
       `
         UPDATE ${t} SET state = 'completed', status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
@@ -259,7 +265,7 @@ export function buildStatements(tableName: string, distributed = false) {
                lease_expires_at = NULL, expires_at = now() + ${ms('$8::bigint')},
                prune_after = GREATEST(prune_after, now() + ${ms('$8::bigint')}), replays = replays + 1,
                events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
-        WHERE ${where} AND fence = $4::bigint AND state = 'in_progress' AND lease_expires_at <= now()
+        WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress' AND lease_expires_at <= now()
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
       notify('$9', '$10'),
     ),

@@ -1,0 +1,17 @@
+// What the admin listener and its JSON API are given by the process that serves them.
+import type { Logger } from 'pino';
+import type { Pool } from 'pg';
+import type { ProxyConfig } from '../config/types';
+import type { ProxyMetrics } from '../observability/metrics';
+
+export interface AdminDeps {
+  /** The config in force (it changes on reload). */
+  readonly config: () => ProxyConfig;
+  readonly pool: Pool;
+  readonly metrics: ProxyMetrics;
+  readonly draining: () => boolean;
+  /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
+  readonly beforeScrape?: () => void;
+  /** Where operator actions (a clear) are logged; never with the token. */
+  readonly logger?: Pick<Logger, 'info'>;
+}

@@ -1,0 +1,90 @@
+// The proxy as a library: what `serve` runs — the store opened (the embedded PostgreSQL when the
+// config names none), migrated, the instance composed, both listeners started — for a Node process
+// that wants the proxy inside it (a test harness, a larger service) instead of as its own process.
+// Signals, exit codes and the config file's reload are the caller's: this never exits the process.
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import pino from 'pino';
+import { openDatabase } from './cli/database';
+import { composeProxy, type ProxyInstance } from './compose';
+import type { ProxyConfig } from './config/types';
+import { migrate } from './db/migrate';
+import { type Listener, schemeOf } from './listener';
+
+export interface CreateProxyOptions {
+  /** Where the proxy logs; silent by default (an embedding process has logs of its own). */
+  readonly logger?: Logger;
+  /**
+   * How long to keep retrying a store that refuses connections before createProxy rejects
+   * (IDEMPOTENCY_PROXY_DB_WAIT seconds, else 30 s, as for `serve`).
+   */
+  readonly storeWaitMs?: number;
+}
+
+export interface EmbeddedProxy {
+  /** The composed instance: its app, admin listener, store and metrics. */
+  readonly instance: ProxyInstance;
+  /**
+   * Starts the proxy and admin listeners on the config's `listen` and `admin` addresses (port 0 picks
+   * a free one) and resolves with the URLs they answer on.
+   */
+  listen(): Promise<{ readonly url: string; readonly adminUrl: string }>;
+  /** Swaps in another config for new requests (the store settings and listeners stay). */
+  reload(next: ProxyConfig): void;
+  /** Drains in-flight requests for up to graceMs, then stops the listeners and the store. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** Opens the store, migrates its table and composes one proxy instance; nothing listens yet. */
+export async function createProxy(
+  config: ProxyConfig,
+  options: CreateProxyOptions = {},
+): Promise<EmbeddedProxy> {
+  const logger = options.logger ?? pino({ level: 'silent' });
+  const database = await openDatabase(config, logger, 'serve');
+  let instance: ProxyInstance;
+  try {
+    await database.whenReady(() => migrate(database.pool, config.store.table), options.storeWaitMs);
+    instance = await composeProxy({
+      config,
+      pool: database.pool,
+      databaseUrl: database.url,
+      logger,
+      prune: true,
+    });
+  } catch (error) {
+    await database.close().catch(() => undefined);
+    throw error;
+  }
+  let closed: Promise<void> | undefined;
+  return {
+    instance,
+    async listen() {
+      const current = instance.app.config();
+      const url = await listenOn(instance.app.server, current.listen);
+      const adminUrl = await listenOn(instance.admin, current.admin);
+      return { url, adminUrl };
+    },
+    reload: (next) => instance.reload(next),
+    close(graceMs = 0) {
+      closed ??= instance.close(graceMs).finally(() => database.close());
+      return closed;
+    },
+  };
+}
+
+async function listenOn(
+  server: Listener,
+  address: { readonly host: string; readonly port: number },
+): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(address.port, address.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { address: host, port } = server.address() as AddressInfo;
+  const shown = host.includes(':') ? `[${host}]` : host;
+  return `${schemeOf(server)}://${shown}:${port}`;
+}
