@@ -65,15 +65,33 @@ type IgnorePaths = readonly (readonly string[])[];
 const RISKY_NUMBER = /[:,[][\t\n\r ]*-?(?:(?:\d\.?){16}|\d[\d.]*[eE])/;
 const STARTS_WITH_NUMBER = /^[\t\n\r ]*[-\d]/;
 
+/** Why a body is not read as JSON, for a caller that must say so (an MCP route's answer). */
+export type JsonRefusal = 'not_utf8' | 'not_json' | 'too_deep' | 'duplicate_key';
+
+export type JsonReading =
+  | { readonly ok: true; readonly parsed: ParsedJson }
+  | { readonly ok: false; readonly reason: JsonRefusal };
+
 /**
  * Parses a body as JSON, or returns null when it is not UTF-8, not JSON, or nested deeper than
  * MAX_DEPTH; throws DuplicateJsonKeyError for a JSON document with a duplicate object key.
- * Documents whose numbers all have at most 15 digits and no exponent take JSON.parse (native,
- * fast); any other document is parsed with lossless-json so every number keeps its exact value.
  */
 export function parseJson(body: Buffer | string): ParsedJson | null {
+  const reading = readJson(body);
+  if (reading.ok) return reading.parsed;
+  if (reading.reason === 'duplicate_key') throw new DuplicateJsonKeyError();
+  return null;
+}
+
+/**
+ * Parses a body as JSON, or says why not. Documents whose numbers all have at most 15 digits and
+ * no exponent take JSON.parse (native, fast); any other document is parsed with lossless-json so
+ * every number keeps its exact value. A BOM is not JSON (RFC 8259 §8.1): a caller that accepts
+ * one strips it first.
+ */
+export function readJson(body: Buffer | string): JsonReading {
   const text = decodeUtf8(body);
-  if (text === null) return null;
+  if (text === null) return { ok: false, reason: 'not_utf8' };
   let value: JsonValue;
   const exact = needsExactNumbers(text);
   try {
@@ -84,17 +102,17 @@ export function parseJson(body: Buffer | string): ParsedJson | null {
         }) as JsonValue)
       : (JSON.parse(text) as JsonValue);
   } catch (error) {
-    if (error instanceof DuplicateJsonKeyError) throw error;
-    // SyntaxError for bad JSON; RangeError if lossless-json's recursion overflows on a very
-    // deep document (which the depth check below would reject anyway).
-    return null;
+    if (error instanceof DuplicateJsonKeyError) return { ok: false, reason: 'duplicate_key' };
+    // SyntaxError for bad JSON; RangeError when lossless-json's recursion overflows on a very deep
+    // document (which the depth check below would reject anyway).
+    return { ok: false, reason: error instanceof RangeError ? 'too_deep' : 'not_json' };
   }
   const members = { count: 0 };
-  if (!withinDepth(value, 0, members)) return null;
+  if (!withinDepth(value, 0, members)) return { ok: false, reason: 'too_deep' };
   // JSON.parse keeps the last of two equal keys without a word (lossless-json reports only those
   // with different values): a document with more members in its text than in its objects had one.
-  if (members.count !== memberCount(text)) throw new DuplicateJsonKeyError();
-  return { value };
+  if (members.count !== memberCount(text)) return { ok: false, reason: 'duplicate_key' };
+  return { ok: true, parsed: { value } };
 }
 
 /**

@@ -27,8 +27,9 @@ export async function forwardToolCall(
     settleRecord(deps, request, id, fence, verdict, leader);
   const answer = new ToolCallAnswer(res, policy, request.mcp!, settle);
   const started = performance.now();
-  const session = sessionOf(req.headers);
-  deps.toolCalls?.add(session, request.mcp!.idText);
+  // The record's own scope and tenant: a cancel is held only for the caller whose call this is.
+  const place = { scope: id.scope, tenant: id.tenant, session: sessionOf(req.headers) };
+  deps.toolCalls?.add(place, request.mcp!.idText);
   try {
     await sendUpstream(deps.upstreams, request, id.key, body, answer);
   } catch (error) {
@@ -42,7 +43,7 @@ export async function forwardToolCall(
     }
     return unknownOutcome(deps, request, id, fence, answer, failure.error, leader);
   } finally {
-    deps.toolCalls?.delete(session, request.mcp!.idText);
+    deps.toolCalls?.delete(place, request.mcp!.idText);
   }
   log.upstreamMs += performance.now() - started;
   log.outcome = 'executed';

@@ -1,7 +1,9 @@
-// What MCP clients get from the proxy itself (src/mcp/README.md): JSON-RPC responses, never
-// problem+json. A JSON-RPC client reads only the body of an HTTP 200, so every refusal the proxy
+// What MCP clients get from the proxy itself (src/mcp/README.md): JSON-RPC responses, never problem+json. A
+// JSON-RPC client reads only the body of an HTTP 200, so every refusal of a tool call the proxy
 // makes on an MCP route is a JSON-RPC error under the request's `id`, with the HTTP status it would
-// have had on a REST route as its `code` and a `data.type` a program can branch on.
+// have had on a REST route as its `code` and a `data.type` a program can branch on. A body that
+// cannot be read at all (read-body.ts) has no id: it is answered as the SDK's server answers one,
+// with the HTTP status and a JSON-RPC code of JSON-RPC's or the SDK's own (writeTransportError).
 //
 // A stored tool result is kept without its `id` (STORED_PREFIX + the rest of the message), because
 // each retry carries an id of its own: a replay splices the retry's id in front of the rest.
@@ -18,6 +20,10 @@ export const JSON_HEADERS: HeaderPairs = [['content-type', 'application/json']];
 
 /** JSON-RPC's own code for a request the receiver will not take (JSON-RPC 2.0 §5.1). */
 export const INVALID_REQUEST = -32600;
+/** JSON-RPC's code for a message that cannot be read as JSON (JSON-RPC 2.0 §5.1). */
+export const PARSE_ERROR = -32700;
+/** The code the MCP SDK's server gives a request its HTTP transport refuses (413, 415, ...). */
+export const TRANSPORT_ERROR = -32000;
 
 /** `data.type` of the refusals src/mcp/README.md names; every other code is its lower-cased name. */
 const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
@@ -67,6 +73,23 @@ export function writeJsonRpcError(
     return;
   }
   writeWhole(res, 200, JSON_HEADERS, Buffer.from(errorMessage(idText, error)), extra);
+}
+
+/**
+ * Refuses a POST whose message could not be read, as the MCP SDK's Streamable HTTP server does:
+ * the HTTP status says what failed, the body is a JSON-RPC error under id null (no id was read).
+ */
+export function writeTransportError(
+  res: ServerResponse,
+  status: number,
+  error: JsonRpcErrorObject,
+): void {
+  if (res.headersSent || res.destroyed) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ jsonrpc: '2.0', error, id: null });
+  writeWhole(res, status, JSON_HEADERS, Buffer.from(body));
 }
 
 /** A tool's final response as stored: the message without its id, as JSON. */

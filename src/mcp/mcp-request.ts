@@ -1,10 +1,9 @@
-// A POST on an MCP route (src/mcp/README.md): read the JSON-RPC message, pass through everything
-// that is not a protected tools/call, and run a protected call through the same claim → forward →
-// store path as a REST request, keyed by header, params.idempotencyKey or the tool and its
-// arguments. The answers the proxy gives itself are JSON-RPC (the request's `mcp` field tells
-// respond.ts so).
+// A POST on an MCP route (src/mcp/README.md): read the body once (read-body.ts: what cannot be read is
+// refused, never passed on), pass through every message that is not a protected tools/call, and run
+// a protected call through the same claim → forward → store path as a REST request, keyed by
+// header, params.idempotencyKey or the tool and its arguments. The answers the proxy gives itself
+// are JSON-RPC (the request's `mcp` field tells respond.ts so).
 import { ProxyError } from '../errors';
-import { BodyTooLargeError, readBody } from '../http/body';
 import { derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
 import { problem } from '../protected/answer';
@@ -12,14 +11,14 @@ import { respond } from '../protected/respond';
 import type { ProtectedDeps, ProtectedRequest } from '../protected/context';
 import { answerCall, recordIdOf } from '../protected/decide';
 import { forwardUnstored } from '../protected/shadow';
-import { sessionOf } from './in-flight-calls';
-import { INVALID_REQUEST, writeJsonRpcError } from './jsonrpc';
+import { callPlaceOf } from './in-flight-calls';
+import { INVALID_REQUEST, writeJsonRpcError, writeTransportError } from './jsonrpc';
+import { type BodyRefusal, readMcpBody } from './read-body';
 import {
   derivedToolCallKey,
   readMcpMessage,
   sentToolCallKey,
   toolCallFingerprint,
-  UNKNOWN_CALL,
 } from './tool-call';
 
 export async function handleMcpRequest(
@@ -28,37 +27,27 @@ export async function handleMcpRequest(
 ): Promise<void> {
   const { req, res, route, policy, log } = request;
   const mcp = policy.mcp!;
-  let body: Buffer;
-  try {
-    body = await readBody(req, policy.maxRequestBytes);
-  } catch (error) {
-    if (!(error instanceof BodyTooLargeError)) {
-      log.outcome = 'error'; // the client went away mid-body: nothing to answer
-      res.destroy();
-      return;
-    }
-    // Too large to tell what it is, so it cannot pass as "not a tool call"; the unread rest would
-    // be parsed as the next request, so the connection closes.
-    res.shouldKeepAlive = false;
-    return respond(
-      { ...request, mcp: UNKNOWN_CALL },
-      problem(
-        'too_large',
-        new ProxyError(
-          'REQUEST_TOO_LARGE',
-          `The message is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller one.`,
-          { route: route.name },
-        ),
-      ),
-    );
+  const read = await readMcpBody(req, policy.maxRequestBytes);
+  if (read.kind === 'gone') {
+    log.outcome = 'error'; // the client went away mid-body: nothing to answer
+    res.destroy();
+    return;
   }
+  if (read.kind === 'refused') {
+    // The unread rest of a body over the limit would be parsed as the next request.
+    if (read.unread) res.shouldKeepAlive = false;
+    return refuseBody(request, read.refusal);
+  }
+  // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
+  if (read.decoded) delete req.headers['content-encoding'];
+  const body = read.body;
 
-  const message = readMcpMessage(body, mcp);
+  const message = readMcpMessage(read.parsed, mcp);
   switch (message.kind) {
     case 'pass':
       return forwardUnstored(deps.upstreams, request, sentKeyHeader(request), body, undefined);
     case 'cancel':
-      if (!deps.toolCalls?.has(sessionOf(req.headers), message.requestIdText))
+      if (!deps.toolCalls?.has(callPlaceOf(policy, req.headers), message.requestIdText))
         return forwardUnstored(deps.upstreams, request, sentKeyHeader(request), body, undefined);
       log.outcome = 'cancel_held';
       res.writeHead(202, { 'content-length': '0' });
@@ -76,18 +65,6 @@ export async function handleMcpRequest(
             : `The tools/call for "${message.tool}" has no id, so nothing would come back to store or replay; send it as a request with an id.`,
         data: { type: 'idempotency_call_not_supported' },
       });
-    case 'duplicate-json-key':
-      return respond(
-        { ...request, mcp: UNKNOWN_CALL },
-        problem(
-          'bad_request',
-          new ProxyError(
-            'JSON_DUPLICATE_KEY',
-            'The message has an object with the same key twice, which parsers read differently, so the proxy cannot know which tool or arguments the server would run. Send each key once.',
-            { route: route.name },
-          ),
-        ),
-      );
   }
 
   const { call, parsed } = message;
@@ -118,6 +95,18 @@ export async function handleMcpRequest(
   log.keyDerived = true;
   const derived = { ...toolRequest, policy: derivedKeyPolicy(policy) };
   return answerCall(deps, derived, { id: recordIdOf(derived, key), fingerprint, body });
+}
+
+/** A body the proxy could not read: answered, never forwarded, whatever it might have been. */
+function refuseBody(request: ProtectedRequest, refusal: BodyRefusal): void {
+  request.log.outcome = refusal.status === 413 ? 'too_large' : 'bad_request';
+  const data: Record<string, unknown> = { type: refusal.type };
+  if (refusal.errorCode !== undefined) data.code = refusal.errorCode;
+  writeTransportError(request.res, refusal.status, {
+    code: refusal.code,
+    message: refusal.message,
+    data,
+  });
 }
 
 /**

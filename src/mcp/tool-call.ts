@@ -1,24 +1,22 @@
-// Reading a POST on an MCP route (src/mcp/README.md): is it a tools/call the route protects, and if
-// so which tool, under which JSON-RPC id, with which key and fingerprint.
+// Reading a POST on an MCP route (src/mcp/README.md): is it a tools/call the route protects, and if so which
+// tool, under which JSON-RPC id, with which key and fingerprint. Only a message read-body.ts could
+// read comes here; every other body was refused before anything asked what it is.
 //
-//   body ─┬─ not JSON, not a request ─────────────► pass (the upstream answers it)
-//         ├─ batch (array) ─┬─ with a protected call ► refused (-32600)
-//         │                 └─ without ──────────────► pass
-//         ├─ tools/call of a protected tool ─────────► call: key = header
-//         │                                                    | params.idempotencyKey
-//         │                                                    | derived from tool + arguments
-//         ├─ notifications/cancelled ───────────────► cancel (held back while the call runs here)
-//         └─ anything else (initialize, tools/list, notifications, responses) ► pass
+//   message ─┬─ batch (array) ─┬─ with a protected call ► refused (-32600)
+//            │                 └─ without ──────────────► pass
+//            ├─ tools/call of a protected tool ─────────► call: key = header
+//            │                                                    | params.idempotencyKey
+//            │                                                    | derived from tool + arguments
+//            ├─ notifications/cancelled ───────────────► cancel (held back while the call runs here)
+//            └─ anything else (initialize, tools/list, notifications, responses) ► pass
 //
 // The key never comes from the JSON-RPC id, `_meta` or the session: a retry changes all three.
 import type { McpPolicy } from '../config/types';
 import {
   arrayElements,
   canonicalizeAt,
-  DuplicateJsonKeyError,
   hasValueAt,
   type ParsedJson,
-  parseJson,
   stringAt,
 } from '../idempotency/canonical-json';
 import { DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
@@ -32,13 +30,9 @@ export interface McpCall {
   readonly tool: string;
 }
 
-/** The answers' view of a message that could not be read as one call: errors go under id null. */
-export const UNKNOWN_CALL: McpCall = { idText: 'null', tool: '' };
-
 export type McpMessage =
   | { readonly kind: 'pass' }
   | { readonly kind: 'batch-with-call'; readonly tool: string }
-  | { readonly kind: 'duplicate-json-key' }
   | { readonly kind: 'notification-call'; readonly tool: string }
   | { readonly kind: 'cancel'; readonly requestIdText: string }
   | { readonly kind: 'call'; readonly call: McpCall; readonly parsed: ParsedJson };
@@ -51,16 +45,7 @@ const INPUT_RESPONSES = ['params', 'inputResponses'];
 const ID = ['id'];
 const CANCELLED_ID = ['params', 'requestId'];
 
-export function readMcpMessage(body: Buffer, mcp: McpPolicy): McpMessage {
-  let parsed: ParsedJson | null;
-  try {
-    parsed = parseJson(body);
-  } catch (error) {
-    if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    // Only a refusal if it could be a call: the proxy and the server might read different tools.
-    return body.includes('tools/call') ? { kind: 'duplicate-json-key' } : { kind: 'pass' };
-  }
-  if (parsed === null) return { kind: 'pass' };
+export function readMcpMessage(parsed: ParsedJson, mcp: McpPolicy): McpMessage {
   const batch = arrayElements(parsed);
   if (batch !== undefined) {
     const tool = batch.map((element) => protectedTool(element, mcp)).find((name) => name);

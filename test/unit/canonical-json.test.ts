@@ -5,6 +5,7 @@ import {
   canonicalJson,
   canonicalNumber,
   jsonValueAt,
+  readJson,
 } from '../../src/idempotency/canonical-json';
 
 /** A reference RFC 8785 serialiser (numbers via the nearest double), for documents JSON.parse reads exactly. */
@@ -504,5 +505,41 @@ describe('jsonValueAt', () => {
       '{"id":12345678901234567890,"lines":[{"sku":"a"}],"meta":{}}',
     );
     expect(jsonValueAt(body, ['order', 'meta', 'at'], [['order', 'meta']])).toBeUndefined();
+  });
+});
+
+describe('readJson', () => {
+  const reason = (body: Buffer | string) => {
+    const reading = readJson(body);
+    return reading.ok ? 'ok' : reading.reason;
+  };
+  const nested = (depth: number, inner = '0') => '['.repeat(depth) + inner + ']'.repeat(depth);
+
+  it('says why a body is not read: bytes that are not UTF-8, text that is not JSON', () => {
+    expect(reason(Buffer.from('{"a":"\xff"}', 'latin1'))).toBe('not_utf8');
+    expect(reason(Buffer.from([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xc3, 0x22, 0x7d]))).toBe(
+      'not_utf8',
+    );
+    expect(reason('')).toBe('not_json');
+    expect(reason('{"a":')).toBe('not_json');
+    // A BOM is not JSON: a caller that accepts one strips it itself.
+    expect(reason(Buffer.from('\ufeff{"a":1}'))).toBe('not_json');
+    expect(reason('{"a":1}')).toBe('ok');
+  });
+
+  it(`says too_deep past ${MAX_DEPTH} levels, on the fast and on the exact-number path`, () => {
+    expect(reason(nested(MAX_DEPTH))).toBe('ok');
+    expect(reason(nested(MAX_DEPTH + 1))).toBe('too_deep');
+    expect(reason(nested(MAX_DEPTH, '1e5'))).toBe('ok');
+    expect(reason(nested(MAX_DEPTH + 1, '1e5'))).toBe('too_deep');
+    expect(reason(nested(200_000, '1e5'))).toBe('too_deep');
+  });
+
+  it('says duplicate_key for a key twice in any object, however it is spelt, on both paths', () => {
+    expect(reason('{"a":1,"a":1}')).toBe('duplicate_key');
+    expect(reason('{"a":1,"\\u0061":2}')).toBe('duplicate_key');
+    expect(reason('{"x":[{"deep":{"a":1,"a":2}}]}')).toBe('duplicate_key');
+    expect(reason('{"n":1e5,"a":1,"a":2}')).toBe('duplicate_key');
+    expect(reason('{"a":"a:b","b":{"a":1}}')).toBe('ok');
   });
 });

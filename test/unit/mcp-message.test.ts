@@ -3,6 +3,8 @@
 import fc from 'fast-check';
 import { parseConfigText } from '../../src/config/load';
 import type { McpPolicy } from '../../src/config/types';
+import { parseJson } from '../../src/idempotency/canonical-json';
+import { callPlaceOf, InFlightToolCalls } from '../../src/mcp/in-flight-calls';
 import { withId, storedMessage } from '../../src/mcp/jsonrpc';
 import { SseReader } from '../../src/mcp/sse';
 import {
@@ -22,8 +24,15 @@ const body = (message: unknown): Buffer => Buffer.from(JSON.stringify(message));
 const call = (id: unknown, name: string, args?: unknown, extra: object = {}) =>
   body({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args, ...extra } });
 
+/** Classifies a body read-body.ts would have read (these tests' bodies are all JSON). */
+function classify(bytes: Buffer) {
+  const parsed = parseJson(bytes);
+  if (parsed === null) throw new Error(`not JSON: ${bytes.toString()}`);
+  return readMcpMessage(parsed, mcp);
+}
+
 function readCall(bytes: Buffer) {
-  const message = readMcpMessage(bytes, mcp);
+  const message = classify(bytes);
   if (message.kind !== 'call') throw new Error(`expected a call, got ${message.kind}`);
   return message;
 }
@@ -100,27 +109,19 @@ describe('readMcpMessage', () => {
       body({ jsonrpc: '2.0', method: 'notifications/initialized' }),
       body({ jsonrpc: '2.0', id: 1, result: {} }),
       body([{ jsonrpc: '2.0', id: 1, method: 'tools/list' }]),
-      Buffer.from('not json'),
       Buffer.from('"tools/call"'),
     ];
-    for (const bytes of pass) expect(readMcpMessage(bytes, mcp)).toEqual({ kind: 'pass' });
+    for (const bytes of pass) expect(classify(bytes)).toEqual({ kind: 'pass' });
   });
 
-  it('refuses a batch with a protected call, a call without an id and duplicate keys', () => {
+  it('refuses a batch with a protected call and a call without an id', () => {
     const batch = body([
       { jsonrpc: '2.0', id: 1, method: 'tools/list' },
       JSON.parse(call(2, 'refund').toString()),
     ]);
-    expect(readMcpMessage(batch, mcp)).toEqual({ kind: 'batch-with-call', tool: 'refund' });
+    expect(classify(batch)).toEqual({ kind: 'batch-with-call', tool: 'refund' });
     const notification = body({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'refund' } });
-    expect(readMcpMessage(notification, mcp)).toEqual({
-      kind: 'notification-call',
-      tool: 'refund',
-    });
-    const twice = Buffer.from(
-      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_balance","name":"refund"}}',
-    );
-    expect(readMcpMessage(twice, mcp)).toEqual({ kind: 'duplicate-json-key' });
+    expect(classify(notification)).toEqual({ kind: 'notification-call', tool: 'refund' });
   });
 });
 
@@ -205,5 +206,35 @@ describe('stored messages', () => {
       result: { content: [] },
     });
     expect(withId(Buffer.from('{"other":1}'), '1').toString()).toBe('{"other":1}');
+  });
+});
+
+describe('InFlightToolCalls', () => {
+  const policy = { scope: 'tools', tenant: ['header:authorization'] };
+  const place = (authorization: string, session?: string, scope = 'tools') =>
+    callPlaceOf(
+      { ...policy, scope },
+      session === undefined ? { authorization } : { authorization, 'mcp-session-id': session },
+    );
+
+  it('holds a cancel only for the same scope, tenant, session and id', () => {
+    const calls = new InFlightToolCalls();
+    calls.add(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(true);
+    expect(calls.has(place('bearer  a'), '5')).toBe(true); // one tenant, however the scheme is spelt
+    expect(calls.has(place('Bearer b'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a', 's-1'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a', undefined, 'other'), '5')).toBe(false);
+    expect(calls.has(place('Bearer a'), '"5"')).toBe(false);
+  });
+
+  it('counts the same call twice in flight, and forgets it when both end', () => {
+    const calls = new InFlightToolCalls();
+    calls.add(place('Bearer a'), '5');
+    calls.add(place('Bearer a'), '5');
+    calls.delete(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(true);
+    calls.delete(place('Bearer a'), '5');
+    expect(calls.has(place('Bearer a'), '5')).toBe(false);
   });
 });
