@@ -18,6 +18,7 @@ import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
 import { type Listener, reloadListenerTls } from './listener';
+import type { EmbeddedStatus } from './db/embedded-supervisor';
 
 /** How often requests answered from memory are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;
@@ -37,6 +38,8 @@ export interface ComposeOptions {
    * default. Tracing is off unless they name an endpoint.
    */
   readonly env?: NodeJS.ProcessEnv;
+  /** The embedded PostgreSQL serve watches, for /readyz. */
+  readonly embedded?: (() => EmbeddedStatus) | undefined;
 }
 
 export interface ProxyInstance {
@@ -109,6 +112,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     draining: () => app.draining(),
     beforeScrape: () => metrics.waiting(listener.stats.waiting),
     logger,
+    embedded: options.embedded,
   });
   const pruner = options.prune
     ? startPruner(pool, table, config.store.pruneIntervalMs, {

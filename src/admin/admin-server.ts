@@ -17,6 +17,7 @@ import { authorized, decodeSegment as decode, json, problem, tenantOf } from './
 import { handleApi } from './admin-api';
 import { sendConsolePage } from './console-page';
 import { createListener, type Listener } from '../listener';
+import type { EmbeddedStatus } from '../db/embedded-supervisor';
 
 export interface AdminDeps {
   /** The config in force (it changes on reload). */
@@ -28,6 +29,8 @@ export interface AdminDeps {
   readonly beforeScrape?: () => void;
   /** Where operator actions (a clear) are logged; never with the token. */
   readonly logger?: Pick<Logger, 'info'>;
+  /** The embedded PostgreSQL serve started and watches; undefined with a store URL. */
+  readonly embedded?: (() => EmbeddedStatus) | undefined;
 }
 
 const READINESS_TIMEOUT_MS = 2_000;
@@ -97,11 +100,15 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   } catch (error) {
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
+  const embedded = deps.embedded?.();
+  if (embedded && embedded.state !== 'running')
+    checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
   const ready = Object.keys(checks).length === 0;
-  // Where the table lives (SPEC §10), for whoever checks a rollout onto Citus or a new primary.
+  // Where the table lives, for whoever checks a rollout onto Citus or a new primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),
+    ...(embedded ? { embeddedPostgres: embedded } : {}),
     ...(ready ? {} : { checks }),
   });
 }

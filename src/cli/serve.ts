@@ -12,6 +12,7 @@ import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
+import { ProxyMetrics } from '../observability/metrics';
 import { type OpenDatabase, openDatabase } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
@@ -26,13 +27,16 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   process.once('SIGTERM', interrupted);
   process.once('SIGINT', interrupted);
 
-  const database = await openDatabase(config, logger, 'serve');
+  const metrics = new ProxyMetrics();
+  const database = await openDatabase(config, logger, 'serve', {
+    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
+  });
   // What startup started, stopped in reverse when a later step fails (a port in use): the embedded
   // server must not outlive a proxy that never served.
   const started: (() => Promise<void>)[] = [() => database.close()];
   let running: Running;
   try {
-    running = await startServing(config, logger, database, started);
+    running = await startServing(config, logger, database, metrics, started);
   } catch (error) {
     for (const stop of started.reverse()) await stop().catch(() => undefined);
     throw error;
@@ -48,10 +52,22 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     `PID ${process.pid}: SIGHUP reloads ${config.file}; SIGTERM or SIGINT (Ctrl-C) drains and stops`,
   );
 
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once('SIGTERM', () => resolve('SIGTERM'));
-    process.once('SIGINT', () => resolve('SIGINT'));
-  });
+  let signal: NodeJS.Signals;
+  try {
+    signal = await Promise.race([
+      new Promise<NodeJS.Signals>((resolve) => {
+        process.once('SIGTERM', () => resolve('SIGTERM'));
+        process.once('SIGINT', () => resolve('SIGINT'));
+      }),
+      database.lost,
+    ]);
+  } catch (error) {
+    // The embedded server is gone for good: nothing can be claimed or stored, so stop serving.
+    process.off('SIGHUP', onReload);
+    await running.close(0);
+    await database.close();
+    throw error;
+  }
   logger.info(
     { signal, inFlight: app.inFlight(), graceMs: app.config().shutdownGraceMs },
     'shutting down: draining in-flight requests',
@@ -85,6 +101,7 @@ async function startServing(
   config: ProxyConfig,
   logger: Logger,
   database: OpenDatabase,
+  metrics: ProxyMetrics,
   started: (() => Promise<void>)[],
 ): Promise<Running> {
   const migration = await database.whenReady(() => migrate(database.pool, config.store.table));
@@ -94,6 +111,8 @@ async function startServing(
     pool: database.pool,
     databaseUrl: database.url,
     logger,
+    metrics,
+    embedded: database.embeddedStatus,
     prune: true,
   });
   started.push(() => proxy.close(0));

@@ -4,62 +4,35 @@
 // second proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
 import { findFreePort } from '../../src/db/embedded';
-import {
-  logLines,
-  occupiedPort,
-  runCli,
-  type ServeProcess,
-  spawnServe,
-  startServe,
-} from '../support/cli-process';
+import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
+import { embeddedFixture } from '../support/embedded-fixture';
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
 import { startWaitingUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
-let workDir: string;
-let dataDir: string;
-let configFile: string;
-const running: ServeProcess[] = [];
-
 beforeAll(async () => {
   upstream = await startWaitingUpstream();
-  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-'));
-  // The data dir is a temp dir of its own: as root the server's user must be able to reach it.
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-pg-'));
-  configFile = path.join(workDir, 'proxy.yaml');
-  fs.writeFileSync(
-    configFile,
-    `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
+});
+afterAll(() => upstream?.close());
+const fixture = embeddedFixture(
+  'embedded',
+  (dir) => `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
 admin: { host: 127.0.0.1, port: "\${ADMIN_PORT:-0}" }
 shutdownGrace: 10s
-store: { dataDir: ${dataDir} }
+store: { dataDir: ${dir} }
 upstreams: { api: { url: ${upstream.url} } }
 routes:
   - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
 `,
-  );
-});
-
-afterEach(async () => {
-  for (const proxy of running.splice(0)) {
-    if (proxy.child.exitCode === null && proxy.child.signalCode === null) proxy.child.kill();
-    await proxy.exited();
-  }
-});
-
-afterAll(async () => {
-  const left = runningPostmaster(dataDir);
-  if (left) process.kill(left.pid, 'SIGINT');
-  await until(() => !runningPostmaster(dataDir), 'the server to stop').catch(() => undefined);
-  await upstream?.close();
-  fs.rmSync(workDir, { recursive: true, force: true });
-  fs.rmSync(dataDir, { recursive: true, force: true });
-});
+);
+const running = fixture.running;
+let dataDir: string;
+let configFile: string;
+beforeAll(() => ({ dataDir, configFile } = fixture));
 
 /** Serve on the embedded store (no DATABASE_URL), on fresh ports. */
 async function serve(options: { groupLeader?: boolean; port?: number } = {}) {
