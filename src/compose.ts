@@ -12,6 +12,7 @@ import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './db/pruner';
 import { storeConnection } from './db/pool';
+import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
 import { CachingKeyStore } from './store/caching-key-store';
 import { ReplayCache } from './store/replay-cache';
@@ -81,9 +82,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   });
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
+  const server = serverAddress(options.databaseUrl);
   const caching = new CachingKeyStore(store, cache, (error) =>
     logger.warn(
-      { err: error },
+      databaseErrorFields(error, server),
       'could not add the requests answered from memory to their records; those counts are lost',
     ),
   );
@@ -122,7 +124,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
         },
         failed: (error) => {
           metrics.storeError('prune');
-          logger.warn({ err: error }, 'pruning expired records failed; will retry next round');
+          logger.warn(
+            databaseErrorFields(error, server),
+            'pruning expired records failed; will retry next round',
+          );
         },
       })
     : undefined;

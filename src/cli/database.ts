@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
 import type { ProxyConfig, StoreTlsConfig } from '../config/types';
 import { createPool } from '../db/pool';
+import { databaseErrorFields, serverAddress } from '../db/store-failure';
 import { postmasterLogFile } from '../db/postgres-process';
 import { RESTART_ATTEMPTS } from '../db/embedded-supervisor';
 import type { EmbeddedStatus, SupervisorEvents } from '../db/embedded-supervisor';
@@ -49,14 +50,18 @@ export async function openDatabase(
     url = embedded.url;
   }
   const tls = config.store.url === undefined ? undefined : config.store.tls;
+  const connectionUrl = url;
   const pool = createPool({
     url,
     tls,
     size: config.store.poolSize,
     synchronousCommit: config.store.synchronousCommit,
-    onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
+    onError: (error) =>
+      logger.warn(
+        databaseErrorFields(error, serverAddress(connectionUrl)),
+        'idle database connection failed',
+      ),
   });
-  const connectionUrl = url;
   return {
     pool,
     url,

@@ -95,6 +95,28 @@ test('kill -9 of the postmaster: one error line, a restart on the same data dir,
   const restartedAt = Date.now();
   await clients;
 
+  // The connections the kill broke are logged as short lines: code, message, server, and never the
+  // pg client object pg-pool attaches to the error (its connection, its queries' SQL).
+  const broken = proxy
+    .output()
+    .split('\n')
+    .filter((line) =>
+      /"msg":"(idle database connection failed|completion listener lost)/.test(line),
+    );
+  expect(broken.length).toBeGreaterThan(0);
+  for (const line of broken) {
+    expect(line.length).toBeLessThan(500);
+    expect(line).not.toMatch(/client|SELECT|INSERT|UPDATE/);
+    const fields = JSON.parse(line) as Record<string, unknown>;
+    expect(fields).toEqual(
+      expect.objectContaining({
+        error: expect.any(String),
+        server: `127.0.0.1:${postmaster.port}`,
+      }),
+    );
+  }
+  expect(JSON.parse(broken[0]!)).toEqual(expect.objectContaining({ code: '57P01' }));
+
   const [exitLine] = logLines(proxy.output(), `embedded PostgreSQL (PID ${postmaster.pid})`);
   expect(exitLine?.level).toBe(50); // error
   const [restarted] = logLines(proxy.output(), restartLine);
