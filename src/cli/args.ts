@@ -42,26 +42,57 @@ Environment: DATABASE_URL (else the embedded PostgreSQL), LOG_LEVEL (info), LOG_
 
 export class UsageError extends Error {}
 
+const OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  route: { type: 'string', short: 'r' },
+  tenant: { type: 'string', short: 't', multiple: true },
+  body: { type: 'boolean', short: 'b' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
+} as const;
+
+/** Our own words for parseArgs's errors, whose text quotes the option with an unclosed quote. */
+function optionProblem(error: Error & { code?: string }): string {
+  const known = Object.entries(OPTIONS)
+    .map(([name, option]) => `--${name} (-${option.short})`)
+    .join(', ');
+  const option = /option '([^']+)'/i.exec(error.message)?.[1];
+  if (error.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
+    const name = option.replace(/^-+/, '');
+    const near = Object.keys(OPTIONS).find((candidate) => editDistance(candidate, name) <= 2);
+    return `unknown option ${option}${near ? ` (did you mean --${near}?)` : ''}; the options are ${known}`;
+  }
+  if (error.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+    const flag = /--[a-z]+/.exec(error.message)?.[0];
+    return flag ? `${flag} needs a value (${flag} VALUE)` : error.message;
+  }
+  return error.message;
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++)
+      row[j] = Math.min(
+        previous[j]! + 1,
+        row[j - 1]! + 1,
+        previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    previous = row;
+  }
+  return previous[b.length]!;
+}
+
 export function parseCliArgs(
   argv: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
 ): CliArgs {
   let parsed;
   try {
-    parsed = parseArgs({
-      args: [...argv],
-      allowPositionals: true,
-      options: {
-        config: { type: 'string', short: 'c' },
-        route: { type: 'string', short: 'r' },
-        tenant: { type: 'string', short: 't', multiple: true },
-        body: { type: 'boolean', short: 'b' },
-        help: { type: 'boolean', short: 'h' },
-        version: { type: 'boolean', short: 'v' },
-      },
-    });
+    parsed = parseArgs({ args: [...argv], allowPositionals: true, options: OPTIONS });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw new UsageError(optionProblem(error as Error & { code?: string }));
   }
   const [command = 'serve', ...rest] = parsed.positionals;
   if (!(COMMANDS as readonly string[]).includes(command)) {

@@ -125,6 +125,23 @@ test('SIGHUP reloads a valid config under traffic without losing a request, and 
     ),
   );
   expect((await send(`${proxy.url}/new-route`, { method: 'POST', body: 'x' })).status).toBe(400);
+
+  // A setting only a restart can change is named as a field, not as its section.
+  fs.writeFileSync(
+    proxy.configFile,
+    config().replace(`table: ${table}`, `table: ${table}\n  poolSize: 3`),
+  );
+  const before = proxy.output().length;
+  proxy.child.kill('SIGHUP');
+  await eventually(() => expect(proxy.output().slice(before)).toContain('reload rejected'));
+  const rejected = proxy
+    .output()
+    .slice(before)
+    .split('\n')
+    .find((line) => line.includes('reload rejected'));
+  expect((JSON.parse(rejected!) as { issues: string[] }).issues).toEqual([
+    'these settings need a restart, not a reload: store.poolSize',
+  ]);
   await sleep(200); // and a little after the last
   stop = true;
   await traffic;
