@@ -118,8 +118,14 @@ async function startServing(
   started.push(() => proxy.close(0));
   const { app, admin } = proxy;
 
-  await listen(app.server, config, 'listen', logger, 'idempotency-proxy');
-  await listen(admin, config, 'admin', logger, 'admin');
+  await listenAll(
+    [
+      { server: app.server, section: 'listen', what: 'idempotency-proxy' },
+      { server: admin, section: 'admin', what: 'admin' },
+    ],
+    config,
+    logger,
+  );
   if (config.admin.token === undefined) {
     logger.info(
       `admin /keys is off: set ${settingName(config, 'admin.token')} to inspect and clear keys over HTTP`,
@@ -146,6 +152,48 @@ function reload(running: Running, file: string, logger: Logger): void {
   }
 }
 
+interface ListenerSpec {
+  readonly server: Listener;
+  readonly section: 'listen' | 'admin';
+  readonly what: string;
+}
+
+/**
+ * Every listener is tried before any failure is reported, so a person who frees one busy port is
+ * not sent back for the next: all the ports in use are named in one message.
+ */
+async function listenAll(
+  specs: readonly ListenerSpec[],
+  config: ProxyConfig,
+  logger: Logger,
+): Promise<void> {
+  const results = await Promise.allSettled(
+    specs.map((spec) => listen(spec.server, config, spec.section, logger, spec.what)),
+  );
+  const failures = results.flatMap((result, i) =>
+    result.status === 'rejected'
+      ? [{ spec: specs[i]!, error: result.reason as NodeJS.ErrnoException }]
+      : [],
+  );
+  if (failures.length === 0) return;
+  const inUse = failures.filter(({ error }) => error.code === 'EADDRINUSE');
+  if (failures.length === 1 || inUse.length < failures.length)
+    throw listenError(
+      failures[0]!.error,
+      config,
+      failures[0]!.spec.section,
+      failures[0]!.spec.what,
+    );
+  const ports = inUse.map(({ spec }) => {
+    const { host, port } = config[spec.section];
+    return `${port} on ${host} (the ${spec.what} server; set by ${settingName(config, `${spec.section}.port`)})`;
+  });
+  throw new StartupError(
+    `ports already in use: ${ports.join(' and ')}: stop the process that holds them (another idempotency-proxy in this directory?), or set those settings to free ports`,
+    { cause: inUse[0]!.error },
+  );
+}
+
 async function listen(
   server: Listener,
   config: ProxyConfig,
@@ -155,7 +203,7 @@ async function listen(
 ): Promise<void> {
   const { host, port } = config[section];
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (error) => reject(listenError(error, config, section, what)));
+    server.once('error', reject);
     server.listen(port, host, () => resolve());
   });
   const address = server.address() as AddressInfo;
