@@ -9,7 +9,7 @@ import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
 import { checkLogSettings, createLogger } from './observability/logger';
 import { StartupError } from './startup-error';
-import { runInspect, runPrune } from './cli/maintenance';
+import { runClear, runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { describeStoreTopology } from './cli/check-store';
@@ -38,6 +38,7 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'migrate') return runMigrate(config, logger);
   if (args.command === 'prune') return runPrune(config, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
+  if (args.command === 'clear') return runClear(config, args, logger);
   tuneHeapForServing();
   return serve(config, logger);
 }

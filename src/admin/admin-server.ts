@@ -2,15 +2,15 @@
 // inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and its JSON
 // API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and /ui are off
 // (404), never open.
+import { clearRecord } from './clear-record';
 import http from 'node:http';
-import { hashKey } from '../app';
 import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import type { ProxyConfig } from '../config/types';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
-import { deleteRecord, findRecord } from '../db/record-queries';
+import { findRecord } from '../db/record-queries';
 import type { RecordId } from '../store/record';
 import type { ProxyMetrics } from '../observability/metrics';
 import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
@@ -157,18 +157,9 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await deleteRecord(deps.pool, table, id);
+    const deleted = await clearRecord(deps.pool, config, id, deps.logger, 'admin');
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
-    deps.logger?.info(
-      {
-        admin: 'clear',
-        scope,
-        tenant: id.tenant,
-        key: route.idempotency.logKey === 'hash' ? hashKey(key) : key,
-      },
-      'admin: cleared a record; the next request with its key executes',
-    );
     return json(res, 200, { deleted: true, scope, key });
   }
   const record = await findRecord(deps.pool, table, id, url.searchParams.get('body') === '1');

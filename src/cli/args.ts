@@ -1,7 +1,7 @@
 // Command-line parsing shared by every command: `idempotency-proxy [command] [args] [--config FILE]`.
 import { parseArgs } from 'node:util';
 
-export const COMMANDS = ['serve', 'check', 'migrate', 'prune', 'inspect'] as const;
+export const COMMANDS = ['serve', 'check', 'migrate', 'prune', 'inspect', 'clear'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 export interface CliArgs {
@@ -9,7 +9,7 @@ export interface CliArgs {
   readonly configFile: string;
   readonly help: boolean;
   readonly version: boolean;
-  /** inspect: the key, and optionally the route (or group) and raw tenant values. */
+  /** inspect: the key, and optionally the route (or group) and raw tenant values; clear: both. */
   readonly key: string | undefined;
   readonly route: string | undefined;
   readonly tenant: readonly string[];
@@ -27,11 +27,14 @@ Commands:
   prune     delete expired records now and exit
   inspect KEY [--route R] [--tenant T]... [--body]
             print the record(s) stored for KEY: state, attempts, replays, times, status, history
+  clear ROUTE KEY [--tenant T]...
+            delete KEY's record on ROUTE (a route or idempotency.group): its next request executes;
+            for an unknown outcome (502/504 Idempotency-Outcome: unknown) once the upstream is checked
 
 Options:
   -c, --config FILE   config file (default: $IDEMPOTENCY_PROXY_CONFIG or ${DEFAULT_CONFIG_FILE})
   -r, --route R       inspect: the route (or idempotency.group) the key belongs to
-  -t, --tenant T      inspect: the raw tenant value, once per tenant part of the route, in order
+  -t, --tenant T      inspect, clear: the raw tenant value, once per tenant part of the route, in order
   -b, --body          inspect: include the stored body
   -h, --help          show this help
   -v, --version       print the version
@@ -100,19 +103,24 @@ export function parseCliArgs(
   }
   const help = parsed.values.help === true || parsed.values.version === true;
   const takesKey = command === 'inspect';
+  const clears = command === 'clear';
   if (takesKey && rest.length === 0 && !help) throw new UsageError('inspect needs a KEY');
-  const extra = takesKey ? rest.slice(1) : rest;
+  if (clears && rest.length < 2 && !help)
+    throw new UsageError('clear needs a ROUTE and a KEY: idempotency-proxy clear ROUTE KEY');
+  const extra = takesKey ? rest.slice(1) : clears ? rest.slice(2) : rest;
   if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
-  if (!takesKey && (parsed.values.route || parsed.values.tenant || parsed.values.body)) {
-    throw new UsageError('--route, --tenant and --body go with inspect');
+  if (clears && (parsed.values.route || parsed.values.body))
+    throw new UsageError('clear takes the route as its first argument, and no --body');
+  if (!takesKey && !clears && (parsed.values.route || parsed.values.tenant || parsed.values.body)) {
+    throw new UsageError('--route, --tenant and --body go with inspect (--tenant with clear too)');
   }
   return {
     command: command as Command,
     configFile: parsed.values.config ?? env.IDEMPOTENCY_PROXY_CONFIG ?? DEFAULT_CONFIG_FILE,
     help: parsed.values.help === true,
     version: parsed.values.version === true,
-    key: takesKey ? rest[0] : undefined,
-    route: parsed.values.route,
+    key: takesKey ? rest[0] : clears ? rest[1] : undefined,
+    route: clears ? rest[0] : parsed.values.route,
     tenant: parsed.values.tenant ?? [],
     body: parsed.values.body === true,
   };
