@@ -14,6 +14,8 @@ import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { describeStoreTopology } from './cli/check-store';
 import { tuneHeapForServing } from './heap-tuning';
+import { embeddedDataDir } from './db/data-dir-placement';
+import { runClean } from './cli/clean';
 
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseCliArgs(argv);
@@ -28,7 +30,9 @@ async function main(argv: readonly string[]): Promise<number> {
   checkLogSettings();
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
-    process.stdout.write(`${describeConfig(config)}\n`);
+    const embedded =
+      config.store.url === undefined ? embeddedDataDir(config.store.dataDir) : undefined;
+    process.stdout.write(`${describeConfig(config, embedded)}\n`);
     for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
     process.stdout.write(`${await describeStoreTopology(config)}\n`);
@@ -39,6 +43,7 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'prune') return runPrune(config, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
   if (args.command === 'clear') return runClear(config, args, logger);
+  if (args.command === 'clean') return runClean(config, args);
   tuneHeapForServing();
   return serve(config, logger);
 }

@@ -1,7 +1,15 @@
 // Command-line parsing shared by every command: `idempotency-proxy [command] [args] [--config FILE]`.
 import { parseArgs } from 'node:util';
 
-export const COMMANDS = ['serve', 'check', 'migrate', 'prune', 'inspect', 'clear'] as const;
+export const COMMANDS = [
+  'serve',
+  'check',
+  'migrate',
+  'prune',
+  'inspect',
+  'clear',
+  'clean',
+] as const;
 export type Command = (typeof COMMANDS)[number];
 
 export interface CliArgs {
@@ -14,6 +22,8 @@ export interface CliArgs {
   readonly route: string | undefined;
   readonly tenant: readonly string[];
   readonly body: boolean;
+  /** clean: remove, not only tell. */
+  readonly yes: boolean;
 }
 
 export const DEFAULT_CONFIG_FILE = 'config/proxy.yaml';
@@ -30,12 +40,16 @@ Commands:
   clear ROUTE KEY [--tenant T]...
             delete KEY's record on ROUTE (a route or idempotency.group): its next request executes;
             for an unknown outcome (502/504 Idempotency-Outcome: unknown) once the upstream is checked
+  clean [--yes]
+            remove the embedded PostgreSQL's data directory (every stored key); refused while a
+            proxy uses it; without --yes it only says what it would remove
 
 Options:
   -c, --config FILE   config file (default: $IDEMPOTENCY_PROXY_CONFIG or ${DEFAULT_CONFIG_FILE})
   -r, --route R       inspect: the route (or idempotency.group) the key belongs to
   -t, --tenant T      inspect, clear: the raw tenant value, once per tenant part of the route, in order
   -b, --body          inspect: include the stored body
+  -y, --yes           clean: really remove it
   -h, --help          show this help
   -v, --version       print the version
 
@@ -50,6 +64,7 @@ const OPTIONS = {
   route: { type: 'string', short: 'r' },
   tenant: { type: 'string', short: 't', multiple: true },
   body: { type: 'boolean', short: 'b' },
+  yes: { type: 'boolean', short: 'y' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'v' },
 } as const;
@@ -109,6 +124,7 @@ export function parseCliArgs(
     throw new UsageError('clear needs a ROUTE and a KEY: idempotency-proxy clear ROUTE KEY');
   const extra = takesKey ? rest.slice(1) : clears ? rest.slice(2) : rest;
   if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+  if (parsed.values.yes && command !== 'clean') throw new UsageError('--yes goes with clean');
   if (clears && (parsed.values.route || parsed.values.body))
     throw new UsageError('clear takes the route as its first argument, and no --body');
   if (!takesKey && !clears && (parsed.values.route || parsed.values.tenant || parsed.values.body)) {
@@ -123,5 +139,6 @@ export function parseCliArgs(
     route: clears ? rest[0] : parsed.values.route,
     tenant: parsed.values.tenant ?? [],
     body: parsed.values.body === true,
+    yes: parsed.values.yes === true,
   };
 }

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
 import type { ProxyConfig, StoreTlsConfig } from '../config/types';
 import { createPool } from '../db/pool';
+import { embeddedDataDir } from '../db/data-dir-placement';
 import { databaseErrorFields, serverAddress } from '../db/store-failure';
 import { postmasterLogFile } from '../db/postgres-process';
 import { RESTART_ATTEMPTS } from '../db/embedded-supervisor';
@@ -91,7 +92,8 @@ async function openEmbedded(
   command: Command,
   options: OpenOptions,
 ): Promise<EmbeddedHandle> {
-  const dataDir = config.store.dataDir;
+  // Where the data really is (as root it may be placed outside the checkout): what every line says.
+  const dataDir = embeddedDataDir(config.store.dataDir);
   const embeddedModule = await import('../db/embedded');
   const { awaitRunningEmbedded, EmbeddedInUseError, startEmbeddedPostgres } = embeddedModule;
   // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
@@ -109,7 +111,10 @@ async function openEmbedded(
     const running = await awaitRunningEmbedded(dataDir);
     if (running) return useRunning(running);
   }
-  logger.info({ dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
+  logger.info(
+    { dataDir },
+    `no store.url or DATABASE_URL set: starting the embedded PostgreSQL in ${dataDir}`,
+  );
   let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
   let giveUp: ((error: Error) => void) | undefined;
   const lost =
@@ -117,7 +122,7 @@ async function openEmbedded(
   lost?.catch(() => undefined); // serve awaits it; until then an early rejection is not unhandled
   try {
     embedded = await startEmbeddedPostgres({
-      dataDir,
+      dataDir: config.store.dataDir, // placed again inside, after the server's user is made
       owner: `idempotency-proxy ${command}`,
       shortLived: command !== 'serve',
       dataDirSetting: settingName(config, 'store.dataDir'),

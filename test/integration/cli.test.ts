@@ -139,7 +139,7 @@ test('an unknown command or option exits 2 with the usage', async () => {
   const typo = await runCli(['check', '--confg', 'x.yaml']);
   expect(typo.code).toBe(2);
   expect(typo.stderr.split('\n')[0]).toBe(
-    'idempotency-proxy: unknown option --confg (did you mean --config?); the options are --config (-c), --route (-r), --tenant (-t), --body (-b), --help (-h), --version (-v)',
+    'idempotency-proxy: unknown option --confg (did you mean --config?); the options are --config (-c), --route (-r), --tenant (-t), --body (-b), --yes (-y), --help (-h), --version (-v)',
   );
   const noValue = await runCli(['check', '--config']);
   expect(noValue.stderr.split('\n')[0]).toBe(

@@ -222,3 +222,31 @@ test('a port in use stops startup with one line naming the port and its variable
     close();
   }
 }, 60_000);
+
+test('clean removes the data dir check names, and refuses while a proxy uses it', async () => {
+  const check = await cli(['check']);
+  expect(check.stdout).toContain(`store: embedded PostgreSQL at ${dataDir}\n`);
+  const { proxy } = await serve();
+  const refused = await cli(['clean', '--yes']);
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toBe(
+    `idempotency-proxy: the embedded PostgreSQL in ${dataDir} is in use by PID ${proxy.pid} (idempotency-proxy serve): stop it first (kill ${proxy.pid}), then run clean again\n`,
+  );
+  expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
+  proxy.child.kill('SIGTERM');
+  expect(await proxy.exited()).toBe(0);
+
+  const asked = await cli(['clean']);
+  expect(asked.code).toBe(1);
+  expect(asked.stdout).toBe(
+    `would remove ${dataDir}: the embedded PostgreSQL's data, every stored key with it. Run idempotency-proxy clean --yes to remove it\n`,
+  );
+  expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
+  const removed = await cli(['clean', '--yes']);
+  expect(removed.code).toBe(0);
+  expect(removed.stdout).toBe(`removed ${dataDir}; the next serve initialises a new one\n`);
+  expect(fs.existsSync(dataDir)).toBe(false);
+  expect((await cli(['clean', '--yes'])).stdout).toBe(
+    `nothing to remove: there is no embedded PostgreSQL data directory at ${dataDir}\n`,
+  );
+}, 60_000);
