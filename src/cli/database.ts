@@ -199,7 +199,7 @@ function supervisionLog(
     gaveUp(error, attempts) {
       giveUp(
         new StartupError(
-          `the embedded PostgreSQL exited (${lastExit}) and ${attempts} restarts in a row failed (last: ${error.message}): read ${logFile()}, fix what it says, and start the proxy again, or set DATABASE_URL to a PostgreSQL of your own`,
+          `the embedded PostgreSQL exited (${lastExit}) and ${attempts} restarts in a row failed (last: ${error.message.replace(/ — full log: .*$/, '')}): read ${logFile()}, fix what it says, and start the proxy again, or set DATABASE_URL to a PostgreSQL of your own`,
           { cause: error },
         ),
       );
