@@ -12,12 +12,14 @@ import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './db/pruner';
 import { storeConnection } from './db/pool';
+import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
 import { CachingKeyStore } from './store/caching-key-store';
 import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
 import { type Listener, reloadListenerTls } from './listener';
+import type { EmbeddedStatus } from './db/embedded-supervisor';
 
 /** How often requests answered from memory are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;
@@ -37,6 +39,8 @@ export interface ComposeOptions {
    * default. Tracing is off unless they name an endpoint.
    */
   readonly env?: NodeJS.ProcessEnv;
+  /** The embedded PostgreSQL serve watches, for /readyz. */
+  readonly embedded?: (() => EmbeddedStatus) | undefined;
 }
 
 export interface ProxyInstance {
@@ -78,9 +82,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   });
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
+  const server = serverAddress(options.databaseUrl);
   const caching = new CachingKeyStore(store, cache, (error) =>
     logger.warn(
-      { err: error },
+      databaseErrorFields(error, server),
       'could not add the requests answered from memory to their records; those counts are lost',
     ),
   );
@@ -109,6 +114,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     draining: () => app.draining(),
     beforeScrape: () => metrics.waiting(listener.stats.waiting),
     logger,
+    embedded: options.embedded,
   });
   const pruner = options.prune
     ? startPruner(pool, table, config.store.pruneIntervalMs, {
@@ -118,7 +124,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
         },
         failed: (error) => {
           metrics.storeError('prune');
-          logger.warn({ err: error }, 'pruning expired records failed; will retry next round');
+          logger.warn(
+            databaseErrorFields(error, server),
+            'pruning expired records failed; will retry next round',
+          );
         },
       })
     : undefined;

@@ -11,11 +11,13 @@ import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
 import { checkLogSettings, createLogger } from './observability/logger';
 import { StartupError } from './startup-error';
-import { runInspect, runPrune } from './cli/maintenance';
+import { runClear, runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { describeStoreTopology } from './cli/check-store';
 import { tuneHeapForServing } from './heap-tuning';
+import { embeddedDataDir } from './db/data-dir-placement';
+import { runClean } from './cli/clean';
 
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseCliArgs(argv);
@@ -30,7 +32,9 @@ async function main(argv: readonly string[]): Promise<number> {
   checkLogSettings();
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
-    process.stdout.write(`${describeConfig(config)}\n`);
+    const embedded =
+      config.store.url === undefined ? embeddedDataDir(config.store.dataDir) : undefined;
+    process.stdout.write(`${describeConfig(config, embedded)}\n`);
     for (const warning of configWarnings(config))
       process.stdout.write(`warning: ${warning.message}\n`);
     const store = await describeStoreTopology(config);
@@ -41,6 +45,8 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'migrate') return runMigrate(config, logger);
   if (args.command === 'prune') return runPrune(config, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
+  if (args.command === 'clear') return runClear(config, args, logger);
+  if (args.command === 'clean') return runClean(config, args);
   tuneHeapForServing();
   return serve(config, logger);
 }

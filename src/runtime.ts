@@ -72,6 +72,11 @@ export function restartOnlyChanges(current: ProxyConfig, next: ProxyConfig): str
     else if (was.tls && now.tls && was.tls.clientAuth !== now.tls.clientAuth)
       changes.push(`${section}.tls.clientAuth`);
   }
-  if (!same(current.store, next.store)) changes.push('store');
+  // Each field by name (`store.poolSize`), so the operator knows what to put back.
+  const fields = new Set([...Object.keys(current.store), ...Object.keys(next.store)]);
+  for (const field of fields) {
+    const key = field as keyof ProxyConfig['store'];
+    if (!same(current.store[key], next.store[key])) changes.push(`store.${field}`);
+  }
   return changes;
 }

@@ -5,11 +5,11 @@
 //   GET    /api/counters                               this process's answers per outcome, 10 s buckets
 //   GET    /api/scopes                                 the protected scopes and their tenant parts
 // Listings give the tenant as its hash, so a record found there is addressed with ?tenantHash=.
+import { clearRecord } from './clear-record';
 import type http from 'node:http';
-import { hashKey } from '../app';
 import type { ProxyConfig } from '../config/types';
 import { decodeCursor, LIST_STATES, type ListState, listRecords } from '../db/record-listing';
-import { deleteRecord, findRecord } from '../db/record-queries';
+import { findRecord } from '../db/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment, json, problem, tenantOf } from './admin-http';
 import type { AdminDeps } from './admin-deps';
@@ -102,18 +102,8 @@ async function record(
   const table = config.store.table;
   const missing = `Nothing is stored for scope "${scope}", this tenant and key "${key}". A tenanted scope needs ?tenant= (the raw value, one per tenant part) or ?tenantHash= (as listed by /api/records).`;
   if (method === 'DELETE') {
-    const deleted = await deleteRecord(deps.pool, table, id);
+    const deleted = await clearRecord(deps.pool, config, id, deps.logger, 'admin');
     if (!deleted) return problem(res, 404, 'No such record', missing);
-    const route = config.routes.find((r) => r.idempotency?.scope === scope);
-    deps.logger?.info(
-      {
-        admin: 'clear',
-        scope,
-        tenant: id.tenant,
-        key: route?.idempotency?.logKey === 'hash' ? hashKey(key) : key,
-      },
-      'admin: cleared a record; the next request with its key executes',
-    );
     return json(res, 200, { deleted: true, scope, tenant: id.tenant, key });
   }
   const found = await findRecord(deps.pool, table, id, params.get('body') === '1');

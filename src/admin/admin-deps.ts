@@ -2,6 +2,7 @@
 import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import type { ProxyConfig } from '../config/types';
+import type { EmbeddedStatus } from '../db/embedded-supervisor';
 import type { ProxyMetrics } from '../observability/metrics';
 
 export interface AdminDeps {
@@ -14,4 +15,6 @@ export interface AdminDeps {
   readonly beforeScrape?: () => void;
   /** Where operator actions (a clear) are logged; never with the token. */
   readonly logger?: Pick<Logger, 'info'>;
+  /** The embedded PostgreSQL serve started and watches; undefined with a store URL. */
+  readonly embedded?: (() => EmbeddedStatus) | undefined;
 }

@@ -3,12 +3,12 @@
 // its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
 // /ui are off (404), never open.
 import http from 'node:http';
-import { hashKey } from '../app';
+import { clearRecord } from './clear-record';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
-import { deleteRecord, findRecord } from '../db/record-queries';
+import { findRecord } from '../db/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
 import { handleApi } from './admin-api';
@@ -83,12 +83,16 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   } catch (error) {
     checks.store = `PostgreSQL not reachable: ${(error as Error).message}`;
   }
+  const embedded = deps.embedded?.();
+  if (embedded && embedded.state !== 'running')
+    checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
   const ready = Object.keys(checks).length === 0;
   // Where the table lives (src/db/README.md), for whoever checks a rollout onto Citus or a new
   // primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),
+    ...(embedded ? { embeddedPostgres: embedded } : {}),
     ...(ready ? {} : { checks }),
   });
 }
@@ -137,18 +141,9 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await deleteRecord(deps.pool, table, id);
+    const deleted = await clearRecord(deps.pool, config, id, deps.logger, 'admin');
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
-    deps.logger?.info(
-      {
-        admin: 'clear',
-        scope,
-        tenant: id.tenant,
-        key: route.idempotency.logKey === 'hash' ? hashKey(key) : key,
-      },
-      'admin: cleared a record; the next request with its key executes',
-    );
     return json(res, 200, { deleted: true, scope, key });
   }
   const record = await findRecord(deps.pool, table, id, url.searchParams.get('body') === '1');

@@ -7,6 +7,12 @@ import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
 import type { ProxyConfig, StoreTlsConfig } from '../config/types';
 import { createPool } from '../db/pool';
+import { embeddedDataDir } from '../db/data-dir-placement';
+import { databaseErrorFields, serverAddress } from '../db/store-failure';
+import { postmasterLogFile } from '../db/postgres-process';
+import { RESTART_ATTEMPTS } from '../db/embedded-supervisor';
+import type { EmbeddedStatus, SupervisorEvents } from '../db/embedded-supervisor';
+import { StartupError } from '../startup-error';
 import type { Command } from './args';
 import { databaseStartupError, isConnectionError, reasonOf, serverOf } from './database-errors';
 
@@ -17,37 +23,66 @@ export interface OpenDatabase {
   readonly embedded: boolean;
   /** Runs `task`, retrying while the database refuses connections for up to `waitMs` (startupWaitMs). */
   whenReady<T>(task: () => Promise<T>, waitMs?: number): Promise<T>;
+  /** The embedded server `serve` started and watches: running, restarting, how often restarted. */
+  readonly embeddedStatus: (() => EmbeddedStatus) | undefined;
+  /**
+   * Rejects when the embedded server serve watches died and could not be started again: the proxy
+   * cannot serve and must exit. Never settles otherwise.
+   */
+  readonly lost: Promise<never>;
   close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  /** serve: the embedded server was started again after it exited on its own (for the metric). */
+  readonly onEmbeddedRestart?: () => void;
 }
 
 export async function openDatabase(
   config: ProxyConfig,
   logger: Logger,
   command: Command,
+  options: OpenOptions = {},
 ): Promise<OpenDatabase> {
   let url = config.store.url;
-  let stopEmbedded: (() => Promise<void>) | undefined;
-  if (url === undefined)
-    ({ url, stop: stopEmbedded } = await openEmbedded(config, logger, command));
+  let embedded: EmbeddedHandle | undefined;
+  if (url === undefined) {
+    embedded = await openEmbedded(config, logger, command, options);
+    url = embedded.url;
+  }
   const tls = config.store.url === undefined ? undefined : config.store.tls;
+  const connectionUrl = url;
   const pool = createPool({
     url,
     tls,
     size: config.store.poolSize,
     synchronousCommit: config.store.synchronousCommit,
-    onError: (error) => logger.warn({ err: error }, 'idle database connection failed'),
+    onError: (error) =>
+      logger.warn(
+        databaseErrorFields(error, serverAddress(connectionUrl)),
+        'idle database connection failed',
+      ),
   });
-  const connectionUrl = url;
   return {
     pool,
     url,
     embedded: config.store.url === undefined,
     whenReady: (task, waitMs) => whenDatabaseReady(task, logger, connectionUrl, waitMs, tls),
+    embeddedStatus: embedded?.status,
+    lost: embedded?.lost ?? new Promise<never>(() => undefined),
     async close() {
       await pool.end();
-      if (stopEmbedded) await stopEmbedded();
+      await embedded?.stop?.();
     },
   };
+}
+
+interface EmbeddedHandle {
+  readonly url: string;
+  /** How to stop it, when this command started it. */
+  readonly stop: (() => Promise<void>) | undefined;
+  readonly status: (() => EmbeddedStatus) | undefined;
+  readonly lost: Promise<never> | undefined;
 }
 
 /** The embedded server's URL, and how to stop it when this command started it. */
@@ -55,8 +90,10 @@ async function openEmbedded(
   config: ProxyConfig,
   logger: Logger,
   command: Command,
-): Promise<{ url: string; stop: (() => Promise<void>) | undefined }> {
-  const dataDir = config.store.dataDir;
+  options: OpenOptions,
+): Promise<EmbeddedHandle> {
+  // Where the data really is (as root it may be placed outside the checkout): what every line says.
+  const dataDir = embeddedDataDir(config.store.dataDir);
   const embeddedModule = await import('../db/embedded');
   const { awaitRunningEmbedded, EmbeddedInUseError, startEmbeddedPostgres } = embeddedModule;
   // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
@@ -68,22 +105,38 @@ async function openEmbedded(
         ? `using the embedded PostgreSQL of the running proxy (PID ${running.owner.pid}) on port ${port}`
         : `using the embedded PostgreSQL left running on port ${port} (its proxy is gone; the next serve stops it)`,
     );
-    return { url: running.url, stop: undefined };
+    return { url: running.url, stop: undefined, status: undefined, lost: undefined };
   };
   if (command !== 'serve') {
     const running = await awaitRunningEmbedded(dataDir);
     if (running) return useRunning(running);
   }
-  logger.info({ dataDir }, 'no store.url or DATABASE_URL set: starting the embedded PostgreSQL');
+  logger.info(
+    { dataDir },
+    `no store.url or DATABASE_URL set: starting the embedded PostgreSQL in ${dataDir}`,
+  );
   let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+  let giveUp: ((error: Error) => void) | undefined;
+  const lost =
+    command === 'serve' ? new Promise<never>((_, reject) => (giveUp = reject)) : undefined;
+  lost?.catch(() => undefined); // serve awaits it; until then an early rejection is not unhandled
   try {
     embedded = await startEmbeddedPostgres({
-      dataDir,
+      dataDir: config.store.dataDir, // placed again inside, after the server's user is made
       owner: `idempotency-proxy ${command}`,
       shortLived: command !== 'serve',
       dataDirSetting: settingName(config, 'store.dataDir'),
       onLog: (line) => logger.debug({ postgres: line }, 'embedded PostgreSQL'),
       onNotice: (message) => logger.info({ dataDir }, message),
+      supervise:
+        command === 'serve'
+          ? supervisionLog(
+              logger,
+              () => embedded,
+              options,
+              (error) => giveUp!(error),
+            )
+          : undefined,
     });
   } catch (error) {
     // A proxy took the data dir while we looked (it was still initialising): use its server.
@@ -101,8 +154,55 @@ async function openEmbedded(
   return {
     url: embedded.url,
     stop: async () => {
-      await embedded.stop();
-      logger.info('embedded PostgreSQL stopped');
+      if (await embedded.stop()) logger.info('embedded PostgreSQL stopped');
+      else
+        logger.warn(
+          { dataDir: embedded.dataDir },
+          'the embedded PostgreSQL was not running (it had exited and was not restarted); nothing to stop',
+        );
+    },
+    status: () => embedded.status(),
+    lost,
+  };
+}
+
+/** What serve says while it keeps the embedded server running, and the error it exits with. */
+function supervisionLog(
+  logger: Logger,
+  server: () => Awaited<ReturnType<typeof import('../db/embedded').startEmbeddedPostgres>>,
+  options: OpenOptions,
+  giveUp: (error: Error) => void,
+): SupervisorEvents {
+  const logFile = (): string => postmasterLogFile(server().dataDir);
+  let lastExit = '';
+  return {
+    exited(pid, reason) {
+      lastExit = reason;
+      logger.error(
+        { postmasterPid: pid, reason, dataDir: server().dataDir, log: logFile() },
+        `embedded PostgreSQL (PID ${pid}) exited unexpectedly (${reason}); restarting it`,
+      );
+    },
+    restarted(pid, restarts) {
+      options.onEmbeddedRestart?.();
+      logger.warn(
+        { postmasterPid: pid, port: server().port, restarts },
+        `embedded PostgreSQL restarted (PID ${pid}, port ${server().port}; restart ${restarts} since the proxy started)`,
+      );
+    },
+    restartFailed(error, attempt, retryInMs) {
+      logger.warn(
+        { attempt, reason: error.message, retryInMs },
+        `embedded PostgreSQL restart ${attempt} of ${RESTART_ATTEMPTS} failed; trying again in ${retryInMs / 1000} s`,
+      );
+    },
+    gaveUp(error, attempts) {
+      giveUp(
+        new StartupError(
+          `the embedded PostgreSQL exited (${lastExit}) and ${attempts} restarts in a row failed (last: ${error.message.replace(/ — full log: .*$/, '')}): read ${logFile()}, fix what it says, and start the proxy again, or set DATABASE_URL to a PostgreSQL of your own`,
+          { cause: error },
+        ),
+      );
     },
   };
 }

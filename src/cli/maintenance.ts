@@ -7,6 +7,8 @@ import { findRecord, findRecordsByKey, type RecordView } from '../db/record-quer
 import type { CliArgs } from './args';
 import { UsageError } from './args';
 import { openDatabase } from './database';
+import { clearRecord } from '../admin/clear-record';
+import type { RecordId } from '../store/record';
 
 export async function runPrune(config: ProxyConfig, logger: Logger): Promise<number> {
   const database = await openDatabase(config, logger, 'prune');
@@ -15,6 +17,63 @@ export async function runPrune(config: ProxyConfig, logger: Logger): Promise<num
     if (result.skipped) logger.info('another instance is pruning right now; nothing done');
     else logger.info({ ...result }, `deleted ${result.deleted} expired record(s)`);
     process.stdout.write(`${JSON.stringify(result)}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
+
+/** The record a route (or group), raw tenant values and a key name; a UsageError for a wrong route. */
+function recordIdOf(
+  config: ProxyConfig,
+  name: string,
+  tenants: readonly string[],
+  key: string,
+): RecordId {
+  const route = config.routes.find((r) => r.idempotency?.scope === name || r.name === name);
+  if (!route?.idempotency) {
+    const known = [...new Set(config.routes.flatMap((r) => r.idempotency?.scope ?? []))];
+    throw new UsageError(
+      `no protected route or group named "${name}"; the protected ones are: ${known.join(', ') || '(none)'}`,
+    );
+  }
+  if (tenants.length !== 0 && tenants.length !== route.idempotency.tenant.length) {
+    throw new UsageError(
+      `route "${route.name}" is scoped by ${route.idempotency.tenant.length} tenant part(s); pass one --tenant per part, in order`,
+    );
+  }
+  return {
+    scope: route.idempotency.scope,
+    tenant: tenantOf(route.idempotency.tenant, tenants),
+    key,
+  };
+}
+
+/**
+ * `idempotency-proxy clear ROUTE KEY`: what the admin API's DELETE does, without the admin API
+ * (off by default): after an unknown outcome has been checked upstream, the key runs again.
+ */
+export async function runClear(
+  config: ProxyConfig,
+  args: CliArgs,
+  logger: Logger,
+): Promise<number> {
+  const id = recordIdOf(config, args.route!, args.tenant, args.key!);
+  const database = await openDatabase(config, logger, 'clear');
+  try {
+    const deleted = await database.whenReady(
+      () => clearRecord(database.pool, config, id, logger, 'cli'),
+      INSPECT_WAIT_MS,
+    );
+    if (!deleted) {
+      process.stderr.write(
+        `no record for key ${JSON.stringify(id.key)} on ${id.scope}${id.tenant ? ' for this tenant' : ''}: nothing to clear (a tenanted route needs --tenant, one per part)\n`,
+      );
+      return 1;
+    }
+    process.stdout.write(
+      `cleared key ${JSON.stringify(id.key)} on ${id.scope}: its next request executes\n`,
+    );
     return 0;
   } finally {
     await database.close();
@@ -34,18 +93,7 @@ export async function runInspect(
   try {
     let records: RecordView[];
     if (args.route !== undefined) {
-      const route = config.routes.find(
-        (r) => r.idempotency?.scope === args.route || r.name === args.route,
-      );
-      if (!route?.idempotency)
-        throw new UsageError(`no protected route or group named "${args.route}"`);
-      const scope = route.idempotency.scope;
-      if (args.tenant.length !== 0 && args.tenant.length !== route.idempotency.tenant.length) {
-        throw new UsageError(
-          `route "${route.name}" is scoped by ${route.idempotency.tenant.length} tenant part(s); pass one --tenant per part, in order`,
-        );
-      }
-      const tenant = tenantOf(route.idempotency.tenant, args.tenant);
+      const { scope, tenant } = recordIdOf(config, args.route, args.tenant, key);
       const found = await database.whenReady(
         () => findRecord(database.pool, config.store.table, { scope, tenant, key }, args.body),
         INSPECT_WAIT_MS,

@@ -12,6 +12,7 @@ import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
+import { ProxyMetrics } from '../observability/metrics';
 import { type OpenDatabase, openDatabase } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
@@ -26,13 +27,16 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   process.once('SIGTERM', interrupted);
   process.once('SIGINT', interrupted);
 
-  const database = await openDatabase(config, logger, 'serve');
+  const metrics = new ProxyMetrics();
+  const database = await openDatabase(config, logger, 'serve', {
+    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
+  });
   // What startup started, stopped in reverse when a later step fails (a port in use): the embedded
   // server must not outlive a proxy that never served.
   const started: (() => Promise<void>)[] = [() => database.close()];
   let running: Running;
   try {
-    running = await startServing(config, logger, database, started);
+    running = await startServing(config, logger, database, metrics, started);
   } catch (error) {
     for (const stop of started.reverse()) await stop().catch(() => undefined);
     throw error;
@@ -48,10 +52,22 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     `PID ${process.pid}: SIGHUP reloads ${config.file}; SIGTERM or SIGINT (Ctrl-C) drains and stops`,
   );
 
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once('SIGTERM', () => resolve('SIGTERM'));
-    process.once('SIGINT', () => resolve('SIGINT'));
-  });
+  let signal: NodeJS.Signals;
+  try {
+    signal = await Promise.race([
+      new Promise<NodeJS.Signals>((resolve) => {
+        process.once('SIGTERM', () => resolve('SIGTERM'));
+        process.once('SIGINT', () => resolve('SIGINT'));
+      }),
+      database.lost,
+    ]);
+  } catch (error) {
+    // The embedded server is gone for good: nothing can be claimed or stored, so stop serving.
+    process.off('SIGHUP', onReload);
+    await running.close(0);
+    await database.close();
+    throw error;
+  }
   logger.info(
     { signal, inFlight: app.inFlight(), graceMs: app.config().shutdownGraceMs },
     'shutting down: draining in-flight requests',
@@ -85,6 +101,7 @@ async function startServing(
   config: ProxyConfig,
   logger: Logger,
   database: OpenDatabase,
+  metrics: ProxyMetrics,
   started: (() => Promise<void>)[],
 ): Promise<Running> {
   const migration = await database.whenReady(() => migrate(database.pool, config.store.table));
@@ -94,13 +111,21 @@ async function startServing(
     pool: database.pool,
     databaseUrl: database.url,
     logger,
+    metrics,
+    embedded: database.embeddedStatus,
     prune: true,
   });
   started.push(() => proxy.close(0));
   const { app, admin } = proxy;
 
-  await listen(app.server, config, 'listen', logger, 'idempotency-proxy');
-  await listen(admin, config, 'admin', logger, 'admin');
+  await listenAll(
+    [
+      { server: app.server, section: 'listen', what: 'idempotency-proxy' },
+      { server: admin, section: 'admin', what: 'admin' },
+    ],
+    config,
+    logger,
+  );
   if (config.admin.token === undefined) {
     logger.info(
       `admin /keys is off: set ${settingName(config, 'admin.token')} to inspect and clear keys over HTTP`,
@@ -127,6 +152,48 @@ function reload(running: Running, file: string, logger: Logger): void {
   }
 }
 
+interface ListenerSpec {
+  readonly server: Listener;
+  readonly section: 'listen' | 'admin';
+  readonly what: string;
+}
+
+/**
+ * Every listener is tried before any failure is reported, so a person who frees one busy port is
+ * not sent back for the next: all the ports in use are named in one message.
+ */
+async function listenAll(
+  specs: readonly ListenerSpec[],
+  config: ProxyConfig,
+  logger: Logger,
+): Promise<void> {
+  const results = await Promise.allSettled(
+    specs.map((spec) => listen(spec.server, config, spec.section, logger, spec.what)),
+  );
+  const failures = results.flatMap((result, i) =>
+    result.status === 'rejected'
+      ? [{ spec: specs[i]!, error: result.reason as NodeJS.ErrnoException }]
+      : [],
+  );
+  if (failures.length === 0) return;
+  const inUse = failures.filter(({ error }) => error.code === 'EADDRINUSE');
+  if (failures.length === 1 || inUse.length < failures.length)
+    throw listenError(
+      failures[0]!.error,
+      config,
+      failures[0]!.spec.section,
+      failures[0]!.spec.what,
+    );
+  const ports = inUse.map(({ spec }) => {
+    const { host, port } = config[spec.section];
+    return `${port} on ${host} (the ${spec.what} server; set by ${settingName(config, `${spec.section}.port`)})`;
+  });
+  throw new StartupError(
+    `ports already in use: ${ports.join(' and ')}: stop the process that holds them (another idempotency-proxy in this directory?), or set those settings to free ports`,
+    { cause: inUse[0]!.error },
+  );
+}
+
 async function listen(
   server: Listener,
   config: ProxyConfig,
@@ -136,7 +203,7 @@ async function listen(
 ): Promise<void> {
   const { host, port } = config[section];
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (error) => reject(listenError(error, config, section, what)));
+    server.once('error', reject);
     server.listen(port, host, () => resolve());
   });
   const address = server.address() as AddressInfo;

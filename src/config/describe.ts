@@ -15,15 +15,23 @@ import { upstreamPath } from '../http/router';
 import { SAFE_METHODS } from './types';
 import { formatDuration, formatSize } from './units';
 
-export function describeConfig(config: ProxyConfig): string {
+/**
+ * `embeddedDataDir`: where the embedded PostgreSQL's data really is, when that is not the configured
+ * `store.dataDir` (as root, in a directory the server's user cannot enter).
+ */
+export function describeConfig(config: ProxyConfig, embeddedDataDir?: string): string {
   const { listen, admin, store } = config;
+  const placed =
+    embeddedDataDir === undefined || embeddedDataDir === store.dataDir
+      ? store.dataDir
+      : `${embeddedDataDir} (store.dataDir ${store.dataDir} is out of the server user's reach)`;
   const lines = [
     `config: ${config.file}`,
     `listen: ${scheme(listen.tls)}${listen.host}:${listen.port} (shutdown grace ${formatDuration(config.shutdownGraceMs)})`,
     ...describeServerTls(listen.tls),
     `admin: ${scheme(admin.tls)}${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
     ...describeServerTls(admin.tls),
-    `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${store.dataDir}`}`,
+    `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${placed}`}`,
     `  table ${store.table}, pool ${store.poolSize}, prune every ${formatDuration(store.pruneIntervalMs)}`,
     ...describeStoreTls(store.tls),
     'upstreams:',

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type YAMLError } from 'yaml';
 import type { z } from 'zod';
 import { ConfigError, type ConfigIssue } from '../errors';
+import { StartupError } from '../startup-error';
 import { compileConfig } from './compile';
 import { formatPath, type IssuePath, type PathIssue } from './path-issue';
 import { maskPassword } from './describe';
@@ -22,11 +23,16 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    const message =
-      code === 'ENOENT'
-        ? `config file not found: ${path.resolve(file)}; pass --config FILE or set IDEMPOTENCY_PROXY_CONFIG`
-        : `cannot read the config file: ${(error as Error).message}`;
-    throw new ConfigError(file, [{ path: '', line: undefined, column: undefined, message }]);
+    // Not a problem inside a configuration: there is none to report on, so no "invalid configuration".
+    if (code === 'ENOENT')
+      throw new StartupError(
+        `config file not found: ${path.resolve(file)}; pass --config FILE or set IDEMPOTENCY_PROXY_CONFIG (config/proxy.yaml in a clone is the example to start from)`,
+        { exitCode: 2, cause: error },
+      );
+    throw new StartupError(`cannot read the config file: ${(error as Error).message}`, {
+      exitCode: 2,
+      cause: error,
+    });
   }
   return parseConfigText(text, file, env);
 }

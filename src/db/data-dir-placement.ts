@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ancestorsOf, firstInaccessible, type ServerUser } from './server-user';
+import { ancestorsOf, existingServerUser, firstInaccessible, type ServerUser } from './server-user';
 
 export const DEFAULT_STATE_DIR = '/var/lib/idempotency-proxy';
 
@@ -36,4 +36,12 @@ export function placeDataDir(
   const stateDir = path.resolve(env.IDEMPOTENCY_PROXY_STATE_DIR || DEFAULT_STATE_DIR);
   const hash = createHash('sha256').update(dataDir).digest('hex').slice(0, 12);
   return { dataDir: path.join(stateDir, `${path.basename(dataDir)}-${hash}`), blockedBy };
+}
+
+/**
+ * Where the data of a configured data dir is, as serve would place it now: for what check, clean
+ * and the logs say. (As root before the server's user exists, it is the configured place.)
+ */
+export function embeddedDataDir(configured: string): string {
+  return placeDataDir(configured, existingServerUser()).dataDir;
 }

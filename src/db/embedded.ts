@@ -27,6 +27,11 @@ import {
 } from './postgres-process';
 import { placeDataDir } from './data-dir-placement';
 import {
+  type EmbeddedStatus,
+  ServerSupervisor,
+  type SupervisorEvents,
+} from './embedded-supervisor';
+import {
   ancestorsOf,
   existingServerUser,
   firstInaccessible,
@@ -40,7 +45,10 @@ export interface EmbeddedDatabase {
   readonly port: number;
   /** The postmaster's PID. */
   readonly pid: number;
-  stop(): Promise<void>;
+  /** Whether it runs, and how often it was restarted (always `running`, 0 restarts, unsupervised). */
+  status(): EmbeddedStatus;
+  /** Stops the server; resolves false when it was not running (it had exited and was not restarted). */
+  stop(): Promise<boolean>;
   /** Starts the server again after stop() (same data, same port). */
   restart(): Promise<void>;
 }
@@ -68,6 +76,11 @@ export interface EmbeddedOptions {
    * Ctrl-C of `npm test` takes its throwaway server down with it.
    */
   detached?: boolean;
+  /**
+   * Restart the server when it exits on its own (serve), telling these events; unset, a server
+   * that dies stays dead (operator commands, the test harness).
+   */
+  supervise?: SupervisorEvents;
 }
 
 export function embeddedUrl(port: number): string {
@@ -105,21 +118,30 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   };
 
   let server: ChildProcess | undefined;
+  const launch = async (): Promise<ChildProcess> =>
+    (server = await startPostmaster(binaries.postgres, dataDir, port, user, detached));
+  // A restart keeps our claim on the data dir, and leaves the dead server's postmaster.pid to
+  // PostgreSQL, which refuses to start while a process of the old server still holds its memory.
+  const supervisor = options.supervise
+    ? new ServerSupervisor({ start: launch, events: options.supervise })
+    : undefined;
   const start = async (): Promise<void> => {
     await claimDataDir(dataDir, claim, setting, onNotice);
     try {
       await stopOrphan(dataDir, onNotice);
-      server = await startPostmaster(binaries.postgres, dataDir, port, user, detached);
+      const child = await launch();
+      supervisor?.watch(child);
     } catch (error) {
       releaseOwner(dataDir);
       throw error;
     }
   };
-  const stop = async (): Promise<void> => {
-    const running = server;
+  const stop = async (): Promise<boolean> => {
+    const running = supervisor ? await supervisor.release() : alive(server);
     server = undefined;
     if (running?.pid !== undefined) await stopPostmaster(running.pid, running);
     releaseOwner(dataDir);
+    return running !== undefined;
   };
   await start();
   return {
@@ -129,9 +151,20 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     get pid() {
       return server?.pid ?? 0;
     },
+    status: () =>
+      supervisor?.status() ?? {
+        state: alive(server) ? 'running' : 'stopped',
+        pid: alive(server)?.pid,
+        restarts: 0,
+        lastExit: undefined,
+      },
     stop,
     restart: start,
   };
+}
+
+function alive(child: ChildProcess | undefined): ChildProcess | undefined {
+  return child && child.exitCode === null && child.signalCode === null ? child : undefined;
 }
 
 /** The data directory's server belongs to another live process. */

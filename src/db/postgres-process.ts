@@ -13,6 +13,11 @@ import type { ServerUser } from './server-user';
 export const SUPERUSER = 'postgres';
 export const PASSWORD = 'postgres';
 const LOG_FILE = 'embedded-postgres.log';
+
+/** Where the postmaster's output goes: quoted in errors, so a person knows where to look. */
+export function postmasterLogFile(dataDir: string): string {
+  return path.join(dataDir, LOG_FILE);
+}
 const READY_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 30_000;
 
@@ -119,7 +124,7 @@ export async function startPostmaster(
   user: ServerUser | undefined,
   detached: boolean,
 ): Promise<ChildProcess> {
-  const logFile = path.join(dataDir, LOG_FILE);
+  const logFile = postmasterLogFile(dataDir);
   // A file, not a pipe: a detached server outlives us when we are killed, and must not lose its log.
   const log = fs.openSync(logFile, 'w', 0o600);
   let child: ChildProcess;

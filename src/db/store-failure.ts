@@ -16,3 +16,38 @@ export function storeFailureKind(error: unknown): StoreFailureKind {
   if ((error as { code?: unknown } | null)?.code === '25006') return 'read_only';
   return 'unavailable';
 }
+
+export interface DatabaseErrorFields {
+  /** SQLSTATE, or Node's (ECONNREFUSED); absent when the error has none. */
+  readonly code?: string;
+  /** The first line of its message. */
+  readonly error: string;
+  /** `host:port` of the server it came from, when known. */
+  readonly server?: string;
+}
+
+/**
+ * A database error as log fields. Never the error object itself: pg-pool attaches the whole pg
+ * client to it (`err.client`: its connection, its queued queries, their SQL), and pino would write
+ * every enumerable field of it, one 8 KB line per failure.
+ */
+export function databaseErrorFields(error: unknown, server?: string): DatabaseErrorFields {
+  const code = (error as { code?: unknown } | null | undefined)?.code;
+  const message = error instanceof Error ? error.message : String(error);
+  return {
+    ...(typeof code === 'string' || typeof code === 'number' ? { code: String(code) } : {}),
+    error: message.split('\n')[0]!,
+    ...(server !== undefined ? { server } : {}),
+  };
+}
+
+/** `host:port` of a postgres:// URL (5432 when it names none); undefined for anything else. */
+export function serverAddress(url: string): string | undefined {
+  try {
+    const parsed = new URL(url);
+    if (!parsed.hostname) return undefined;
+    return `${parsed.hostname}:${parsed.port || '5432'}`;
+  } catch {
+    return undefined;
+  }
+}

@@ -24,6 +24,7 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly storeErrors: Counter<'operation'>;
   private readonly inFlightClaims: Gauge;
   private readonly pruned: Counter;
+  private readonly embeddedRestarts: Counter;
   private readonly waitingRequests: Gauge;
   private readonly toolCalls: Counter<'route' | 'tool' | 'outcome'>;
   /** Tool names seen as labels; past MAX_TOOL_LABELS they count as OTHER_TOOL. */
@@ -106,6 +107,11 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Expired records deleted by this instance.',
       registers,
     });
+    this.embeddedRestarts = new Counter({
+      name: `${PREFIX}embedded_postgres_restarts_total`,
+      help: 'Times the embedded PostgreSQL exited on its own and was started again (0 with a store URL).',
+      registers,
+    });
   }
 
   /** Label-bound children, so the per-request path skips prom-client's label hashing. */
@@ -159,6 +165,10 @@ export class ProxyMetrics implements ProtectedObserver {
 
   prunedRows(count: number): void {
     this.pruned.inc(count);
+  }
+
+  embeddedPostgresRestarted(): void {
+    this.embeddedRestarts.inc();
   }
 
   storeError(operation: string): void {

@@ -227,7 +227,7 @@ export async function decide(
             request,
             new ProxyError(
               'IDEMPOTENCY_OUTCOME_UNKNOWN',
-              'The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then ask an operator to clear the key if it must run.',
+              `The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then, if it must run, have an operator clear the key: idempotency-proxy clear ${policy.scope} KEY${policy.tenant.map((part) => ` --tenant '<${part}>'`).join('')}, or DELETE /api/records on the admin API.`,
               { route: route.name, key },
             ),
           );

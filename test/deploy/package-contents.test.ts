@@ -30,6 +30,12 @@ function namedFiles(pkg: Manifest): string[] {
     .map((file) => path.posix.normalize(file));
 }
 
+/**
+ * The bin: plain JavaScript that, in a clone, builds dist/ first when it is stale, and in an installed
+ * package runs dist/main.js as it is; the one file under src/ that ships.
+ */
+const LAUNCHER = 'src/launch/idempotency-proxy.js';
+
 describe('the idempotency-proxy package', () => {
   const pkg = manifest(REPO_ROOT);
   let packed: Packed;
@@ -46,7 +52,7 @@ describe('the idempotency-proxy package', () => {
   });
 
   it('holds every file its bin, main, types and exports name', () => {
-    expect(pkg.bin).toEqual({ 'idempotency-proxy': 'dist/main.js' });
+    expect(pkg.bin).toEqual({ 'idempotency-proxy': LAUNCHER });
     for (const file of namedFiles(pkg))
       expect({ file, packed: files.includes(file) }).toEqual({
         file,
@@ -55,15 +61,15 @@ describe('the idempotency-proxy package', () => {
   });
 
   it('starts the bin with a node shebang (npm makes it executable when it installs it)', () => {
-    expect(fs.readFileSync(path.join(REPO_ROOT, 'dist/main.js'), 'utf8')).toMatch(
+    expect(fs.readFileSync(path.join(REPO_ROOT, LAUNCHER), 'utf8')).toMatch(
       /^#!\/usr\/bin\/env node\n/,
     );
   });
 
-  it('leaves out sources, tests, demos, benchmarks and the repo-only generators', () => {
+  it('leaves out sources (but the launcher), tests, demos, benchmarks and the repo-only generators', () => {
     const unwanted = files.filter(
       (file) =>
-        /^(src|test|packages|\.ci|\.config)\//.test(file) ||
+        (/^(src|test|packages|\.ci|\.config)\//.test(file) && file !== LAUNCHER) ||
         /^dist\/(demo|bench|soak)\//.test(file) ||
         /^dist\/config\/write-/.test(file) ||
         /(\.test|\.spec)\.(js|d\.ts|js\.map)$/.test(file) ||

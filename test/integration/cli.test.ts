@@ -121,9 +121,13 @@ test('the config file also comes from IDEMPOTENCY_PROXY_CONFIG, and a missing on
     TABLE: 'k',
   });
   expect(viaEnv.code).toBe(0);
-  const missing = await runCli(['check', '--config', path.join(workDir, 'nope.yaml')]);
+  const nope = path.join(workDir, 'nope.yaml');
+  const missing = await runCli(['check', '--config', nope]);
   expect(missing.code).toBe(2);
-  expect(missing.stderr).toContain('nope.yaml');
+  // One line, the path once, and what to do: a file that is not there is no invalid configuration.
+  expect(missing.stderr).toBe(
+    `idempotency-proxy: config file not found: ${nope}; pass --config FILE or set IDEMPOTENCY_PROXY_CONFIG (config/proxy.yaml in a clone is the example to start from)\n`,
+  );
 });
 
 test('an unknown command or option exits 2 with the usage', async () => {
@@ -131,6 +135,16 @@ test('an unknown command or option exits 2 with the usage', async () => {
   expect(result.code).toBe(2);
   expect(result.stderr).toContain('Usage: idempotency-proxy');
   expect((await runCli(['--bogus'])).code).toBe(2);
+  // A typo gets our words: the option, the likely one, all of them; no quote left open.
+  const typo = await runCli(['check', '--confg', 'x.yaml']);
+  expect(typo.code).toBe(2);
+  expect(typo.stderr.split('\n')[0]).toBe(
+    'idempotency-proxy: unknown option --confg (did you mean --config?); the options are --config (-c), --route (-r), --tenant (-t), --body (-b), --yes (-y), --help (-h), --version (-v)',
+  );
+  const noValue = await runCli(['check', '--config']);
+  expect(noValue.stderr.split('\n')[0]).toBe(
+    'idempotency-proxy: --config needs a value (--config VALUE)',
+  );
   const help = await runCli(['--help']);
   expect(help.code).toBe(0);
   expect(help.stdout).toContain('migrate');

@@ -82,6 +82,15 @@ routes:
       expect(placed.blockedBy).toBe(closed);
       expect(path.dirname(placed.dataDir)).toBe(stateDir);
       expect(runningPostmaster(placed.dataDir)).toBeDefined();
+      // check and the startup line name the real place, not the configured one.
+      const check = await runCli(
+        ['check', '--config', 'proxy.yaml'],
+        options({ PROXY_PORT: '1', IDEMPOTENCY_PROXY_STATE_DIR: stateDir }),
+      );
+      expect(check.stdout).toContain(
+        `store: embedded PostgreSQL at ${placed.dataDir} (store.dataDir ${path.join(checkout, '.data/postgres')} is out of the server user's reach)`,
+      );
+      expect(proxy.output()).toContain(`starting the embedded PostgreSQL in ${placed.dataDir}`);
       expect(proxy.output()).toContain(
         `cannot enter ${closed}: its data is in ${placed.dataDir} instead of ${checkout}/.data/postgres`,
       );

@@ -4,62 +4,35 @@
 // proxy in one line, and lent to inspect/prune/migrate; a failed startup stops what it started.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
 import { findFreePort } from '../../src/db/embedded';
-import {
-  logLines,
-  occupiedPort,
-  runCli,
-  type ServeProcess,
-  spawnServe,
-  startServe,
-} from '../support/cli-process';
+import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
+import { embeddedFixture } from '../support/embedded-fixture';
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
 import { startWaitingUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
-let workDir: string;
-let dataDir: string;
-let configFile: string;
-const running: ServeProcess[] = [];
-
 beforeAll(async () => {
   upstream = await startWaitingUpstream();
-  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-'));
-  // The data dir is a temp dir of its own: as root the server's user must be able to reach it.
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-embedded-pg-'));
-  configFile = path.join(workDir, 'proxy.yaml');
-  fs.writeFileSync(
-    configFile,
-    `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
+});
+afterAll(() => upstream?.close());
+const fixture = embeddedFixture(
+  'embedded',
+  (dir) => `listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
 admin: { host: 127.0.0.1, port: "\${ADMIN_PORT:-0}" }
 shutdownGrace: 10s
-store: { dataDir: ${dataDir} }
+store: { dataDir: ${dir} }
 upstreams: { api: { url: ${upstream.url} } }
 routes:
   - { name: jobs, match: { method: POST, path: /jobs }, upstream: api, idempotency: {} }
 `,
-  );
-});
-
-afterEach(async () => {
-  for (const proxy of running.splice(0)) {
-    if (proxy.child.exitCode === null && proxy.child.signalCode === null) proxy.child.kill();
-    await proxy.exited();
-  }
-});
-
-afterAll(async () => {
-  const left = runningPostmaster(dataDir);
-  if (left) process.kill(left.pid, 'SIGINT');
-  await until(() => !runningPostmaster(dataDir), 'the server to stop').catch(() => undefined);
-  await upstream?.close();
-  fs.rmSync(workDir, { recursive: true, force: true });
-  fs.rmSync(dataDir, { recursive: true, force: true });
-});
+);
+const running = fixture.running;
+let dataDir: string;
+let configFile: string;
+beforeAll(() => ({ dataDir, configFile } = fixture));
 
 /** Serve on the embedded store (no DATABASE_URL), on fresh ports. */
 async function serve(options: { groupLeader?: boolean; port?: number } = {}) {
@@ -248,4 +221,32 @@ test('a port in use stops startup with one line naming the port and its variable
   } finally {
     close();
   }
+}, 60_000);
+
+test('clean removes the data dir check names, and refuses while a proxy uses it', async () => {
+  const check = await cli(['check']);
+  expect(check.stdout).toContain(`store: embedded PostgreSQL at ${dataDir}\n`);
+  const { proxy } = await serve();
+  const refused = await cli(['clean', '--yes']);
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toBe(
+    `idempotency-proxy: the embedded PostgreSQL in ${dataDir} is in use by PID ${proxy.pid} (idempotency-proxy serve): stop it first (kill ${proxy.pid}), then run clean again\n`,
+  );
+  expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
+  proxy.child.kill('SIGTERM');
+  expect(await proxy.exited()).toBe(0);
+
+  const asked = await cli(['clean']);
+  expect(asked.code).toBe(1);
+  expect(asked.stdout).toBe(
+    `would remove ${dataDir}: the embedded PostgreSQL's data, every stored key with it. Run idempotency-proxy clean --yes to remove it\n`,
+  );
+  expect(fs.existsSync(path.join(dataDir, 'PG_VERSION'))).toBe(true);
+  const removed = await cli(['clean', '--yes']);
+  expect(removed.code).toBe(0);
+  expect(removed.stdout).toBe(`removed ${dataDir}; the next serve initialises a new one\n`);
+  expect(fs.existsSync(dataDir)).toBe(false);
+  expect((await cli(['clean', '--yes'])).stdout).toBe(
+    `nothing to remove: there is no embedded PostgreSQL data directory at ${dataDir}\n`,
+  );
 }, 60_000);

@@ -20,14 +20,16 @@ admin:
   port: \${ADMIN_PORT}
 store:
   table: ${table}
-upstreams: { api: { url: ${upstream.url} } }
+upstreams: { api: { url: ${upstream.url} }, slow: { url: ${upstream.url}, timeout: 300ms } }
 routes:
+  - { name: charges, match: { path: /charges }, upstream: slow, idempotency: { unknownOutcome: fail } }
   - { name: orders, match: { path: /orders }, upstream: api, idempotency: { ttl: ${ttl}, tenant: [header:x-org] } }
 ${extraRoute}  - { name: rest, match: { path: /** }, upstream: api }
 `;
 
 beforeAll(async () => {
-  upstream = await startUpstream((req, res) => {
+  upstream = await startUpstream(async (req, res) => {
+    await sleep(Number(req.headers['x-wait'] ?? 0));
     res.writeHead(201, { 'content-type': 'text/plain' });
     res.end(`done ${req.url} ${upstream.executions().length}`);
   });
@@ -92,6 +94,46 @@ test('prune deletes expired records and reports how many', async () => {
   expect((await cli(['inspect', 'prune-me'])).code).toBe(1);
 });
 
+test('clear: an unknown outcome (an upstream timeout) is cleared from the CLI, and the next request executes', async () => {
+  const executions = () =>
+    upstream.executions().filter((r) => r.headers['idempotency-key'] === 'charge-1').length;
+  const timedOut = await postJson(`${proxy.url}/charges`, 'charge-1', {}, { 'x-wait': '1000' });
+  expect(timedOut.status).toBe(504);
+  expect(timedOut.headers['idempotency-outcome']).toBe('unknown');
+  const repeat = await postJson(`${proxy.url}/charges`, 'charge-1', {});
+  expect(repeat.status).toBe(504); // the stored unknown outcome, not a second execution
+  expect(executions()).toBe(1);
+
+  const cleared = await cli(['clear', 'charges', 'charge-1']);
+  expect(cleared.code).toBe(0);
+  expect(cleared.stdout).toBe('cleared key "charge-1" on charges: its next request executes\n');
+  const [logged] = cleared.stderr
+    .split('\n')
+    .filter((line) => line.includes('admin: cleared a record'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+  expect(logged).toMatchObject({ admin: 'clear', via: 'cli', scope: 'charges', key: 'charge-1' });
+
+  // The clear reaches the proxy's replay cache by NOTIFY, a moment after the CLI has exited: until
+  // then a repeat may still be answered from memory.
+  await eventually(async () =>
+    expect((await postJson(`${proxy.url}/charges`, 'charge-1', {})).status).toBe(201),
+  );
+  expect(executions()).toBe(2);
+
+  const nothing = await cli(['clear', 'charges', 'never-sent']);
+  expect(nothing.code).toBe(1);
+  expect(nothing.stderr).toContain('no record for key "never-sent" on charges: nothing to clear');
+  const wrongRoute = await cli(['clear', 'nope', 'charge-1']);
+  expect(wrongRoute.code).toBe(2);
+  expect(wrongRoute.stderr).toContain(
+    'no protected route or group named "nope"; the protected ones are: charges, orders',
+  );
+  // A tenanted route takes one --tenant per part.
+  await postJson(`${proxy.url}/orders`, 'clear-tenant', {}, { 'x-org': 'acme' });
+  expect((await cli(['clear', 'orders', 'clear-tenant', '--tenant', 'other'])).code).toBe(1);
+  expect((await cli(['clear', 'orders', 'clear-tenant', '--tenant', 'acme'])).code).toBe(0);
+});
+
 test('SIGHUP reloads a valid config under traffic without losing a request, and rejects an invalid one', async () => {
   let stop = false;
   const results: (TestResponse | Error)[] = [];
@@ -125,6 +167,23 @@ test('SIGHUP reloads a valid config under traffic without losing a request, and 
     ),
   );
   expect((await send(`${proxy.url}/new-route`, { method: 'POST', body: 'x' })).status).toBe(400);
+
+  // A setting only a restart can change is named as a field, not as its section.
+  fs.writeFileSync(
+    proxy.configFile,
+    config().replace(`table: ${table}`, `table: ${table}\n  poolSize: 3`),
+  );
+  const before = proxy.output().length;
+  proxy.child.kill('SIGHUP');
+  await eventually(() => expect(proxy.output().slice(before)).toContain('reload rejected'));
+  const rejected = proxy
+    .output()
+    .slice(before)
+    .split('\n')
+    .find((line) => line.includes('reload rejected'));
+  expect((JSON.parse(rejected!) as { issues: string[] }).issues).toEqual([
+    'these settings need a restart, not a reload: store.poolSize',
+  ]);
   await sleep(200); // and a little after the last
   stop = true;
   await traffic;

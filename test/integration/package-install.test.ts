@@ -126,7 +126,10 @@ const onLinuxX64 = process.platform === 'linux' && process.arch === 'x64' ? it :
 it('installs from the tarballs alone: no checkout, no install script, the client beside it', () => {
   const installed = path.join(app, 'node_modules/idempotency-proxy');
   expect(fs.existsSync(path.join(installed, 'dist/main.js'))).toBe(true);
-  expect(fs.existsSync(path.join(installed, 'src'))).toBe(false);
+  expect(fs.readdirSync(path.join(installed, 'src'), { recursive: true })).toEqual([
+    'launch',
+    'launch/idempotency-proxy.js',
+  ]); // the bin, and no sources
   expect(fs.existsSync(path.join(installed, 'test'))).toBe(false);
   expect(fs.existsSync(path.join(app, 'node_modules/idempotency-proxy-client/package.json'))).toBe(
     true,

@@ -250,6 +250,10 @@ test("replays an unknown outcome once a crashed holder's lease ends (unknownOutc
   expect(after.status).toBe(502);
   expect(after.headers['idempotency-outcome']).toBe('unknown');
   expect(after.json()).toMatchObject({ code: 'IDEMPOTENCY_OUTCOME_UNKNOWN', key: 'crash-1' });
+  // What to do names a command that exists, for a config whose admin API is off.
+  expect(after.json().detail).toContain(
+    'have an operator clear the key: idempotency-proxy clear ops KEY, or DELETE /api/records on the admin API.',
+  );
   const again = await send(`${proxy.url}/ops`, {
     headers: { 'content-type': 'application/json', 'idempotency-key': 'crash-1' },
     body,

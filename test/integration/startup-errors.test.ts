@@ -103,6 +103,26 @@ test('a port in use exits 1 with one line naming the port and the setting and va
   }
 }, 30_000);
 
+test('both ports in use are named in one message, not one per start', async () => {
+  const main = await occupiedPort();
+  const admin = await occupiedPort();
+  try {
+    const proxy = await serveWith({
+      DATABASE_URL: databaseUrl(),
+      TABLE: uniqueTable('startup'),
+      PROXY_PORT: String(main.port),
+      ADMIN_PORT: String(admin.port),
+    });
+    expect(proxy.code).toBe(1);
+    expect(proxy.stderr).toBe(
+      `idempotency-proxy: ports already in use: ${main.port} on 127.0.0.1 (the idempotency-proxy server; set by listen.port (PROXY_PORT)) and ${admin.port} on 127.0.0.1 (the admin server; set by admin.port (ADMIN_PORT)): stop the process that holds them (another idempotency-proxy in this directory?), or set those settings to free ports\n`,
+    );
+  } finally {
+    main.close();
+    admin.close();
+  }
+}, 30_000);
+
 test('serve prints the PID that takes SIGHUP and SIGTERM, and how to turn /keys on', async () => {
   const proxy = await startServe(['--config', configFile], {
     env: {

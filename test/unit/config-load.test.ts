@@ -5,6 +5,7 @@ import path from 'node:path';
 import { settingName } from '../../src/config/env-sources';
 import { interpolate } from '../../src/config/interpolate';
 import { loadConfigFile, parseConfigText } from '../../src/config/load';
+import { StartupError } from '../../src/startup-error';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 
 const ROUTES = `upstreams:
@@ -416,9 +417,9 @@ describe('YAML features', () => {
 describe('files', () => {
   it('reports a missing file with how to point at the right one', () => {
     const missing = path.join(os.tmpdir(), 'no-such-dir', 'proxy.yaml');
-    expect(() => loadConfigFile(missing, {})).toThrow(ConfigError);
+    expect(() => loadConfigFile(missing, {})).toThrow(StartupError);
     expect(() => loadConfigFile(missing, {})).toThrow(
-      `config file not found: ${missing}; pass --config FILE or set IDEMPOTENCY_PROXY_CONFIG`,
+      `config file not found: ${missing}; pass --config FILE or set IDEMPOTENCY_PROXY_CONFIG (config/proxy.yaml in a clone is the example to start from)`,
     );
   });
 

@@ -12,6 +12,7 @@ import { Client } from 'pg';
 import type { Logger } from 'pino';
 import type { CompletionWaiter } from '../record';
 import type { StoreConnection } from '../../db/pool';
+import { databaseErrorFields, serverAddress } from '../../db/store-failure';
 
 const RECONNECT_MIN_MS = 200;
 const RECONNECT_MAX_MS = 5_000;
@@ -240,7 +241,10 @@ export class CompletionListener implements CompletionWaiter {
     client.end().catch(() => undefined);
     if (this.closed || this.reconnectTimer) return;
     this.logger.warn(
-      { err: error },
+      databaseErrorFields(
+        error ?? 'the connection ended',
+        serverAddress(this.connection.connectionString),
+      ),
       'completion listener lost its connection; waiters poll until it is back',
     );
     this.stats.reconnects++;

@@ -1,0 +1,58 @@
+// `npm start`, the demos and `npm run cli` build dist/ only when a source is newer than the last
+// build: run here on a project of one source file laid out as ours (src/, tsconfig.json, dist/).
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const root = path.resolve(__dirname, '../..');
+let project: string;
+
+beforeAll(() => {
+  project = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-build-'));
+  fs.mkdirSync(path.join(project, 'src'));
+  fs.mkdirSync(path.join(project, 'src/launch'));
+  fs.copyFileSync(
+    path.join(root, 'src/launch/build-if-stale.js'),
+    path.join(project, 'src/launch/build-if-stale.js'),
+  );
+  fs.symlinkSync(path.join(root, 'node_modules'), path.join(project, 'node_modules'));
+  fs.writeFileSync(
+    path.join(project, 'package.json'),
+    '{"name":"p","private":true,"scripts":{"build":"tsc -p tsconfig.json"}}\n',
+  );
+  fs.writeFileSync(
+    path.join(project, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: { outDir: 'dist', rootDir: 'src' },
+      include: ['src/**/*.ts'],
+    }),
+  );
+  fs.writeFileSync(path.join(project, 'src/main.ts'), 'export const answer = 1;\n');
+});
+
+afterAll(() => fs.rmSync(project, { recursive: true, force: true }));
+
+/** What the script said (it says only why it builds), and whether dist/main.js runs. */
+function build(): string {
+  const result = spawnSync(process.execPath, ['src/launch/build-if-stale.js'], {
+    cwd: project,
+    encoding: 'utf8',
+  });
+  expect(result.status).toBe(0);
+  execFileSync(process.execPath, ['dist/main.js'], { cwd: project });
+  return result.stderr;
+}
+
+test('builds when dist/ is missing, not again while nothing changed, and again after an edit or a new file', () => {
+  expect(build()).toBe('idempotency-proxy: building dist/ (dist/ is not built yet)\n');
+  expect(build()).toBe('');
+  const now = new Date(); // after the last build started: an edit
+  fs.utimesSync(path.join(project, 'src/main.ts'), now, now);
+  expect(build()).toBe('idempotency-proxy: building dist/ (src/main.ts changed)\n');
+  expect(build()).toBe('');
+  fs.writeFileSync(path.join(project, 'src/extra.ts'), 'export const more = 2;\n');
+  expect(build()).toBe('idempotency-proxy: building dist/ (sources were added or removed)\n');
+  expect(fs.existsSync(path.join(project, 'dist/extra.js'))).toBe(true);
+  expect(build()).toBe('');
+});
