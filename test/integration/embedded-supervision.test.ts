@@ -12,6 +12,7 @@ import { embeddedFixture } from '../support/embedded-fixture';
 import { until } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { startUpstream, type TestUpstream } from '../support/upstream';
+import { recordFigures } from '../support/run-report';
 
 let upstream: TestUpstream;
 beforeAll(async () => {
@@ -165,9 +166,13 @@ test('kill -9 of the postmaster: one error line, a restart on the same data dir,
   expect(await proxy.exited()).toBe(0);
   expect(proxy.output()).toContain('embedded PostgreSQL stopped');
   expect(isRunning(newPid, 'postgres')).toBe(false);
-  process.stdout.write(
-    `kill -9 of the embedded PostgreSQL: down ${restartedAt - killedAt} ms (kill → restart line), ${sent.length} requests (${unavailable.length} answered 503), ${keys.length} keys, ${upstream.executions().length} upstream executions\n`,
-  );
+  recordFigures(__filename, 'kill -9 of the postmaster', {
+    downMs: restartedAt - killedAt,
+    requests: sent.length,
+    answered503: unavailable.length,
+    keys: keys.length,
+    upstreamExecutions: upstream.executions().length,
+  });
 }, 90_000);
 
 test('restarts that keep failing end the proxy with exit 1 and say where to look; it claims no stop', async () => {
