@@ -6,104 +6,49 @@
 // is forwarded as read (inflated, without the BOM) and runs once per key; what it cannot read is
 // answered as the SDK's server answers it and runs zero times. Executions are counted at the tool.
 import fs from 'node:fs';
-import http from 'node:http';
 import zlib from 'node:zlib';
 import { until } from '../support/eventually';
 import {
   type LenientKind,
   type LenientMcpServer,
-  lenientServers,
+  type LenientStack,
+  startLenientStack,
 } from '../support/mcp-lenient-servers';
 import { orderId } from '../support/mcp-proxy';
-import { startProxy, type TestProxy } from '../support/proxy';
+import { postRawMcp, type RawAnswer } from '../support/mcp-raw-post';
+import type { TestProxy } from '../support/proxy';
 
 const KINDS: readonly LenientKind[] = ['sdk', 'express'];
 const LIMIT = 512 * 1024;
 
+let stack: LenientStack;
 let servers: Record<LenientKind, LenientMcpServer>;
 let proxy: TestProxy;
 
 beforeAll(async () => {
-  servers = { sdk: await lenientServers.sdk(), express: await lenientServers.express() };
-  const route = (kind: LenientKind) => `
-  - name: ${kind}
-    match: { path: /${kind}/mcp }
-    upstream: ${kind}
-    idempotency:
-      tenant: [header:authorization]
-      maxRequestBytes: 512kb
-      mcp: { tools: [refund] }`;
-  proxy = await startProxy({
-    yaml: `
-store: { table: "\${TEST_TABLE}" }
-upstreams:
-  sdk: { url: ${servers.sdk.origin}, timeout: 5s }
-  express: { url: ${servers.express.origin}, timeout: 5s }
-routes:${route('sdk')}${route('express')}
-`,
-  });
+  stack = await startLenientStack(['maxRequestBytes: 512kb']);
+  ({ servers, proxy } = stack);
 });
 afterAll(async () => {
-  await proxy?.close();
-  await servers?.sdk.close();
-  await servers?.express.close();
+  await stack?.close();
 });
-
-interface Answer {
-  readonly status: number;
-  readonly headers: http.IncomingHttpHeaders;
-  readonly json: Record<string, unknown>;
-}
 
 /** Requests sent per path, so a test knows how many log lines its route has once all are written. */
 const sent = new Map<string, number>();
 
-/** POSTs these exact bytes (node:http adds nothing but Host and Content-Length). */
-function post(path: string, body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
+/** POSTs these exact bytes to the proxy, counted per path. */
+function post(
+  path: string,
+  body: Buffer,
+  headers: Record<string, string> = {},
+): Promise<RawAnswer> {
   sent.set(path, (sent.get(path) ?? 0) + 1);
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      `${proxy.url}${path}`,
-      {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          'mcp-protocol-version': '2025-06-18',
-          authorization: 'Bearer tenant-a',
-          'content-length': String(body.length),
-          ...headers,
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          resolve({
-            status: res.statusCode ?? 0,
-            headers: res.headers,
-            json: jsonOf(Buffer.concat(chunks).toString()),
-          });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return postRawMcp(`${proxy.url}${path}`, body, headers);
 }
 
 /** A refund call as JSON text; `params` is more JSON text for its params object. */
 const callText = (order: string, id = 1, params = '', args = ''): string =>
   `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"refund","arguments":{"order_id":"${order}","amount":5${args}}${params}}}`;
-
-/** The answer as JSON; `{ text }` for one that is not (a server's HTML error page). */
-function jsonOf(text: string): Record<string, unknown> {
-  try {
-    return text ? (JSON.parse(text) as Record<string, unknown>) : {};
-  } catch {
-    return { text };
-  }
-}
 
 const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 

@@ -14,6 +14,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { z } from 'zod';
+import { startProxy, type TestProxy } from './proxy';
 
 export type LenientKind = 'sdk' | 'express';
 
@@ -167,3 +168,43 @@ export const lenientServers: Record<LenientKind, () => Promise<LenientMcpServer>
   sdk: startSdkServer,
   express: startExpressServer,
 };
+
+/** Both lenient servers behind one proxy: a protected MCP route `/<kind>/mcp` for each. */
+export interface LenientStack {
+  readonly servers: Record<LenientKind, LenientMcpServer>;
+  readonly proxy: TestProxy;
+  close(): Promise<void>;
+}
+
+/** `idempotency` lines to add to each route (e.g. `maxRequestBytes: 512kb`). */
+export async function startLenientStack(
+  idempotency: readonly string[] = [],
+): Promise<LenientStack> {
+  const servers = { sdk: await lenientServers.sdk(), express: await lenientServers.express() };
+  const extra = idempotency.map((line) => `\n      ${line}`).join('');
+  const route = (kind: LenientKind) => `
+  - name: ${kind}
+    match: { path: /${kind}/mcp }
+    upstream: ${kind}
+    idempotency:
+      tenant: [header:authorization]${extra}
+      mcp: { tools: [refund] }`;
+  const proxy = await startProxy({
+    yaml: `
+store: { table: "\${TEST_TABLE}" }
+upstreams:
+  sdk: { url: ${servers.sdk.origin}, timeout: 5s }
+  express: { url: ${servers.express.origin}, timeout: 5s }
+routes:${route('sdk')}${route('express')}
+`,
+  });
+  return {
+    servers,
+    proxy,
+    async close() {
+      await proxy.close();
+      await servers.sdk.close();
+      await servers.express.close();
+    },
+  };
+}
