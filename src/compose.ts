@@ -10,7 +10,7 @@ import type { ProxyConfig } from './config/types';
 import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
 import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
-import { startPruner } from './db/pruner';
+import { startPruner } from './store/postgres/pruner';
 import { storeConnection } from './db/pool';
 import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
@@ -19,7 +19,7 @@ import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
 import { type Listener, reloadListenerTls } from './listener';
-import type { EmbeddedStatus } from './db/embedded-supervisor';
+import type { EmbeddedStatus } from './embedded/embedded-supervisor';
 
 /** How often requests answered from memory are added to their records' counters. */
 const COUNTER_FLUSH_MS = 1_000;

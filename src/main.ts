@@ -16,7 +16,7 @@ import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { describeStoreTopology } from './cli/check-store';
 import { tuneHeapForServing } from './heap-tuning';
-import { embeddedDataDir } from './db/data-dir-placement';
+import { embeddedDataDir } from './embedded/data-dir-placement';
 import { runClean } from './cli/clean';
 
 async function main(argv: readonly string[]): Promise<number> {

@@ -8,8 +8,13 @@
 import { clearRecord } from './clear-record';
 import type http from 'node:http';
 import type { ProxyConfig } from '../config/types';
-import { decodeCursor, LIST_STATES, type ListState, listRecords } from '../db/record-listing';
-import { findRecord } from '../db/record-queries';
+import {
+  decodeCursor,
+  LIST_STATES,
+  type ListState,
+  listRecords,
+} from '../store/postgres/record-listing';
+import { findRecord } from '../store/postgres/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment, json, problem, tenantOf } from './admin-http';
 import type { AdminDeps } from './admin-deps';

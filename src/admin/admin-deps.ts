@@ -2,7 +2,7 @@
 import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import type { ProxyConfig } from '../config/types';
-import type { EmbeddedStatus } from '../db/embedded-supervisor';
+import type { EmbeddedStatus } from '../embedded/embedded-supervisor';
 import type { ProxyMetrics } from '../observability/metrics';
 
 export interface AdminDeps {

@@ -8,7 +8,7 @@ import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import { quoteTableName } from '../db/identifier';
 import { LATEST_VERSION } from '../db/migrate';
-import { findRecord } from '../db/record-queries';
+import { findRecord } from '../store/postgres/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment as decode, json, problem, tenantOf } from './admin-http';
 import { handleApi } from './admin-api';

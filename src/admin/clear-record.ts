@@ -5,7 +5,7 @@ import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { hashKey } from '../app';
 import type { ProxyConfig } from '../config/types';
-import { deleteRecord } from '../db/record-queries';
+import { deleteRecord } from '../store/postgres/record-queries';
 import type { RecordId } from '../store/record';
 
 /** Deletes `id`'s record; false when there was none. */

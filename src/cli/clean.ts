@@ -6,8 +6,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProxyConfig } from '../config/types';
-import { embeddedDataDir } from '../db/data-dir-placement';
-import { claimOwner, releaseOwner, runningPostmaster } from '../db/embedded-state';
+import { embeddedDataDir } from '../embedded/data-dir-placement';
+import { claimOwner, releaseOwner, runningPostmaster } from '../embedded/embedded-state';
 import type { CliArgs } from './args';
 
 export function runClean(config: ProxyConfig, args: CliArgs): number {

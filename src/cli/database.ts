@@ -7,11 +7,11 @@ import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
 import type { ProxyConfig, StoreTlsConfig } from '../config/types';
 import { createPool } from '../db/pool';
-import { embeddedDataDir } from '../db/data-dir-placement';
+import { embeddedDataDir } from '../embedded/data-dir-placement';
 import { databaseErrorFields, serverAddress } from '../db/store-failure';
-import { postmasterLogFile } from '../db/postgres-process';
-import { RESTART_ATTEMPTS } from '../db/embedded-supervisor';
-import type { EmbeddedStatus, SupervisorEvents } from '../db/embedded-supervisor';
+import { postmasterLogFile } from '../embedded/postgres-process';
+import { RESTART_ATTEMPTS } from '../embedded/embedded-supervisor';
+import type { EmbeddedStatus, SupervisorEvents } from '../embedded/embedded-supervisor';
 import { StartupError } from '../startup-error';
 import type { Command } from './args';
 import { databaseStartupError, isConnectionError, reasonOf, serverOf } from './database-errors';
@@ -94,7 +94,7 @@ async function openEmbedded(
 ): Promise<EmbeddedHandle> {
   // Where the data really is (as root it may be placed outside the checkout): what every line says.
   const dataDir = embeddedDataDir(config.store.dataDir);
-  const embeddedModule = await import('../db/embedded');
+  const embeddedModule = await import('../embedded/embedded');
   const { awaitRunningEmbedded, EmbeddedInUseError, startEmbeddedPostgres } = embeddedModule;
   // migrate, prune and inspect next to a running `npm start`: use its server, leave it running.
   const useRunning = (running: NonNullable<Awaited<ReturnType<typeof awaitRunningEmbedded>>>) => {
@@ -169,7 +169,7 @@ async function openEmbedded(
 /** What serve says while it keeps the embedded server running, and the error it exits with. */
 function supervisionLog(
   logger: Logger,
-  server: () => Awaited<ReturnType<typeof import('../db/embedded').startEmbeddedPostgres>>,
+  server: () => Awaited<ReturnType<typeof import('../embedded/embedded').startEmbeddedPostgres>>,
   options: OpenOptions,
   giveUp: (error: Error) => void,
 ): SupervisorEvents {

@@ -2,8 +2,8 @@
 import type { Logger } from 'pino';
 import { tenantOf } from '../admin/admin-http';
 import type { ProxyConfig } from '../config/types';
-import { pruneExpired } from '../db/pruner';
-import { findRecord, findRecordsByKey, type RecordView } from '../db/record-queries';
+import { pruneExpired } from '../store/postgres/pruner';
+import { findRecord, findRecordsByKey, type RecordView } from '../store/postgres/record-queries';
 import type { CliArgs } from './args';
 import { UsageError } from './args';
 import { openDatabase } from './database';

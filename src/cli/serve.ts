@@ -19,7 +19,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   for (const warning of configWarnings(config))
     logger.warn({ route: warning.route }, warning.message);
   // A signal before we serve (Ctrl-C while the database starts) stops at once: nothing is in flight.
-  // The embedded server, if spawned, is stopped by its exit hook (see db/embedded.ts).
+  // The embedded server, if spawned, is stopped by its exit hook (see embedded/embedded.ts).
   const interrupted = (signal: NodeJS.Signals): void => {
     logger.warn({ signal }, 'interrupted during startup; stopping');
     process.exit(1);

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { idempotentFetch, stepKey } from 'idempotency-proxy-client';
-import { findFreePort } from '../db/embedded';
+import { findFreePort } from '../embedded/embedded';
 import { startBuiltProxy } from './built-proxy';
 import { startPaymentsService } from './payments-service';
 

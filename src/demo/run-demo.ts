@@ -1,7 +1,7 @@
 // `npm run demo`: starts the demo payments service and the real proxy (the built CLI, serving
 // config/proxy.yaml on the embedded PostgreSQL unless DATABASE_URL is set), then tells the refund story.
 import path from 'node:path';
-import { findFreePort } from '../db/embedded';
+import { findFreePort } from '../embedded/embedded';
 import { startBuiltProxy } from './built-proxy';
 import { startPaymentsService } from './payments-service';
 import { tellRefundStory } from './refund-story';

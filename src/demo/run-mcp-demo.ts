@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { findFreePort } from '../db/embedded';
+import { findFreePort } from '../embedded/embedded';
 import { startBuiltProxy } from './built-proxy';
 import { runMcpAgentLoop } from './mcp-agent-loop';
 import { type McpRefundServer, startMcpRefundServer } from './mcp-refund-server';

@@ -1,6 +1,6 @@
 // The embedded PostgreSQL for the bench, owned by this child process so that the postmaster and every
 // backend inherit its CPU affinity (run-bench spawns it under `taskset -c 1`, the proxy's core).
-// Uses the built proxy's own startEmbeddedPostgres (dist/db/embedded.js: root handling, stale pid
+// Uses the built proxy's own startEmbeddedPostgres (dist/embedded/embedded.js: root handling, stale pid
 // files), then restarts once with pg_stat_statements preloaded so statements can be counted.
 // Durability is PostgreSQL's default: fsync on, synchronous_commit on.
 // IPC: sends {type:'ready', url, port, postmasterPid, statementsLoaded}; {type:'stop'} → {type:'stopped'}.
@@ -22,7 +22,7 @@ interface EmbeddedModule {
 // Compiled to dist/bench/pg-server.js: the built proxy is one folder up. Loaded at run time, not
 // imported, so the bench never compiles src/.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
-const embedded = require(path.join(__dirname, '..', 'db', 'embedded.js')) as EmbeddedModule;
+const embedded = require(path.join(__dirname, '..', 'embedded', 'embedded.js')) as EmbeddedModule;
 
 let server: EmbeddedDatabase | undefined;
 let stopping: Promise<void> | undefined;

@@ -5,7 +5,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { agentLoopProxyYaml, runAgentLoop } from '../../src/demo/agent-loop';
-import { findFreePort } from '../../src/db/embedded';
+import { findFreePort } from '../../src/embedded/embedded';
 import { type PaymentsService, startPaymentsService } from '../../src/demo/payments-service';
 import { databaseUrl, startProxy, type TestProxy } from '../support/proxy';
 import { recordFigures } from '../support/run-report';

@@ -9,8 +9,12 @@ import { createPool } from '../../src/db/pool';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { completionChannel } from '../../src/store/postgres/statements';
 import { LATEST_VERSION, migrate } from '../../src/db/migrate';
-import { pruneExpired } from '../../src/db/pruner';
-import { deleteRecord, findRecord, findRecordsByKey } from '../../src/db/record-queries';
+import { pruneExpired } from '../../src/store/postgres/pruner';
+import {
+  deleteRecord,
+  findRecord,
+  findRecordsByKey,
+} from '../../src/store/postgres/record-queries';
 import { detectTopology } from '../../src/db/topology';
 import { recordDigest, type RecordId } from '../../src/store/record';
 import { postJson, send } from '../support/http';

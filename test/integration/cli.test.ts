@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { findFreePort } from '../../src/db/embedded';
+import { findFreePort } from '../../src/embedded/embedded';
 import { postJson } from '../support/http';
 import {
   type CliResult,

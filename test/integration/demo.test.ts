@@ -2,7 +2,7 @@
 // story: a retried refund runs once through the proxy, and once per attempt without it.
 import fs from 'node:fs';
 import path from 'node:path';
-import { findFreePort } from '../../src/db/embedded';
+import { findFreePort } from '../../src/embedded/embedded';
 import { type PaymentsService, startPaymentsService } from '../../src/demo/payments-service';
 import { tellRefundStory } from '../../src/demo/refund-story';
 import { postJson, send } from '../support/http';

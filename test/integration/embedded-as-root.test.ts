@@ -6,10 +6,10 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { placeDataDir } from '../../src/db/data-dir-placement';
-import { findFreePort } from '../../src/db/embedded';
-import { existingServerUser } from '../../src/db/server-user';
-import { runningPostmaster } from '../../src/db/embedded-state';
+import { placeDataDir } from '../../src/embedded/data-dir-placement';
+import { findFreePort } from '../../src/embedded/embedded';
+import { existingServerUser } from '../../src/embedded/server-user';
+import { runningPostmaster } from '../../src/embedded/embedded-state';
 import { makeCheckout } from '../support/checkout';
 import { runCli, startServe } from '../support/cli-process';
 import { postJson } from '../support/http';

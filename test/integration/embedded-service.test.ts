@@ -5,8 +5,8 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
-import { findFreePort } from '../../src/db/embedded';
+import { isRunning, runningPostmaster } from '../../src/embedded/embedded-state';
+import { findFreePort } from '../../src/embedded/embedded';
 import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
 import { embeddedFixture } from '../support/embedded-fixture';
 import { until } from '../support/eventually';

@@ -5,8 +5,8 @@
 // that keep failing end the proxy with a message that says where to look.
 import fs from 'node:fs';
 import path from 'node:path';
-import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
-import { findFreePort } from '../../src/db/embedded';
+import { isRunning, runningPostmaster } from '../../src/embedded/embedded-state';
+import { findFreePort } from '../../src/embedded/embedded';
 import { logLines, startServe } from '../support/cli-process';
 import { embeddedFixture } from '../support/embedded-fixture';
 import { until } from '../support/eventually';

@@ -7,7 +7,7 @@ import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { completionChannel } from '../../src/store/postgres/statements';
 import { LATEST_VERSION, migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
-import { pruneExpired } from '../../src/db/pruner';
+import { pruneExpired } from '../../src/store/postgres/pruner';
 import { quoteTableName } from '../../src/db/identifier';
 import { postJson } from '../support/http';
 import { PGBOUNCER_BIN, type PgBouncer, startPgBouncer } from '../support/pgbouncer';

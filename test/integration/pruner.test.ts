@@ -1,5 +1,5 @@
 // Retention: the pruner deletes only expired rows, in batches, from one instance at a time.
-import { pruneExpired } from '../../src/db/pruner';
+import { pruneExpired } from '../../src/store/postgres/pruner';
 import { quoteTableName } from '../../src/db/identifier';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';

@@ -3,7 +3,7 @@
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
-import { findRecord } from '../../src/db/record-queries';
+import { findRecord } from '../../src/store/postgres/record-queries';
 import type { StoredResponse } from '../../src/store/record';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { sleep } from '../support/upstream';

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { findFreePort } from '../../src/db/embedded';
+import { findFreePort } from '../../src/embedded/embedded';
 import { makeCheckout } from '../support/checkout';
 import { logLines, occupiedPort, runCli, spawnServe, startServe } from '../support/cli-process';
 import { databaseUrl, uniqueTable } from '../support/proxy';

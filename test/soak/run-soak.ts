@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Pool } from 'pg';
-import { findFreePort, startEmbeddedPostgres } from '../../src/db/embedded';
+import { findFreePort, startEmbeddedPostgres } from '../../src/embedded/embedded';
 
 type Fate = 'ok' | 'released' | 'drop' | 'slow';
 interface Execution {

@@ -4,7 +4,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { findFreePort } from '../../src/db/embedded';
+import { findFreePort } from '../../src/embedded/embedded';
 
 export interface DisposablePostgres {
   readonly url: string;

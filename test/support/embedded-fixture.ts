@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { runningPostmaster } from '../../src/db/embedded-state';
+import { runningPostmaster } from '../../src/embedded/embedded-state';
 import type { ServeProcess } from './cli-process';
 import { until } from './eventually';
 

@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/db/embedded';
+import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/embedded/embedded';
 
 export default async function globalSetup(): Promise<void> {
   const root = path.resolve(__dirname, '../..');

@@ -1,10 +1,10 @@
 // A disposable PostgreSQL in a child process, for tests that stop and restart the database. It runs
-// the built proxy's own embedded server (dist/db/embedded.js, built by the jest global setup), so it
+// the built proxy's own embedded server (dist/embedded/embedded.js, built by the jest global setup), so it
 // needs no root handling of its own and changes no directory's permissions.
 // Protocol over IPC: {cmd:'start'} → {ok:true, url}; {cmd:'stop'} → {ok:true}.
 'use strict';
 const path = require('node:path');
-const { startEmbeddedPostgres } = require(path.join(__dirname, '../../dist/db/embedded.js'));
+const { startEmbeddedPostgres } = require(path.join(__dirname, '../../dist/embedded/embedded.js'));
 
 const dataDir = process.env.PG_DATA_DIR;
 const port = Number(process.env.PG_PORT);

@@ -4,7 +4,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { isRunning, runningPostmaster } from '../../src/db/embedded-state';
+import { isRunning, runningPostmaster } from '../../src/embedded/embedded-state';
 
 let dataDir: string;
 beforeEach(() => {

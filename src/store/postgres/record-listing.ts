@@ -8,9 +8,9 @@
 // statement timeout so a console left open on a huge table cannot hold a connection for long.
 // On Citus each listing is one multi-shard SELECT; ORDER BY + LIMIT + the cursor work there too.
 import type { Pool } from 'pg';
-import { quoteTableName } from './identifier';
+import { quoteTableName } from '../../db/identifier';
 import { type RecordBasics, type RecordBasicsRow, recordBasics } from './record-queries';
-import { inTransaction } from './transaction';
+import { inTransaction } from '../../db/transaction';
 
 export const LIST_STATES = ['unknown', 'in_flight', 'completed', 'all'] as const;
 export type ListState = (typeof LIST_STATES)[number];

@@ -1,10 +1,10 @@
 // Operator access to records: read one (admin API, `inspect`), find a key across scopes, clear one.
 // Not on the request path; plain parameterised statements.
 import type { Pool } from 'pg';
-import { type RecordId, recordDigest } from '../store/record';
-import { evictionChannel } from '../store/postgres/statements';
-import { quoteTableName } from './identifier';
-import { inTransaction } from './transaction';
+import { type RecordId, recordDigest } from '../record';
+import { evictionChannel } from './statements';
+import { quoteTableName } from '../../db/identifier';
+import { inTransaction } from '../../db/transaction';
 
 export interface RecordView {
   scope: string;

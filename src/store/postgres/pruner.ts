@@ -7,9 +7,9 @@
 // deletes those that are still expired (a claim may have taken one afresh in between), waiting for
 // a row a claim holds rather than skipping it. The advisory lock is the coordinator's.
 import type { Pool } from 'pg';
-import { quoteTableName } from './identifier';
-import { isDistributed } from './topology';
-import { inTransaction } from './transaction';
+import { quoteTableName } from '../../db/identifier';
+import { isDistributed } from '../../db/topology';
+import { inTransaction } from '../../db/transaction';
 
 export interface PruneOptions {
   readonly batchSize?: number;
