@@ -1,4 +1,4 @@
-// The admin listener (src/cli/README.md), on its own port: health, readiness, Prometheus metrics,
+// The admin listener (docs/admin-and-console.md), on its own port: health, readiness, Prometheus metrics,
 // and key inspection/clearing behind a bearer token; the console's page (/ui, console-page.ts) and
 // its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
 // /ui are off (404), never open.
@@ -87,7 +87,7 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   if (embedded && embedded.state !== 'running')
     checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
   const ready = Object.keys(checks).length === 0;
-  // Where the table lives (src/db/README.md), for whoever checks a rollout onto Citus or a new
+  // Where the table lives (docs/store-topologies.md), for whoever checks a rollout onto Citus or a new
   // primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',

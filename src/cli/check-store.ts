@@ -1,4 +1,4 @@
-// What `check` says about the store (src/db/README.md): where the keys table lives, read from the
+// What `check` says about the store (docs/store-topologies.md): where the keys table lives, read from the
 // database the config names. `check` validates a config; a database it cannot reach is reported,
 // not an error (it may just not be up where check runs), and the embedded PostgreSQL is never
 // started for it. A server that answers but refuses the config's TLS settings is an error: those

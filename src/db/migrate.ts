@@ -5,7 +5,7 @@
 // pooler (PgBouncer in transaction mode) a session lock would stay on whichever server connection
 // took it, and its unlock could reach another.
 //
-// With the citus extension (src/db/README.md), the same transaction then makes the keys table a
+// With the citus extension (docs/store-topologies.md), the same transaction then makes the keys table a
 // distributed table, sharded by `key`, when it is not one yet: on the first migrate, and on the
 // first one after Citus was added to a database that already had the table (its rows move into the
 // shards). The check runs under the lock, so of several replicas exactly one distributes it.

@@ -1,4 +1,4 @@
-// Where the keys table lives (src/db/README.md): on one PostgreSQL, or distributed over a Citus
+// Where the keys table lives (docs/store-topologies.md): on one PostgreSQL, or distributed over a Citus
 // cluster whose coordinator the URL reaches. The store and the pruner pick their statements by it;
 // migrate distributes the table when the citus extension is there.
 import type { Client, Pool, PoolClient } from 'pg';

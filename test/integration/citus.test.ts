@@ -1,4 +1,4 @@
-// The store on a Citus cluster (src/db/README.md): CITUS_URL names a coordinator with at least two
+// The store on a Citus cluster (docs/store-topologies.md): CITUS_URL names a coordinator with at least two
 // workers. migrate distributes the keys table by `key`; every statement the proxy runs (claims,
 // completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY)
 // works on it, through a real proxy and a real upstream; and claims for different keys land on
@@ -25,7 +25,7 @@ import { describeUnless } from '../support/run-report';
 const citusUrl = process.env.CITUS_URL;
 const describeIfCitus = describeUnless(
   !citusUrl &&
-    'CITUS_URL is not set (a Citus coordinator with two workers; see src/db/README.md, "On Citus")',
+    'CITUS_URL is not set (a Citus coordinator with two workers; see docs/store-topologies.md, "On Citus")',
   'citus.test.ts: nothing ran against Citus',
 );
 

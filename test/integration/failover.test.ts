@@ -1,4 +1,4 @@
-// Failover (src/db/README.md): a primary with a streaming standby, under a steady stream of new
+// Failover (docs/store-topologies.md): a primary with a streaming standby, under a steady stream of new
 // keys and retries. The primary crashes, the standby is promoted and the database URL's host (a TCP
 // forwarder here) switches to it. The proxy answers 503 meanwhile and recovers without a restart.
 // With a synchronous standby no committed claim is lost, so no key runs twice; with asynchronous

@@ -40,7 +40,8 @@ describeKeyStoreContract('the caching decorator over PostgresKeyStore', async ()
 const citusUrl = process.env.CITUS_URL;
 const citus = database(() => citusUrl!);
 describeUnless(
-  !citusUrl && 'CITUS_URL is not set (a Citus coordinator with workers; see src/db/README.md)',
+  !citusUrl &&
+    'CITUS_URL is not set (a Citus coordinator with workers; see docs/store-topologies.md)',
   'key-store-contract.test.ts: the contract did not run on Citus',
 )('on Citus', () => {
   describeKeyStoreContract('PostgresKeyStore on a distributed table', async () => {

@@ -1,4 +1,4 @@
-// Behind a real PgBouncer (Debian's 1.18) in front of the suite's PostgreSQL (src/db/README.md). In
+// Behind a real PgBouncer (Debian's 1.18) in front of the suite's PostgreSQL (docs/store-topologies.md). In
 // transaction mode a named prepared statement does not survive between transactions, an advisory
 // lock must not outlive its transaction and LISTEN is never delivered: claims, completions, waits,
 // migrations and pruning still work, wait mode polls and says so. Session mode keeps LISTEN.

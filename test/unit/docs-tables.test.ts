@@ -1,7 +1,7 @@
 // The tables the READMEs promise are kept true by the code they describe (as fastify checks
 // Errors.md against lib/errors.js): the error codes and statuses (README.md), the metrics with
 // their types and labels, the request-log fields, outcomes and shadow verdicts
-// (src/cli/README.md). A code, metric, label or log field added without a row fails here, and so
+// (docs/metrics-and-logs.md). A code, metric, label or log field added without a row fails here, and so
 // does a row for one that is gone.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -100,9 +100,9 @@ describe('README.md error table', () => {
   });
 });
 
-describe('src/cli/README.md metrics table', () => {
+describe('docs/metrics-and-logs.md metrics table', () => {
   const PREFIX = 'idempotency_proxy_';
-  const rows = table('src/cli/README.md', '## Metrics', 'metric');
+  const rows = table('docs/metrics-and-logs.md', '## Metrics', 'metric');
   const patterns = rows
     .flatMap((cells) => codes(cells[0]))
     .filter((name) => name.endsWith('*'))
@@ -151,8 +151,8 @@ describe('src/cli/README.md metrics table', () => {
   });
 });
 
-describe('src/cli/README.md log fields', () => {
-  const rows = table('src/cli/README.md', '## Logs', 'field');
+describe('docs/metrics-and-logs.md log fields', () => {
+  const rows = table('docs/metrics-and-logs.md', '## Logs', 'field');
   const cellOf = (field: string) => rows.find((cells) => codes(cells[0]).includes(field))?.[1];
 
   it('lists every field of a request log line (RequestLogEntry), and no other', () => {
@@ -170,7 +170,7 @@ describe('src/cli/README.md log fields', () => {
     const verdicts = stringLiterals(entryFields.find((f) => f.name === 'shadow')?.type);
     expect(verdicts.length).toBeGreaterThan(5);
     const documented = table(
-      'src/cli/README.md',
+      'docs/operations.md',
       '## Shadow mode',
       'enforcing, the proxy would have …',
     );

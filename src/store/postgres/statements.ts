@@ -2,7 +2,7 @@
 // PostgreSQL (now(), intervals), never from this process's clock, so instances with skewed clocks
 // agree.
 //
-// The same statements run on a Citus distributed table (src/db/README.md), which asks three things
+// The same statements run on a Citus distributed table (docs/store-topologies.md), which asks three things
 // of them: no function that is not IMMUTABLE in RETURNING (Citus runs RETURNING on the shard), no
 // STABLE function (now(), jsonb_build_object) called with a column of the row (Citus evaluates
 // those once on the coordinator, before it routes the statement), and no NOTIFY inside a statement
