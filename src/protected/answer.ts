@@ -9,6 +9,7 @@ import { problemBody, problemHeaders } from '../http/problem';
 import type { HeaderPairs } from '../store/record';
 import { storedUnknownOutcome } from '../mcp/jsonrpc';
 import { OUTCOME_HEADER, type ProtectedRequest } from './context';
+import type { IdempotencyPolicy } from '../config/types';
 
 export type Answer =
   /** The stored response (or stored unknown outcome) of an earlier request with the key. */
@@ -53,6 +54,31 @@ export function reused(route: string, key: string, toolCall: boolean): Answer {
       { route, key },
     ),
   );
+}
+
+/**
+ * How an operator lets a key whose outcome is unknown run again, in commands that exist whatever the
+ * config: the CLI (the admin API is off by default) or the admin API.
+ */
+export function clearHint(policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>): string {
+  const tenants = policy.tenant.map((part) => ` --tenant '<${part}>'`).join('');
+  return `have an operator clear the key: idempotency-proxy clear ${policy.scope} KEY${tenants}, or DELETE /api/records on the admin API.`;
+}
+
+/**
+ * What a client is told after a transport failure once the request was sent: what becomes of the
+ * key under the route's `unknownOutcome`.
+ */
+export function afterUnknownOutcome(error: ProxyError, policy: IdempotencyPolicy): ProxyError {
+  const next =
+    policy.unknownOutcome === 'fail'
+      ? ` This answer is stored: every repeat with this key gets it, and nothing is forwarded again. Check the upstream; if the request must run, ${clearHint(policy)}`
+      : ' A repeat with the same key after the lease (lockTimeout) forwards it again, with the same key.';
+  return new ProxyError(error.code, `${error.message}${next}`, {
+    route: error.route,
+    key: error.key,
+    cause: error.cause,
+  });
 }
 
 /**

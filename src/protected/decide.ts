@@ -24,6 +24,7 @@ import {
   replayOf,
   reused,
   unknownOutcomeResponse,
+  clearHint,
   CLIENT_GONE,
 } from './answer';
 import type { ProtectedDeps, ProtectedRequest } from './context';
@@ -227,7 +228,7 @@ export async function decide(
             request,
             new ProxyError(
               'IDEMPOTENCY_OUTCOME_UNKNOWN',
-              `The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then, if it must run, have an operator clear the key: idempotency-proxy clear ${policy.scope} KEY${policy.tenant.map((part) => ` --tenant '<${part}>'`).join('')}, or DELETE /api/records on the admin API.`,
+              `The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then, if it must run, ${clearHint(policy)}`,
               { route: route.name, key },
             ),
           );

@@ -4,7 +4,7 @@
 // (`unknownOutcome`).
 import type { RecordId, StoredResponse } from '../store/record';
 import type { TransportFailure } from '../upstream/transport-errors';
-import { type Answer, problem, unknownOutcomeResponse } from './answer';
+import { afterUnknownOutcome, type Answer, problem, unknownOutcomeResponse } from './answer';
 import type { ProtectedDeps, ProtectedRequest } from './context';
 import type { Leader } from './local-keys';
 import { noteOutcome, respond } from './respond';
@@ -70,7 +70,7 @@ async function settleFailed(
     await releaseRecord(deps, request, id, fence);
     return problem('upstream_error', failure.error);
   }
-  const unknown = unknownOutcomeResponse(request, failure.error);
+  const unknown = unknownOutcomeResponse(request, afterUnknownOutcome(failure.error, policy));
   // At most once: under `fail` this answer is what every repeat gets until an operator clears the
   // key. Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
   if (policy.unknownOutcome === 'fail')

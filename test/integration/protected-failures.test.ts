@@ -151,6 +151,10 @@ test('stores a 504 with Idempotency-Outcome: unknown when the upstream times out
   expect(first.status).toBe(504);
   expect(first.headers['idempotency-outcome']).toBe('unknown');
   expect(first.json()).toMatchObject({ code: 'UPSTREAM_TIMEOUT', key: 'timeout-1' });
+  // What becomes of the key, and the command that lets it run again (the admin API is off here).
+  expect(first.json().detail).toContain(
+    'This answer is stored: every repeat with this key gets it, and nothing is forwarded again. Check the upstream; if the request must run, have an operator clear the key: idempotency-proxy clear ops KEY, or DELETE /api/records on the admin API.',
+  );
   const repeat = await postJson(`${proxy.url}/ops?wait=2500`, 'timeout-1', {});
   expect(repeat.status).toBe(504);
   expect(repeat.headers['idempotency-outcome']).toBe('unknown');
@@ -196,6 +200,9 @@ test('under unknownOutcome: retry, keeps the claim after a timeout and lets one 
   );
   expect(first.status).toBe(504);
   expect(first.headers['idempotency-outcome']).toBe('unknown');
+  expect(first.json().detail).toContain(
+    'A repeat with the same key after the lease (lockTimeout) forwards it again, with the same key.',
+  );
   const during = await postJson(`${proxy.url}/retrying`, 'takeover-1', { v: 1 });
   expect(during.status).toBe(409);
   await sleep(claimedAt + 3_200 - Date.now()); // lockTimeout is 3s
