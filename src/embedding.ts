@@ -5,11 +5,54 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import pino from 'pino';
-import { openDatabase } from './cli/database';
+import { type OpenDatabase, openDatabase } from './cli/database';
 import { composeProxy, type ProxyInstance } from './compose';
 import type { ProxyConfig } from './config/types';
 import { migrate } from './db/migrate';
 import { type Listener, schemeOf } from './listener';
+import { ProxyMetrics } from './observability/metrics';
+
+/** An instance composed on its store, not yet listening. */
+export interface OpenProxy {
+  readonly database: OpenDatabase;
+  readonly instance: ProxyInstance;
+}
+
+/**
+ * What `serve` and createProxy both do before they listen: open the store (a URL, or the embedded
+ * PostgreSQL, supervised, its restarts counted), migrate its table once the database answers, and
+ * compose one instance on it. Nothing is left open when a step fails.
+ */
+export async function openProxy(
+  config: ProxyConfig,
+  logger: Logger,
+  storeWaitMs?: number,
+): Promise<OpenProxy> {
+  const metrics = new ProxyMetrics();
+  const database = await openDatabase(config, logger, 'serve', {
+    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
+  });
+  try {
+    const migration = await database.whenReady(
+      () => migrate(database.pool, config.store.table),
+      storeWaitMs,
+    );
+    logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
+    const instance = await composeProxy({
+      config,
+      pool: database.pool,
+      databaseUrl: database.url,
+      logger,
+      metrics,
+      embedded: database.embeddedStatus,
+      prune: true,
+    });
+    return { database, instance };
+  } catch (error) {
+    await database.close().catch(() => undefined);
+    throw error;
+  }
+}
 
 export interface CreateProxyOptions {
   /** Where the proxy logs; silent by default (an embedding process has logs of its own). */
@@ -41,21 +84,7 @@ export async function createProxy(
   options: CreateProxyOptions = {},
 ): Promise<EmbeddedProxy> {
   const logger = options.logger ?? pino({ level: 'silent' });
-  const database = await openDatabase(config, logger, 'serve');
-  let instance: ProxyInstance;
-  try {
-    await database.whenReady(() => migrate(database.pool, config.store.table), options.storeWaitMs);
-    instance = await composeProxy({
-      config,
-      pool: database.pool,
-      databaseUrl: database.url,
-      logger,
-      prune: true,
-    });
-  } catch (error) {
-    await database.close().catch(() => undefined);
-    throw error;
-  }
+  const { database, instance } = await openProxy(config, logger, options.storeWaitMs);
   let closed: Promise<void> | undefined;
   return {
     instance,

@@ -3,17 +3,15 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { App } from '../app';
-import { composeProxy } from '../compose';
+import type { ProxyInstance } from '../compose';
+import { openProxy } from '../embedding';
 import { configWarnings } from '../config/warnings';
 import { loadConfigFile } from '../config/load';
 import type { ProxyConfig } from '../config/types';
-import { migrate } from '../db/migrate';
 import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
-import { ProxyMetrics } from '../observability/metrics';
-import { type OpenDatabase, openDatabase } from './database';
 
 export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
   for (const warning of configWarnings(config))
@@ -27,18 +25,14 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
   process.once('SIGTERM', interrupted);
   process.once('SIGINT', interrupted);
 
-  const metrics = new ProxyMetrics();
-  const database = await openDatabase(config, logger, 'serve', {
-    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
-  });
-  // What startup started, stopped in reverse when a later step fails (a port in use): the embedded
-  // server must not outlive a proxy that never served.
-  const started: (() => Promise<void>)[] = [() => database.close()];
+  const { database, instance: proxy } = await openProxy(config, logger);
   let running: Running;
   try {
-    running = await startServing(config, logger, database, metrics, started);
+    running = await startServing(config, logger, proxy);
   } catch (error) {
-    for (const stop of started.reverse()) await stop().catch(() => undefined);
+    // The embedded server must not outlive a proxy that never served (a port in use).
+    await proxy.close(0).catch(() => undefined);
+    await database.close().catch(() => undefined);
     throw error;
   }
   process.off('SIGTERM', interrupted);
@@ -93,31 +87,13 @@ interface Running {
   close(graceMs: number): Promise<void>;
 }
 
-/**
- * Migrates, then starts the listener, proxy, admin server and pruner, pushing how to stop each onto
- * `started` as it goes.
- */
+/** Starts the proxy and admin listeners of a composed instance. */
 async function startServing(
   config: ProxyConfig,
   logger: Logger,
-  database: OpenDatabase,
-  metrics: ProxyMetrics,
-  started: (() => Promise<void>)[],
+  proxy: ProxyInstance,
 ): Promise<Running> {
-  const migration = await database.whenReady(() => migrate(database.pool, config.store.table));
-  logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
-  const proxy = await composeProxy({
-    config,
-    pool: database.pool,
-    databaseUrl: database.url,
-    logger,
-    metrics,
-    embedded: database.embeddedStatus,
-    prune: true,
-  });
-  started.push(() => proxy.close(0));
   const { app, admin } = proxy;
-
   await listenAll(
     [
       { server: app.server, section: 'listen', what: 'idempotency-proxy' },
