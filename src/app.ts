@@ -19,12 +19,12 @@ import {
   routeWithBody,
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
-import { LocalKeys } from './protected/local-keys';
-import { handleProtectedRequest, type ProtectedDeps } from './protected/handle';
-import type { CachingKeyStore } from './store/caching-key-store';
-import type { CompletionWaiter } from './store/record';
+import { runProtected } from './protected/pipeline';
+import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
+import { REST } from './protected/rest';
+import type { RequestStore } from './store/record';
 import { InFlightToolCalls } from './mcp/in-flight-calls';
-import { handleMcpRequest } from './mcp/mcp-request';
+import { mcpProtocol } from './mcp/protocol';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
@@ -35,11 +35,9 @@ import { createListener, type Listener, reloadListenerTls } from './listener';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
-  /** The store, with the replay cache (if any) in front (store/caching-key-store.ts). */
-  readonly store: CachingKeyStore;
+  /** The store, with every memory shortcut in front (store/coalescing-store.ts). */
+  readonly store: RequestStore;
   readonly logger: Logger;
-  /** Wakes onConcurrent: wait requests (store/postgres/completion-listener.ts); without one they poll. */
-  readonly waiter?: CompletionWaiter;
   readonly metrics?: ProxyMetrics;
   /** Spans per request (observability/tracing.ts); without one (the default) nothing is traced. */
   readonly tracing?: Tracing;
@@ -73,8 +71,7 @@ export function createApp(options: AppOptions): App {
   // them, yet server.close() waits for them, so one open websocket kept a drained proxy running.
   const upgraded = new Set<Duplex>();
   const logRequest = infoLineWriter(logger, 'request');
-  const localKeys = new LocalKeys();
-  const toolCalls = new InFlightToolCalls();
+  const mcp = mcpProtocol(new InFlightToolCalls());
   // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
   const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
   const onStoreError = storeErrorLog(logger, undefined, (error) =>
@@ -158,14 +155,13 @@ export function createApp(options: AppOptions): App {
           store,
           upstreams: current.upstreams,
           passThrough: current.passThrough,
-          waiter: options.waiter,
           observer: metrics,
-          localKeys,
-          toolCalls,
           onStoreError,
         };
-        const handle = policy.mcp ? handleMcpRequest : handleProtectedRequest;
-        handle(deps, { req, res, route, policy, target, log: entry, trace })
+        const timings: Timings = { store: 0, upstream: 0, wait: 0 };
+        const request = { req, res, route, policy, target, timings, trace };
+        runProtected(deps, policy.mcp ? mcp : REST, request)
+          .then((outcome) => noteOutcome(entry, outcome, timings))
           .catch((error: unknown) => {
             logger.error(
               { err: error, route: route.name },
@@ -262,6 +258,22 @@ export function createApp(options: AppOptions): App {
       await runtime.close();
     },
   };
+}
+
+/** The one place a protected request's log entry learns what became of it. */
+function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings): void {
+  entry.outcome = outcome.label;
+  entry.key = outcome.key;
+  entry.keyDerived = outcome.keyDerived;
+  entry.tool = outcome.tool;
+  entry.attempts = outcome.attempts;
+  entry.cached = outcome.from === 'cache' || undefined;
+  entry.coalesced = outcome.from === 'leader' || undefined;
+  entry.outcomeUnknown = outcome.outcomeUnknown;
+  entry.shadow = outcome.shadow;
+  entry.storeMs = timings.store;
+  entry.upstreamMs = timings.upstream;
+  entry.waitMs = timings.wait;
 }
 
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */

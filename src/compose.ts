@@ -14,7 +14,7 @@ import { startPruner } from './store/postgres/pruner';
 import { storeConnection } from './db/pool';
 import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
-import { CachingKeyStore } from './store/caching-key-store';
+import { CoalescingStore } from './store/coalescing-store';
 import { ReplayCache } from './store/replay-cache';
 import { ProxyMetrics } from './observability/metrics';
 import { startTracing, type Tracing } from './observability/tracing';
@@ -83,13 +83,6 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
   const server = serverAddress(options.databaseUrl);
-  const caching = new CachingKeyStore(store, cache, (error) =>
-    logger.warn(
-      databaseErrorFields(error, server),
-      'could not add the requests answered from memory to their records; those counts are lost',
-    ),
-  );
-  caching.startFlushing(COUNTER_FLUSH_MS);
   const listener = new CompletionListener(
     storeConnection(
       options.databaseUrl,
@@ -99,6 +92,15 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     logger,
     cache && evictionsOf(cache, table),
   );
+  const caching = new CoalescingStore(store, cache, {
+    waiter: listener,
+    onFlushError: (error) =>
+      logger.warn(
+        databaseErrorFields(error, server),
+        'could not add the requests answered from memory to their records; those counts are lost',
+      ),
+  });
+  caching.startFlushing(COUNTER_FLUSH_MS);
   try {
     await listener.start();
   } catch (error) {
@@ -106,7 +108,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     throw error;
   }
   const tracing = await startTracing(options.env ?? process.env, logger);
-  const app = createApp({ config, store: caching, logger, waiter: listener, metrics, tracing });
+  const app = createApp({ config, store: caching, logger, metrics, tracing });
   const admin = createAdminServer({
     config: () => app.config(),
     pool,

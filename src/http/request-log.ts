@@ -1,6 +1,6 @@
 // One structured log line per request. Handlers fill in the entry as they go; the app writes
 // it once the response is finished or the client went away.
-export type Outcome =
+export type OutcomeLabel =
   | 'executed'
   | 'replayed'
   | 'in_flight'
@@ -23,7 +23,7 @@ export interface RequestLogEntry {
   method: string;
   path: string;
   key: string | undefined;
-  outcome: Outcome;
+  outcome: OutcomeLabel;
   status: number;
   attempts: number | undefined;
   storeMs: number;

@@ -11,6 +11,7 @@
 //                      └─ 2xx or 5xx (the stream dropped, the server failed) ► unknown outcome
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
+import { ProxyError } from '../errors';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import {
   canonicalizeAt,
@@ -19,24 +20,34 @@ import {
   type ParsedJson,
   stringAt,
 } from '../idempotency/canonical-json';
+import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
+import type { AnswerReceiver } from '../protected/protocol';
 import type { HeaderPairs } from '../store/record';
-import type { ResponseReceiver } from '../upstream/protected';
-import { errorMessage, type JsonRpcErrorObject, storedMessage } from './jsonrpc';
+import {
+  errorMessage,
+  JSON_HEADERS,
+  jsonRpcError,
+  type JsonRpcErrorObject,
+  storedMessage,
+} from './jsonrpc';
 import { SseReader } from './sse';
-import type { McpCall } from './tool-call';
 
-export type ToolCallVerdict =
-  | { readonly kind: 'store'; readonly message: Buffer }
-  | { readonly kind: 'release' }
-  | { readonly kind: 'unknown'; readonly detail: string };
+/** A protected tools/call as its answers need it: where it runs and under which JSON-RPC id. */
+export interface ToolCallPlace {
+  readonly route: string;
+  readonly key: string;
+  readonly policy: IdempotencyPolicy;
+  /** The request's JSON-RPC id as JSON text (`7`, `"abc"`). */
+  readonly idText: string;
+}
 
 const ID = ['id'];
 const RESULT = ['result'];
 const RESULT_TYPE = ['result', 'resultType'];
 const ERROR = ['error'];
 
-export class ToolCallAnswer implements ResponseReceiver {
+export class ToolCallAnswer implements AnswerReceiver {
   status = 0;
   /** True once the client has the head (an event stream, or a JSON answer too large to keep). */
   streaming = false;
@@ -51,13 +62,18 @@ export class ToolCallAnswer implements ResponseReceiver {
   private chunks: Buffer[] = [];
   private total = 0;
 
+  private readonly policy: IdempotencyPolicy;
+
   constructor(
     private readonly res: ServerResponse,
-    private readonly policy: IdempotencyPolicy,
-    private readonly call: McpCall,
+    private readonly call: ToolCallPlace,
     /** Stores or releases the record; must not reject. */
-    private readonly settle: (verdict: ToolCallVerdict) => Promise<void>,
-  ) {}
+    private readonly settle: (settlement: Settlement) => Promise<void>,
+    /** The forward is over. */
+    readonly close: () => void,
+  ) {
+    this.policy = call.policy;
+  }
 
   head(status: number, headers: IncomingHttpHeaders): void {
     this.status = status;
@@ -78,7 +94,7 @@ export class ToolCallAnswer implements ResponseReceiver {
     }
     if (this.events === undefined) return this.keep(chunk);
     let written: Promise<void> | undefined;
-    let verdict: ToolCallVerdict | undefined;
+    let verdict: Settlement | undefined;
     for (const event of this.events.push(chunk)) {
       if (verdict !== undefined) {
         this.held.push(event.bytes);
@@ -95,29 +111,25 @@ export class ToolCallAnswer implements ResponseReceiver {
   }
 
   /** What to do with the record when the answer ended before a final response was found. */
-  verdictAtEnd(): ToolCallVerdict {
+  settlement(): Settlement {
     const status = this.status;
     if ((status >= 300 && status < 500) || !this.policy.storesStatus(status))
       return { kind: 'release' };
     if (status >= 500)
-      return {
-        kind: 'unknown',
-        detail: `The MCP server answered HTTP ${status} without a response to the tool call, so the tool may have run.`,
-      };
+      return this.unknown(
+        `The MCP server answered HTTP ${status} without a response to the tool call, so the tool may have run.`,
+      );
     if (this.events !== undefined)
-      return {
-        kind: 'unknown',
-        detail:
-          'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
-      };
-    if (this.streaming) return { kind: 'store', message: this.notStored(this.total) };
+      return this.unknown(
+        'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
+      );
+    if (this.streaming) return stored(this.notStored(this.total));
     const final = this.finalIn(this.body());
     return (
-      final ?? {
-        kind: 'unknown',
-        detail:
-          'The MCP server answered without a JSON-RPC response to the tool call, so the tool may have run.',
-      }
+      final ??
+      this.unknown(
+        'The MCP server answered without a JSON-RPC response to the tool call, so the tool may have run.',
+      )
     );
   }
 
@@ -140,17 +152,26 @@ export class ToolCallAnswer implements ResponseReceiver {
    * last event (only whole events were passed on, so it cannot merge into one); anything else is
    * cut.
    */
-  endWithError(error: JsonRpcErrorObject): void {
+  endBroken(error: ProxyError): void {
     if (this.res.destroyed) return;
     if (this.events === undefined) {
       this.res.destroy();
       return;
     }
-    this.res.end(`event: message\ndata: ${errorMessage(this.call.idText, error)}\n\n`);
+    const message = errorMessage(this.call.idText, jsonRpcError(error, true));
+    this.res.end(`event: message\ndata: ${message}\n\n`);
+  }
+
+  private unknown(detail: string): Settlement {
+    const error = new ProxyError('UPSTREAM_CONNECTION_LOST', detail, {
+      route: this.call.route,
+      key: this.call.key,
+    });
+    return { kind: 'unknown', error };
   }
 
   private async settleThenRelease(
-    verdict: ToolCallVerdict,
+    verdict: Settlement,
     written: Promise<void> | undefined,
   ): Promise<void> {
     try {
@@ -181,8 +202,8 @@ export class ToolCallAnswer implements ResponseReceiver {
     return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
   }
 
-  /** The verdict if `text` is the JSON-RPC response to this call, else undefined. */
-  private finalIn(text: string | Buffer): ToolCallVerdict | undefined {
+  /** The settlement if `text` is the JSON-RPC response to this call, else undefined. */
+  private finalIn(text: string | Buffer): Settlement | undefined {
     let message: ParsedJson | null;
     try {
       message = parseJson(text);
@@ -194,9 +215,8 @@ export class ToolCallAnswer implements ResponseReceiver {
     if (!hasValueAt(message, RESULT)) return undefined; // a request of the server's own
     if (stringAt(message, RESULT_TYPE) === 'input_required') return { kind: 'release' };
     const size = typeof text === 'string' ? Buffer.byteLength(text) : text.length;
-    if (size > this.policy.maxResponseBytes)
-      return { kind: 'store', message: this.notStored(size) };
-    return { kind: 'store', message: storedMessage('result', canonicalizeAt(message, RESULT)!) };
+    if (size > this.policy.maxResponseBytes) return stored(this.notStored(size));
+    return stored(storedMessage('result', canonicalizeAt(message, RESULT)!));
   }
 
   /** What retries get for a result the tool produced but the route would not keep. */
@@ -208,6 +228,20 @@ export class ToolCallAnswer implements ResponseReceiver {
     };
     return storedMessage('error', JSON.stringify(error));
   }
+}
+
+/** A tool's final message as its record keeps it (its id spliced in per caller: jsonrpc.ts). */
+function stored(message: Buffer): Settlement {
+  return {
+    kind: 'complete',
+    response: {
+      status: 200,
+      headers: JSON_HEADERS,
+      body: message,
+      bodyOmitted: false,
+      outcomeUnknown: false,
+    },
+  };
 }
 
 function isEventStream(contentType: string | undefined): boolean {

@@ -2,7 +2,7 @@
 // operations, status classes — never a key or a tenant, which would explode cardinality and leak data.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestLogEntry } from '../http/request-log';
-import type { ProtectedObserver } from '../protected/context';
+import type { ProtectedObserver } from '../protected/protocol';
 import { OutcomeRing } from './outcome-ring';
 
 const PREFIX = 'idempotency_proxy_';

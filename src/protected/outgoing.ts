@@ -1,5 +1,6 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
-// state machine (forward.ts, mcp/forward-tool-call.ts) and shadow mode's unstored forwarding (shadow.ts).
+// pipeline's forward (pipeline.ts), the protocols' receivers (rest.ts, mcp/protocol.ts) and shadow
+// mode's unstored forwarding (shadow.ts).
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
@@ -11,7 +12,7 @@ import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstre
 import type { HeaderPairs } from '../store/record';
 import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
 import { tenantHash } from '../idempotency/tenant';
-import type { ProtectedRequest } from './context';
+import type { ProtectedRequest } from './protocol';
 
 /**
  * Request headers sent upstream: no hop-by-hop, no framing, the edge's X-Forwarded-* and decisions
@@ -166,4 +167,10 @@ export function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> | 
     res.on('drain', done);
     res.on('close', done);
   });
+}
+
+/** Resolves once the client's connection has closed. */
+export function clientGone(res: ServerResponse): Promise<'gone'> {
+  if (res.destroyed) return Promise.resolve('gone');
+  return new Promise((resolve) => res.once('close', () => resolve('gone')));
 }

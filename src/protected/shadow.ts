@@ -11,43 +11,16 @@
 //          └─ store down ───────► forward unstored, shadow = would_reject_store_unavailable
 //   no / invalid key, too large ► streamed as pass-through, shadow = would_reject_missing_key, ...
 //
-// "Unstored" forwards leave the record alone (only the claim's attempt counter moved).
+// "Unstored" forwards leave the record alone (only the claim's attempt counter moved). The verdicts
+// themselves are decide.ts's; this file forwards.
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import type { IdempotencyPolicy } from '../config/types';
 import { readBody } from '../http/body';
 import { sendProblem } from '../http/problem';
-import type { RequestLogEntry } from '../http/request-log';
 import { responseHeaderPairs } from '../http/response';
-import type { UpstreamPools } from '../upstream/protected';
+import type { ShadowVerdict } from './decide';
 import { sendUpstream, startStreaming, transportFailure, writeChunk } from './outgoing';
-import type { ProtectedDeps, ProtectedRequest } from './context';
-import type { ClaimResult } from '../store/record';
-
-export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;
-
-/**
- * What enforcement would have answered instead of forwarding, given the claim; undefined when it
- * would have forwarded too: the claim was won, or (unknownOutcome: retry) an in-flight claim whose
- * lease ended is taken over as usual. Under `fail` such a claim would replay its unknown outcome.
- */
-export function shadowVerdict(
-  claim: ClaimResult,
-  policy: IdempotencyPolicy,
-): ShadowVerdict | undefined {
-  switch (claim.kind) {
-    case 'claimed':
-      return undefined;
-    case 'completed':
-      return 'would_replay';
-    case 'mismatch':
-      return 'would_reject_mismatch';
-    case 'in-flight':
-      if (claim.leaseRemainingMs > 0)
-        return policy.onConcurrent === 'wait' ? 'would_wait' : 'would_reject_in_flight';
-      return policy.unknownOutcome === 'retry' ? undefined : 'would_replay';
-  }
-}
+import type { Outcome, ProtectedDeps, ProtectedRequest } from './protocol';
 
 /**
  * Forwards a request the proxy would have refused before reading its body (no key, invalid key,
@@ -57,47 +30,47 @@ export function passThroughInShadow(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   verdict: ShadowVerdict,
-): void {
-  request.log.outcome = 'passthrough';
-  request.log.shadow = verdict;
+  key?: string,
+): Outcome {
   deps.passThrough.web(request.req, request.res, request.route, request.target, request.trace);
+  return { label: 'passthrough', key, shadow: verdict };
 }
 
 /**
  * Forwards with undici and streams the upstream's answer back as it is, storing nothing: the
- * "forward anyway" of shadow mode. A transport failure is answered as on a pass-through route
- * (502/504, no Idempotency-Outcome marker).
+ * "forward anyway" of shadow mode, and how an MCP route forwards what it does not protect. A
+ * transport failure is answered as on a pass-through route (502/504, no Idempotency-Outcome
+ * marker). `outcome` is what the log says once the upstream has answered: executed with the shadow
+ * verdict, or passthrough.
  */
 export async function forwardUnstored(
-  upstreams: UpstreamPools,
+  deps: ProtectedDeps,
   request: ProtectedRequest,
   key: string | undefined,
   body: Buffer,
-  verdict: ShadowVerdict | undefined,
-): Promise<void> {
-  const { res, route, log } = request;
-  // Without a verdict this is no shadow decision: a message an MCP route does not protect.
-  log.shadow = verdict;
+  outcome: Outcome,
+): Promise<Outcome> {
+  const { res, route } = request;
   const started = performance.now();
   let answered = false;
   try {
-    await sendUpstream(upstreams, request, key, body, {
+    await sendUpstream(deps.upstreams, request, key, body, {
       head(status, headers) {
         answered = true;
-        log.outcome = verdict === undefined ? 'passthrough' : 'executed';
         const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
         startStreaming(res, status, pairs, headers['content-length']);
       },
       data: (chunk) => writeChunk(res, chunk),
     });
     res.end();
+    return outcome;
   } catch (error) {
-    log.outcome = 'upstream_error';
     if (answered)
       res.destroy(); // the client already has a head and part of a body
     else sendProblem(res, transportFailure(route, error, key).error);
+    return { ...outcome, label: 'upstream_error' };
   } finally {
-    log.upstreamMs += performance.now() - started;
+    request.timings.upstream += performance.now() - started;
   }
 }
 

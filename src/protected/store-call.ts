@@ -1,11 +1,14 @@
-// Every store round trip of a protected request goes through storeCall: it is timed into the log and
-// the metrics, and a failure becomes one typed error, StoreUnavailable, that decide.ts maps to 503
-// (fail closed) — or, in shadow mode, to "forward anyway"; a follower whose leader lost the store
-// answers the same 503 (follow-leader.ts).
+// Every store call of a protected request goes through storeCall: it is timed into the request's
+// timings and the metrics, and a failure becomes one typed error, StoreUnavailable, that the
+// pipeline answers with 503 (fail closed) — or, in shadow mode, with "forward anyway". A repeat
+// whose leader lost the store (store/coalescing-store.ts) fails the same way, without logging the
+// leader's failure a second time.
 import { performance } from 'node:perf_hooks';
 import { isPoolExhausted } from '../db/store-failure';
 import { ProxyError } from '../errors';
-import type { ProtectedDeps, ProtectedRequest } from './context';
+import { LeaderLostStore } from '../store/coalescing-store';
+import type { ClaimResult } from '../store/record';
+import { type ProtectedDeps, type ProtectedRequest, UnreadableCall } from './protocol';
 
 const STORE_RETRY_AFTER_SECONDS = 1;
 
@@ -20,27 +23,59 @@ export class StoreUnavailable extends Error {
   }
 }
 
-/** Runs a store operation; a failure is logged and thrown as StoreUnavailable. */
+/**
+ * Runs a store operation; a failure is logged and thrown as StoreUnavailable. UnreadableCall passes
+ * as it is: the request itself could not be read (a lazily computed fingerprint), not the store.
+ */
 export async function storeCall<T>(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   operation: string,
   call: () => Promise<T>,
 ): Promise<T> {
+  return timed(deps, request, operation, call, () => undefined);
+}
+
+/**
+ * A claim, timed as storeCall times: but a claim that memory answered is not store time and no
+ * round trip — a replay from the cache costs none, and a repeat that waited for its leader waited.
+ */
+export function claimCall(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  call: () => Promise<ClaimResult>,
+): Promise<ClaimResult> {
+  return timed(deps, request, 'claim', call, (result) => result.from);
+}
+
+async function timed<T>(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  operation: string,
+  call: () => Promise<T>,
+  answeredBy: (result: T) => 'cache' | 'leader' | undefined,
+): Promise<T> {
   const started = performance.now();
   const span = request.trace?.store(operation);
   let failure: unknown;
+  let from: 'cache' | 'leader' | undefined;
   try {
-    return await call();
+    const result = await call();
+    from = answeredBy(result);
+    return result;
   } catch (error) {
+    if (error instanceof UnreadableCall) throw error;
     failure = error;
-    deps.onStoreError(error, operation);
+    // The leader's own store call has logged and counted this failure.
+    if (error instanceof LeaderLostStore) from = 'leader';
+    else deps.onStoreError(error, operation);
     throw new StoreUnavailable(operation, { cause: error });
   } finally {
     const ms = performance.now() - started;
-    request.log.storeMs += ms;
-    deps.observer?.storeCall(operation, ms, failure);
     span?.end(failure);
+    if (from === 'leader' || operation === 'wait') request.timings.wait += ms;
+    else if (from === undefined) request.timings.store += ms;
+    if (from === undefined) deps.observer?.storeCall(operation, ms, failure);
   }
 }
 
@@ -68,10 +103,14 @@ export async function bestEffortStoreCall(
  * pool connections (PostgreSQL itself is fine: other instances and a retry soon may get through),
  * STORE_UNAVAILABLE when PostgreSQL could not be reached. Nothing was forwarded either way.
  */
-export function storeUnavailableError(request: ProtectedRequest, cause: unknown): ProxyError {
+export function storeUnavailableError(
+  request: ProtectedRequest,
+  key: string,
+  cause: unknown,
+): ProxyError {
   const options = {
     route: request.route.name,
-    key: request.log.key,
+    key,
     retryAfterSeconds: STORE_RETRY_AFTER_SECONDS,
     cause,
   };

@@ -1,6 +1,6 @@
-// The idempotency record's lifecycle and the store interface the protected-request state machine
-// (protected/decide.ts) talks to. The PostgreSQL implementation is postgres/key-store.ts; the request
-// path reaches it through caching-key-store.ts, which answers what memory can.
+// The idempotency record's lifecycle and the store interface the protected pipeline
+// (protected/pipeline.ts) talks to. The PostgreSQL implementation is postgres/key-store.ts; the
+// request path reaches it through coalescing-store.ts, which answers what memory can.
 //
 //   claim ──► in_progress ──► complete ──► completed ──(expires_at)──► absent
 //                 │  └─ release (status in `release`, nothing sent) ──► absent
@@ -22,7 +22,7 @@ export interface RecordId {
   readonly key: string;
 }
 
-/** Requests answered without the store (caching-key-store.ts), added to a record later. */
+/** Requests answered without the store (coalescing-store.ts), added to a record later. */
 export interface CounterDelta {
   readonly id: RecordId;
   attempts: number;
@@ -42,8 +42,13 @@ export interface StoredResponse {
 }
 
 export type ClaimResult = ClaimState & {
-  /** Requests seen for this record so far, this one included. */
+  /** Requests seen for this record so far, this one included (0 when answered from memory). */
   readonly attempts: number;
+  /**
+   * Set when memory answered instead of the database (coalescing-store.ts): the replay cache, or
+   * this process's first request of the key.
+   */
+  readonly from?: 'cache' | 'leader';
 };
 
 export type ClaimState =
@@ -58,7 +63,13 @@ export type ClaimState =
   /** A different request used this key. */
   | { readonly kind: 'mismatch' }
   /** Same fingerprint, still in progress; leaseRemainingMs is 0 once the lease has ended. */
-  | { readonly kind: 'in-flight'; readonly fence: string; readonly leaseRemainingMs: number };
+  | {
+      readonly kind: 'in-flight';
+      readonly fence: string;
+      readonly leaseRemainingMs: number;
+      /** The key already has its maxWaitersPerKey waiters in this process: do not wait too. */
+      readonly full?: boolean;
+    };
 
 export interface ClaimRequest {
   readonly id: RecordId;
@@ -72,6 +83,56 @@ export interface ClaimRequest {
   readonly claimExpiryMs: number;
   /** The raw fingerprint of a large body (fingerprint.ts): a cache remembers it with a replay. */
   readonly raw?: Buffer;
+  /**
+   * The request behind the claim, when its repeats in this process may be coalesced with it
+   * (coalescing-store.ts); absent in shadow mode, where every repeat is forwarded anyway.
+   */
+  readonly claimant?: Claimant;
+}
+
+/**
+ * One request's part in claiming its key: how it treats an in-flight record and whether its client
+ * is still there. A store that coalesces one process's claims of a key (coalescing-store.ts) keeps
+ * what it learns with the key's first claimant and lets go of it at end(), which the request calls
+ * once it is done with the key, however it ended.
+ */
+export class Claimant {
+  private gone: Promise<'gone'> | undefined;
+  private left = false;
+  private cleanup: (() => void) | undefined;
+
+  constructor(
+    readonly onConcurrent: 'reject' | 'wait',
+    /** performance.now() after which a waiting claimant stops waiting (waitTimeout). */
+    readonly deadline: number,
+    /** How many requests may wait on one in-flight key in this process (maxWaitersPerKey). */
+    readonly maxWaiters: number,
+    private readonly whenClientGone: () => Promise<unknown>,
+  ) {}
+
+  /** Resolves once the client has gone; made on first use, since most requests never wait. */
+  clientGone(): Promise<'gone'> {
+    return (this.gone ??= this.whenClientGone().then(() => {
+      this.left = true;
+      return 'gone' as const;
+    }));
+  }
+
+  /** True once a wait saw the client go. */
+  get clientLeft(): boolean {
+    return this.left;
+  }
+
+  /** What the store must undo when the request is done with the key (one per claimant). */
+  onEnd(cleanup: () => void): void {
+    this.cleanup = cleanup;
+  }
+
+  end(): void {
+    const cleanup = this.cleanup;
+    this.cleanup = undefined;
+    cleanup?.();
+  }
 }
 
 /** What a waiter sees when it looks at a record without touching it. */
@@ -81,12 +142,22 @@ export type PeekResult =
   | { readonly kind: 'completed' }
   | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number };
 
+/**
+ * The store. `claimant`, where a method takes one, is the request doing it (see Claimant); a store
+ * that keeps nothing in memory ignores it.
+ */
 export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
   /** False when the fence is stale (another holder took over): the result was not stored. */
-  complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
+  complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+    claimant?: Claimant,
+  ): Promise<boolean>;
   /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
-  release(id: RecordId, fence: string): Promise<boolean>;
+  release(id: RecordId, fence: string, claimant?: Claimant): Promise<boolean>;
   /** Adds attempts/replays of requests answered without the store to their records. */
   flushCounters(deltas: readonly CounterDelta[]): Promise<void>;
   /** Reads a record's state without counting an attempt (for waiters). */
@@ -100,6 +171,7 @@ export interface KeyStore {
     fence: string,
     leaseMs: number,
     claimExpiryMs: number,
+    claimant?: Claimant,
   ): Promise<string | null>;
   /**
    * Completes an in-progress claim whose lease ended with the unknown-outcome answer and counts the
@@ -110,7 +182,20 @@ export interface KeyStore {
     fence: string,
     response: StoredResponse,
     ttlMs: number,
+    claimant?: Claimant,
   ): Promise<StoredResponse | null>;
+}
+
+/**
+ * The store as a protected request sees it: a KeyStore that can also wait, without holding a
+ * connection, for an in-flight record to change (onConcurrent: wait).
+ */
+export interface RequestStore extends KeyStore {
+  /**
+   * Returns once the record may have changed (completed, released, lease over), the claimant's
+   * deadline passed, or its client went away; claim again to see which.
+   */
+  waitForChange(id: RecordId, fingerprint: Buffer, claimant: Claimant): Promise<void>;
 }
 
 /** A record's identity as one string, for maps on the request path (no hashing). */

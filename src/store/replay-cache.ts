@@ -4,7 +4,7 @@
 // NOTIFY and evicts; while that LISTEN connection is down the cache is not used at all, and it is
 // emptied when the connection comes back, since clears may have been missed).
 //
-// The store the request path talks to owns it (caching-key-store.ts), and counts its hits there.
+// The store the request path talks to owns it (coalescing-store.ts), and counts its hits there.
 import { performance } from 'node:perf_hooks';
 import { type RecordId, recordDigest, recordText, type StoredResponse } from './record';
 

@@ -6,7 +6,7 @@ import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import {
-  cachingSubject,
+  coalescingSubject,
   describeKeyStoreContract,
   postgresSubject,
 } from '../support/key-store-contract';
@@ -34,7 +34,7 @@ describeKeyStoreContract('PostgresKeyStore', async () => {
 });
 describeKeyStoreContract('the caching decorator over PostgresKeyStore', async () => {
   const { pool, table } = await postgres();
-  return cachingSubject(postgresSubject(new PostgresKeyStore(pool, table), pool, table));
+  return coalescingSubject(postgresSubject(new PostgresKeyStore(pool, table), pool, table));
 });
 
 const citusUrl = process.env.CITUS_URL;

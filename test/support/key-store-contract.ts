@@ -11,13 +11,14 @@
 //   LONG_MS  lease/ttl ──────────────────────────────► certainly not over during a test
 import { randomBytes } from 'node:crypto';
 import type { Pool } from 'pg';
-import { CachingKeyStore } from '../../src/store/caching-key-store';
-import type {
-  ClaimRequest,
-  ClaimResult,
-  KeyStore,
-  RecordId,
-  StoredResponse,
+import { CoalescingStore } from '../../src/store/coalescing-store';
+import {
+  Claimant,
+  type ClaimRequest,
+  type ClaimResult,
+  type KeyStore,
+  type RecordId,
+  type StoredResponse,
 } from '../../src/store/record';
 import { ReplayCache } from '../../src/store/replay-cache';
 import { quoteTableName } from '../../src/db/identifier';
@@ -529,15 +530,17 @@ export function postgresSubject(store: KeyStore, pool: Pool, table: string): Sto
 }
 
 /**
- * The caching decorator over `inner`, with a live replay cache on `now` (the inner store's clock
- * where it has one): repeats go to memory first, as decide.ts sends them, and the counts of those it
- * answered reach the records when the counters are read.
+ * The coalescing decorator over `inner`, with a live replay cache on `now` (the inner store's clock
+ * where it has one): repeats go to memory first, as the pipeline's claims do, and the counts of
+ * those it answered reach the records when the counters are read.
  */
-export function cachingSubject(inner: StoreSubject, now?: () => number): StoreSubject {
+export function coalescingSubject(inner: StoreSubject, now?: () => number): StoreSubject {
   const cache = new ReplayCache(64 * 1024 * 1024, now);
   cache.setLive(true);
-  const store = new CachingKeyStore(inner.store, cache, (error) => {
-    throw error;
+  const store = new CoalescingStore(inner.store, cache, {
+    onFlushError: (error) => {
+      throw error;
+    },
   });
   let fromMemory = 0;
   return {
@@ -548,10 +551,15 @@ export function cachingSubject(inner: StoreSubject, now?: () => number): StoreSu
       return inner.counters(id);
     },
     repeat: async (request) => {
-      const answer = store.answerFromMemory(request.id, request.fingerprint, request.raw);
-      if (answer === undefined) return repeatOf(await store.claim(request));
-      fromMemory++;
-      return answer;
+      // One request's claim, ended as a request ends it, so nothing is left leading the key.
+      const claimant = new Claimant('reject', 0, 100, () => new Promise(() => undefined));
+      try {
+        const result = await store.claim({ ...request, claimant });
+        if (result.from !== undefined) fromMemory++;
+        return repeatOf(result);
+      } finally {
+        claimant.end();
+      }
     },
     memoryAnswers: () => fromMemory,
     close: () => store.stopFlushing(),

@@ -161,7 +161,7 @@ describe('docs/metrics-and-logs.md log fields', () => {
   });
 
   it('lists every outcome', () => {
-    const outcomes = stringLiterals(declaration(ts.isTypeAliasDeclaration, 'Outcome').type);
+    const outcomes = stringLiterals(declaration(ts.isTypeAliasDeclaration, 'OutcomeLabel').type);
     expect(outcomes.length).toBeGreaterThan(5);
     expect(sorted(codes(cellOf('outcome')))).toEqual(sorted(outcomes));
   });

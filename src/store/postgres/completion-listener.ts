@@ -2,7 +2,7 @@
 // relays operator clears to the replay cache. One
 // dedicated connection LISTENs for the whole process (waiting holds no pool connection); it reconnects
 // by itself, and after a reconnect wakes every waiter, since notifications sent meanwhile are lost.
-// Waiters also poll (wait-for-change.ts), so a lost or impossible LISTEN only makes waking slower,
+// Waiters also poll (coalescing-store.ts), so a lost or impossible LISTEN only makes waking slower,
 // never wrong. Impossible: behind a transaction pooler (PgBouncer in transaction mode) a LISTEN stays
 // on whichever server connection ran it, and an idle client has none, so nothing is ever delivered.
 // Every connect therefore proves delivery: another session NOTIFYs a probe, and until it arrives the

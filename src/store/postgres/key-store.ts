@@ -175,7 +175,7 @@ export class PostgresKeyStore implements KeyStore {
   /**
    * On a Citus distributed table the statements do not NOTIFY (withNudge): this announces the
    * changed records that had waiters, from the coordinator, once they are committed. A nudge that
-   * fails loses nothing but time: waiters also poll (wait-for-change.ts).
+   * fails loses nothing but time: waiters also poll (coalescing-store.ts).
    */
   private async nudgeWaiters(ids: readonly RecordId[]): Promise<void> {
     if (ids.length === 0) return;

@@ -14,25 +14,26 @@
 //
 // What a leader settles with is only what any repeat would have read from the store then: the
 // stored answer (complete succeeded, or the claim found it), a mismatch, the lease of a claim held
-// elsewhere, the store being down, or "ask the store" (released, or anything else).
+// elsewhere, the store being down, or "ask the store" (released, or anything else). The coalescing
+// store (coalescing-store.ts) is the only user: to the pipeline a follower's answer is a claim's.
 import { performance } from 'node:perf_hooks';
-import type { StoredResponse } from '../store/record';
+import type { ClaimState, StoredResponse } from './record';
 
+/** What a leader ends with: what any repeat would have read from the store then. */
 export type LeaderResult =
-  | { readonly kind: 'stored'; readonly response: StoredResponse }
+  | { readonly kind: 'completed'; readonly response: StoredResponse }
   | { readonly kind: 'mismatch' }
   | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number }
   | { readonly kind: 'store-down' }
   | { readonly kind: 'ask-store' };
 
-export type FollowVerdict =
-  | { readonly kind: 'replay'; readonly response: StoredResponse }
-  | { readonly kind: 'mismatch' }
-  | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number }
+/**
+ * How a repeat is answered from what its leader knows: as the store would answer its claim, or
+ * store-down, or ask-store (nothing known answers it; `lead`: try to become the leader first).
+ */
+export type Followed =
+  | Exclude<ClaimState, { kind: 'claimed' }>
   | { readonly kind: 'store-down' }
-  | { readonly kind: 'too-many-waiters'; readonly leaseRemainingMs: number }
-  | { readonly kind: 'client-gone' }
-  /** Nothing this process knows answers it: claim (lead: try to become the leader first). */
   | { readonly kind: 'ask-store'; readonly lead: boolean };
 
 export interface FollowOptions {
@@ -45,7 +46,7 @@ export interface FollowOptions {
   readonly deadline: number;
   readonly maxWaiters: number;
   /** Resolves when the follower's client has gone. */
-  readonly gone: Promise<'gone'>;
+  readonly gone: () => Promise<'gone'>;
   /** Used when no lease is known yet (the leader is still claiming). */
   readonly leaseMs: number;
 }
@@ -91,7 +92,7 @@ export class LocalKeys {
   }
 
   /** How a repeat of `text` is answered from what the leader knows. */
-  async follow(text: string, options: FollowOptions): Promise<FollowVerdict> {
+  async follow(text: string, options: FollowOptions): Promise<Followed> {
     const entry = this.entries.get(text);
     if (entry === undefined) return { kind: 'ask-store', lead: true };
     const sameRaw = options.raw !== undefined && entry.raw?.equals(options.raw) === true;
@@ -102,17 +103,20 @@ export class LocalKeys {
       entry.leaseEndsAt === 0 ? options.leaseMs : Math.max(0, entry.leaseEndsAt - this.now());
     if (!same) {
       // Only a claim held here tells what the row's fingerprint is.
-      return entry.phase === 'forwarding'
-        ? { kind: 'mismatch' }
-        : { kind: 'ask-store', lead: false };
+      return entry.phase === 'forwarding' ? MISMATCH : { kind: 'ask-store', lead: false };
     }
+    const inFlight = (full?: boolean): Followed => ({
+      kind: 'in-flight',
+      fence: '',
+      // Never 0: a lease over is the store's to settle, and a follower's claim holds no fence.
+      leaseRemainingMs: Math.max(1, lease()),
+      full,
+    });
     // A lease that has ended is the store's to settle (unknown outcome, or a takeover): what this
     // process knows no longer answers for the row.
     if (entry.phase !== 'claiming' && lease() === 0) return { kind: 'ask-store', lead: false };
-    if (options.mode === 'reject' && entry.phase !== 'claiming')
-      return { kind: 'in-flight', leaseRemainingMs: lease() };
-    if (entry.followers >= options.maxWaiters)
-      return { kind: 'too-many-waiters', leaseRemainingMs: lease() };
+    if (options.mode === 'reject' && entry.phase !== 'claiming') return inFlight();
+    if (entry.followers >= options.maxWaiters) return inFlight(true);
     entry.followers++;
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -125,14 +129,12 @@ export class LocalKeys {
           options.mode === 'reject'
             ? Promise.race([entry.changed.promise, entry.settled.promise])
             : entry.settled.promise;
-        const woke = await Promise.race([wake, timeout, options.gone]);
-        if (woke === 'gone') return { kind: 'client-gone' };
-        if (woke === 'timeout') return { kind: 'in-flight', leaseRemainingMs: lease() };
-        if (woke !== undefined) return verdictOf(woke, options.mode);
+        // A client gone or a deadline passed: the claimant knows, and stops (pipeline.ts).
+        const woke = await Promise.race([wake, timeout, options.gone()]);
+        if (woke === 'gone' || woke === 'timeout') return inFlight();
+        if (woke !== undefined) return followedOf(woke, options.mode);
         if (entry.phase !== 'claiming')
-          return lease() === 0
-            ? { kind: 'ask-store', lead: false }
-            : { kind: 'in-flight', leaseRemainingMs: lease() };
+          return lease() === 0 ? { kind: 'ask-store', lead: false } : inFlight();
       }
     } finally {
       clearTimeout(timer);
@@ -180,17 +182,19 @@ export class Leader {
   }
 }
 
-function verdictOf(result: LeaderResult, mode: 'reject' | 'wait'): FollowVerdict {
+const MISMATCH: Followed = { kind: 'mismatch' };
+
+function followedOf(result: LeaderResult, mode: 'reject' | 'wait'): Followed {
   switch (result.kind) {
-    case 'stored':
-      return { kind: 'replay', response: result.response };
+    case 'completed':
+      return { kind: 'completed', response: result.response, expiresInMs: 0 };
     case 'mismatch':
-      return { kind: 'mismatch' };
     case 'store-down':
-      return { kind: 'store-down' };
+      return result;
     case 'in-flight':
       // A waiter keeps waiting for a claim held elsewhere, through the store like any waiter.
-      return mode === 'reject' ? result : { kind: 'ask-store', lead: true };
+      if (mode === 'wait') return { kind: 'ask-store', lead: true };
+      return { kind: 'in-flight', fence: '', leaseRemainingMs: result.leaseRemainingMs };
     case 'ask-store':
       return { kind: 'ask-store', lead: true };
   }

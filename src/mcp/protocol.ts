@@ -1,0 +1,208 @@
+// The MCP protocol (src/mcp/README.md): how a POST on an MCP route is read into a protected
+// tools/call, and how the proxy's answers are written — as JSON-RPC, under each caller's own id.
+//
+//   body ─┬─ unreadable (read-body.ts) ─────────────────────► refused, never forwarded
+//         └─ message ─┬─ not a protected tools/call ─────────► forwarded unstored
+//                     ├─ cancel of a call running here ───────► held (202): the call finishes
+//                     ├─ batch with a call, call without id ──► refused (-32600)
+//                     └─ protected tools/call ─► key (header | params.idempotencyKey | derived)
+//                                              ─► the call, run by the pipeline like a REST one
+import type { ServerResponse } from 'node:http';
+import { ProxyError } from '../errors';
+import { writeWhole } from '../http/response';
+import { DERIVED_KEY_HEADER, derivedKeyPolicy } from '../idempotency/derived-key';
+import { keyHeaderLines } from '../idempotency/key';
+import { tenantHash } from '../idempotency/tenant';
+import {
+  BODY_OMITTED_HEADER,
+  type Call,
+  OUTCOME_HEADER,
+  type Outcome,
+  type ProtectedDeps,
+  type ProtectedRequest,
+  type Protocol,
+} from '../protected/protocol';
+import { forwardUnstored } from '../protected/shadow';
+import type { HeaderPairs, StoredResponse } from '../store/record';
+import { callPlaceOf, type InFlightToolCalls, sessionOf } from './in-flight-calls';
+import {
+  INVALID_REQUEST,
+  JSON_HEADERS,
+  jsonRpcError,
+  storedUnknownOutcome,
+  withId,
+  writeJsonRpcError,
+  writeTransportError,
+} from './jsonrpc';
+import { type BodyRefusal, readMcpBody } from './read-body';
+import { ToolCallAnswer } from './tool-call-answer';
+import {
+  derivedToolCallKey,
+  readMcpMessage,
+  sentToolCallKey,
+  toolCallFingerprint,
+} from './tool-call';
+
+/** A protected tools/call: a call, and the JSON-RPC id its answers go under. */
+export interface ToolCall extends Call {
+  readonly tool: string;
+  /** The request's JSON-RPC id as JSON text (`7`, `"abc"`). */
+  readonly idText: string;
+}
+
+/**
+ * The MCP protocol over `toolCalls`, the calls this process is forwarding: a client's cancel of
+ * one of them is held, so the call finishes and its result is stored for the retry.
+ */
+export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
+  return {
+    read: (deps, request) => readToolCall(deps, request, toolCalls),
+    replay(request, call, stored, replayed) {
+      writeStoredMessage(
+        request.res,
+        call,
+        stored,
+        replayed ? replayHeaders(request, call, stored) : [],
+      );
+    },
+    refuse(request, call, error) {
+      writeJsonRpcError(request.res, call.idText, jsonRpcError(error));
+    },
+    unknownOutcome: (_call, error) => storedUnknownOutcome(error, OUTCOME_HEADER),
+    reusedDetail:
+      'This key was already used for a call with another tool or other arguments. Use a new key for a new call, or resend the original call unchanged to get its stored result.',
+    receive(request, call, settle) {
+      // The record's own scope and tenant: a cancel is held only for the caller whose call this is.
+      const place = {
+        scope: call.id.scope,
+        tenant: call.id.tenant,
+        session: sessionOf(request.req.headers),
+      };
+      toolCalls.add(place, call.idText);
+      const where = { route: request.route.name, key: call.id.key, policy: call.policy };
+      return new ToolCallAnswer(request.res, { ...where, idText: call.idText }, settle, () =>
+        toolCalls.delete(place, call.idText),
+      );
+    },
+  };
+}
+
+async function readToolCall(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  toolCalls: InFlightToolCalls,
+): Promise<ToolCall | Outcome> {
+  const { req, res, route, policy } = request;
+  const mcp = policy.mcp!;
+  const read = await readMcpBody(req, policy.maxRequestBytes);
+  if (read.kind === 'gone') {
+    res.destroy(); // the client went away mid-body: nothing to answer
+    return { label: 'error' };
+  }
+  if (read.kind === 'refused') {
+    // The unread rest of a body over the limit would be parsed as the next request.
+    if (read.unread) res.shouldKeepAlive = false;
+    return refuseBody(res, read.refusal);
+  }
+  // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
+  if (read.decoded) delete req.headers['content-encoding'];
+  const body = read.body;
+
+  const message = readMcpMessage(read.parsed, mcp);
+  switch (message.kind) {
+    case 'pass':
+      return forwardUnstored(deps, request, sentKeyHeader(request), body, {
+        label: 'passthrough',
+      });
+    case 'cancel':
+      if (!toolCalls.has(callPlaceOf(policy, req.headers), message.requestIdText))
+        return forwardUnstored(deps, request, sentKeyHeader(request), body, {
+          label: 'passthrough',
+        });
+      res.writeHead(202, { 'content-length': '0' });
+      res.end();
+      return { label: 'cancel_held' };
+    case 'batch-with-call':
+    case 'notification-call':
+      writeJsonRpcError(res, 'null', {
+        code: INVALID_REQUEST,
+        message:
+          message.kind === 'batch-with-call'
+            ? `The batch contains a tools/call for "${message.tool}", which runs at most once through this proxy; batches cannot be, so send each tools/call as a message of its own.`
+            : `The tools/call for "${message.tool}" has no id, so nothing would come back to store or replay; send it as a request with an id.`,
+        data: { type: 'idempotency_call_not_supported' },
+      });
+      return { label: 'bad_request', tool: message.tool };
+  }
+
+  const { call, parsed } = message;
+  const sent = sentToolCallKey(
+    keyHeaderLines(req, policy.key.header),
+    parsed,
+    policy.key.maxLength,
+    policy.key.header,
+  );
+  if (sent !== undefined && !sent.ok) {
+    const error = new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name });
+    writeJsonRpcError(res, call.idText, jsonRpcError(error));
+    return { label: 'invalid_key', tool: call.tool };
+  }
+  const key = sent?.key ?? derivedToolCallKey(call, parsed, mcp);
+  // A derived key's record lives for key.window instead of ttl.
+  const callPolicy = sent === undefined ? derivedKeyPolicy(policy) : policy;
+  return {
+    id: { scope: callPolicy.scope, tenant: tenantHash(req.headers, callPolicy.tenant), key },
+    policy: callPolicy,
+    keyDerived: sent === undefined,
+    fingerprint: toolCallFingerprint(call, parsed, mcp),
+    body,
+    tool: call.tool,
+    idText: call.idText,
+  };
+}
+
+/** A body the proxy could not read: answered, never forwarded, whatever it might have been. */
+function refuseBody(res: ServerResponse, refusal: BodyRefusal): Outcome {
+  const data: Record<string, unknown> = { type: refusal.type };
+  if (refusal.errorCode !== undefined) data.code = refusal.errorCode;
+  writeTransportError(res, refusal.status, {
+    code: refusal.code,
+    message: refusal.message,
+    data,
+  });
+  return { label: refusal.status === 413 ? 'too_large' : 'bad_request' };
+}
+
+/** What marks a replay, as on REST routes. */
+function replayHeaders(
+  request: ProtectedRequest,
+  call: ToolCall,
+  stored: StoredResponse,
+): HeaderPairs {
+  const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
+  if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
+  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
+  return extra;
+}
+
+/** A stored tool result (or stored unknown outcome) under this caller's JSON-RPC id. */
+function writeStoredMessage(
+  res: ServerResponse,
+  call: ToolCall,
+  stored: StoredResponse,
+  extra: HeaderPairs,
+): void {
+  const headers = stored.outcomeUnknown
+    ? [...JSON_HEADERS, [OUTCOME_HEADER, 'unknown'] as const]
+    : JSON_HEADERS;
+  writeWhole(res, 200, headers, withId(stored.body, call.idText), extra);
+}
+
+/**
+ * A message the route does not protect goes up with the key header it was sent with (an unlisted
+ * tool's server may dedupe on it itself), under forwardKeyAs like a claimed call's key.
+ */
+function sentKeyHeader(request: ProtectedRequest): string | undefined {
+  const value = request.req.headers[request.policy.key.header];
+  return typeof value === 'string' ? value : undefined;
+}

@@ -1,0 +1,270 @@
+// One protected request, whatever its protocol (docs/record-lifecycle.md):
+//
+//   read the call ─► claim ─► decide ─┬─ answer: replay, 422, 409, 503 ───────────────► Outcome
+//   (protocol)       (store)  (pure)  ├─ wait / take over / settle unknown ─► claim again, or answer
+//                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
+//
+// The protocol (protocol.ts: rest.ts, mcp/protocol.ts) reads the call and writes the answers; the
+// store (store/coalescing-store.ts) answers what memory can; decide.ts says what a claim means.
+// What happened comes back as one Outcome, from which the app writes the request's log line.
+//
+// The response is stored before the client sees its last byte, so once a client has a whole answer,
+// every retry replays it. A store failure before the forward is a 503 (fail closed), or in shadow
+// mode a forward anyway; after it, the client still gets the upstream's answer and the claim is
+// left to its lease.
+import { performance } from 'node:perf_hooks';
+import { Claimant, type ClaimRequest, type ClaimResult } from '../store/record';
+import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
+import { clientGone, sendUpstream, transportFailure } from './outgoing';
+import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
+import {
+  type Call,
+  type Outcome,
+  type ProtectedDeps,
+  type ProtectedRequest,
+  type Protocol,
+  UnreadableCall,
+} from './protocol';
+import { forwardUnstored } from './shadow';
+import {
+  bestEffortStoreCall,
+  claimCall,
+  storeCall,
+  StoreUnavailable,
+  storeUnavailableError,
+} from './store-call';
+
+export async function runProtected<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: Protocol<C>,
+  request: ProtectedRequest,
+): Promise<Outcome> {
+  const read = await protocol.read(deps, request);
+  if (!('id' in read)) return read;
+  const call = read;
+  const { policy } = call;
+  // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
+  const claimant = policy.enforce
+    ? new Claimant(
+        policy.onConcurrent,
+        performance.now() + policy.waitTimeoutMs,
+        policy.maxWaitersPerKey,
+        () => clientGone(request.res),
+      )
+    : undefined;
+  try {
+    return await claimAndAnswer(deps, protocol, request, call, claimant);
+  } catch (error) {
+    if (error instanceof UnreadableCall) {
+      protocol.refuse(request, call, error.problem);
+      return outcomeOf(call, 'bad_request');
+    }
+    if (!(error instanceof StoreUnavailable)) throw error;
+    // Nothing was forwarded: fail closed, or in shadow mode forward anyway.
+    if (!policy.enforce)
+      return forwardUnstored(deps, request, call.id.key, call.body, {
+        ...outcomeOf(call, 'executed'),
+        shadow: 'would_reject_store_unavailable',
+      });
+    protocol.refuse(request, call, storeUnavailableError(request, call.id.key, error.cause));
+    return outcomeOf(call, 'store_unavailable');
+  } finally {
+    claimant?.end();
+  }
+}
+
+/** Claims the call's key, and answers or forwards as each claim decides. */
+async function claimAndAnswer<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: Protocol<C>,
+  request: ProtectedRequest,
+  call: C,
+  claimant: Claimant | undefined,
+): Promise<Outcome> {
+  const { id, policy } = call;
+  const route = request.route.name;
+  const claimRequest: ClaimRequest = {
+    id,
+    route,
+    // Read only when the store must know it (a large body's repeat may be answered by its bytes).
+    get fingerprint() {
+      return call.fingerprint;
+    },
+    leaseMs: policy.lockTimeoutMs,
+    claimExpiryMs: policy.lockTimeoutMs + policy.ttlMs,
+    raw: call.raw,
+    claimant,
+  };
+  const claimOnce = (): Promise<ClaimResult> =>
+    claimCall(deps, request, () => deps.store.claim(claimRequest));
+
+  let claim = await claimOnce();
+  let races = 0;
+  let waitOver = false;
+  let waitedMs = 0;
+  for (;;) {
+    const clientLeft = claimant?.clientLeft ?? false;
+    const decision: ClaimDecision = decide(claim, policy, {
+      races,
+      waitOver,
+      waitedMs,
+      clientLeft,
+    });
+    const answered = (label: Outcome['label']): Outcome => outcomeOf(call, label, claim);
+    switch (decision.kind) {
+      case 'forward':
+        return forward(deps, protocol, request, call, decision.fence, claimant, claim.attempts);
+      case 'replay':
+        protocol.replay(request, call, decision.response, true);
+        return answered('replayed');
+      case 'mismatch':
+        protocol.refuse(request, call, reused(route, id.key, protocol.reusedDetail));
+        return answered('mismatch');
+      case 'in-flight':
+        protocol.refuse(request, call, inFlight(route, id.key, decision.leaseRemainingMs));
+        return answered('in_flight');
+      case 'client-gone':
+        return outcomeOf(call, 'client_gone');
+      case 'shadow':
+        return forwardUnstored(deps, request, id.key, call.body, {
+          ...answered('executed'),
+          shadow: decision.verdict,
+        });
+      case 'wait': {
+        const started = performance.now();
+        await storeCall(deps, request, 'wait', () =>
+          deps.store.waitForChange(id, call.fingerprint, claimant!),
+        );
+        waitedMs += performance.now() - started;
+        if (performance.now() >= claimant!.deadline) waitOver = true;
+        else if (!claimant!.clientLeft) {
+          claim = await claimOnce();
+          waitedMs = 0;
+        }
+        break;
+      }
+      case 'take-over': {
+        const fence = await storeCall(deps, request, 'take over', () =>
+          deps.store.takeOver(
+            id,
+            decision.fence,
+            policy.lockTimeoutMs,
+            policy.lockTimeoutMs + policy.ttlMs,
+            claimant,
+          ),
+        );
+        if (fence !== null)
+          return forward(deps, protocol, request, call, fence, claimant, claim.attempts);
+        if (++races < MAX_RACES) claim = await claimOnce(); // someone else moved it on
+        break;
+      }
+      case 'settle-unknown': {
+        const unknown = protocol.unknownOutcome(call, leaseEndedUnknown(route, id.key, policy));
+        const settled = await storeCall(deps, request, 'settle unknown', () =>
+          deps.store.settleUnknown(id, decision.fence, unknown, policy.ttlMs, claimant),
+        );
+        if (settled !== null) {
+          protocol.replay(request, call, settled, true);
+          return { ...answered('replayed'), outcomeUnknown: true };
+        }
+        if (++races < MAX_RACES) claim = await claimOnce();
+        break;
+      }
+    }
+  }
+}
+
+/**
+ * Forwards under the claim with `fence`, then settles it: complete with the upstream's answer,
+ * release it so a retry runs, or — when the upstream may have acted and nothing says what it
+ * answered — record an unknown outcome as the route says (`unknownOutcome`).
+ */
+async function forward<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: Protocol<C>,
+  request: ProtectedRequest,
+  call: C,
+  fence: string,
+  claimant: Claimant | undefined,
+  attempts: number,
+): Promise<Outcome> {
+  const { id, policy } = call;
+  const done = (label: Outcome['label'], outcomeUnknown?: boolean): Outcome => ({
+    ...outcomeOf(call, label),
+    attempts,
+    outcomeUnknown,
+  });
+  // Both complete and release are best effort: the upstream has answered, so the client gets its
+  // answer, and a claim the store did not settle stays in progress until its lease ends.
+  const settle = async (settlement: Settlement): Promise<void> => {
+    if (settlement.kind === 'complete')
+      await bestEffortStoreCall(deps, request, 'complete', () =>
+        deps.store.complete(id, fence, settlement.response, policy.ttlMs, claimant),
+      );
+    else if (settlement.kind === 'release')
+      await bestEffortStoreCall(deps, request, 'release', () => deps.store.release(id, fence));
+  };
+  /** The upstream may have acted: at most once, so under `fail` the answer is stored for good. */
+  const unknownOutcome = async (
+    error: Settlement & { kind: 'unknown' },
+    clientHasHead: boolean,
+  ): Promise<Outcome> => {
+    const stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
+    // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
+    if (policy.unknownOutcome === 'fail') await settle({ kind: 'complete', response: stored });
+    if (clientHasHead) receiver.endBroken(error.error);
+    // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
+    else if (!policy.enforce) protocol.refuse(request, call, error.error);
+    else protocol.replay(request, call, stored, false);
+    return done('upstream_error', true);
+  };
+
+  const receiver = protocol.receive(request, call, settle);
+  deps.observer?.claimsHeld(1);
+  const started = performance.now();
+  try {
+    try {
+      await sendUpstream(deps.upstreams, request, id.key, call.body, receiver);
+    } catch (error) {
+      request.timings.upstream += performance.now() - started;
+      const failure = transportFailure(request.route, error, id.key);
+      if (receiver.status === 0 && !failure.sent) {
+        // Nothing reached the upstream: let a retry run it.
+        await settle({ kind: 'release' });
+        protocol.refuse(request, call, failure.error);
+        return done('upstream_error');
+      }
+      if (receiver.settled) {
+        // The result is stored and on its way; only what came after it broke off.
+        receiver.end();
+        return done('executed');
+      }
+      return await unknownOutcome({ kind: 'unknown', error: failure.error }, receiver.streaming);
+    }
+    request.timings.upstream += performance.now() - started;
+    if (!receiver.settled) {
+      const settlement = receiver.settlement();
+      if (settlement.kind === 'unknown')
+        return await unknownOutcome(settlement, receiver.streaming);
+      await settle(settlement);
+    }
+    receiver.end();
+    return done('executed');
+  } finally {
+    receiver.close();
+    deps.observer?.claimsHeld(-1);
+  }
+}
+
+/** What the log says of a call answered with `label`, and of the claim that decided it. */
+function outcomeOf(call: Call, label: Outcome['label'], claim?: ClaimResult): Outcome {
+  const from = claim?.from;
+  return {
+    label,
+    key: call.id.key,
+    keyDerived: call.keyDerived || undefined,
+    tool: call.tool,
+    attempts: claim === undefined || from !== undefined ? undefined : claim.attempts,
+    from,
+  };
+}

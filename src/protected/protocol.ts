@@ -1,0 +1,142 @@
+// What the protected pipeline (pipeline.ts) needs from a protocol, and what it hands one. The
+// pipeline knows claims, leases and settling; a Protocol knows how its requests are read and how
+// its answers are written: REST (rest.ts: problem+json, the stored response as it was) and MCP
+// (mcp/protocol.ts: JSON-RPC under each caller's id). Nothing in the pipeline asks which one it has.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IdempotencyPolicy, RouteConfig } from '../config/types';
+import type { ProxyError } from '../errors';
+import type { OutcomeLabel } from '../http/request-log';
+import type { RequestTarget } from '../http/router';
+import type { RequestTrace } from '../observability/tracing';
+import type { RecordId, RequestStore, StoredResponse } from '../store/record';
+import type { PassThrough } from '../upstream/passthrough';
+import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
+import type { Settlement, ShadowVerdict } from './decide';
+
+export const OUTCOME_HEADER = 'idempotency-outcome';
+export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
+
+export interface ProtectedDeps {
+  /** The store with every memory shortcut in front (store/coalescing-store.ts). */
+  readonly store: RequestStore;
+  readonly upstreams: UpstreamPools;
+  readonly passThrough: PassThrough;
+  readonly onStoreError: (error: unknown, operation: string) => void;
+  /** Metrics hooks (observability/metrics.ts); the pipeline itself knows no metrics library. */
+  readonly observer?: ProtectedObserver;
+}
+
+export interface ProtectedObserver {
+  /** One store round trip (or a wait, operation 'wait'), with its error if it failed. */
+  storeCall(operation: string, ms: number, error: unknown): void;
+  /** +1 when this instance starts forwarding under a claim, -1 when it has stored or released it. */
+  claimsHeld(delta: 1 | -1): void;
+}
+
+/** Where a protected request's time went, for its log line; added to as it goes. */
+export interface Timings {
+  store: number;
+  upstream: number;
+  wait: number;
+}
+
+export interface ProtectedRequest {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly route: RouteConfig;
+  readonly policy: IdempotencyPolicy;
+  readonly target: RequestTarget;
+  readonly timings: Timings;
+  /** The request's spans when tracing is on (observability/tracing.ts); undefined when off. */
+  readonly trace?: RequestTrace;
+}
+
+/** A protected request as read by its protocol: what is claimed, matched and forwarded. */
+export interface Call {
+  readonly id: RecordId;
+  /** The route's policy, or for a derived key the policy with key.window as its ttl. */
+  readonly policy: IdempotencyPolicy;
+  readonly keyDerived: boolean;
+  /**
+   * What a repeat must match. May be computed on first read (and throw a ProxyError then: a body
+   * the fingerprint cannot read), since a large body's repeat is answered by its bytes alone.
+   */
+  readonly fingerprint: Buffer;
+  /** The raw fingerprint of a large body (fingerprint.ts), when there is one. */
+  readonly raw?: Buffer;
+  /** The body as it goes upstream. */
+  readonly body: Buffer;
+  /** The tool of an MCP tools/call, for the log. */
+  readonly tool?: string;
+}
+
+/**
+ * What became of a protected request: the pipeline's (or its protocol's) one result, from which the
+ * app writes the request's log line and metrics.
+ */
+export interface Outcome {
+  readonly label: OutcomeLabel;
+  readonly key?: string;
+  readonly keyDerived?: boolean;
+  readonly tool?: string;
+  /** The record's attempts as the claim counted them (unset when memory answered). */
+  readonly attempts?: number;
+  /** Answered by the replay cache, or by this process's first request of the key. */
+  readonly from?: 'cache' | 'leader';
+  readonly outcomeUnknown?: boolean;
+  readonly shadow?: ShadowVerdict;
+}
+
+/**
+ * Thrown when reading a call's fingerprint finds the request cannot be read after all (a large
+ * body's fingerprint is computed only when memory cannot answer by its bytes): refused, unforwarded.
+ */
+export class UnreadableCall extends Error {
+  constructor(readonly problem: ProxyError) {
+    super(problem.message);
+    this.name = 'UnreadableCall';
+  }
+}
+
+/** How one protocol reads its requests and writes the proxy's answers. */
+export interface Protocol<C extends Call> {
+  /**
+   * Reads the request into the call to run under a claim — or finishes it (refused, passed
+   * through, held) and says how.
+   */
+  read(deps: ProtectedDeps, request: ProtectedRequest): Promise<C | Outcome>;
+  /** A stored answer: to a repeat (`replayed`), or to the request that made it itself. */
+  replay(request: ProtectedRequest, call: C, stored: StoredResponse, replayed: boolean): void;
+  /** One of the proxy's own refusals or failures. */
+  refuse(request: ProtectedRequest, call: C, error: ProxyError): void;
+  /** The answer stored for a call that may have run upstream (Idempotency-Outcome: unknown). */
+  unknownOutcome(call: C, error: ProxyError): StoredResponse;
+  /** What a key reused for something else is told. */
+  readonly reusedDetail: string;
+  /**
+   * Takes the upstream's answer to a claimed call. `settle` completes or releases the claim (it
+   * never rejects); a receiver may call it itself as soon as the answer decides it.
+   */
+  receive(
+    request: ProtectedRequest,
+    call: C,
+    settle: (settlement: Settlement) => Promise<void>,
+  ): AnswerReceiver;
+}
+
+export interface AnswerReceiver extends ResponseReceiver {
+  /** The upstream's status once its head arrived; 0 before. */
+  readonly status: number;
+  /** True once the client has the head (a stream, or an answer too large to keep whole). */
+  readonly streaming: boolean;
+  /** True once the receiver has settled the claim itself. */
+  readonly settled: boolean;
+  /** The settlement for an answer that has ended. */
+  settlement(): Settlement;
+  /** Finishes the client's answer; called once the claim is settled. */
+  end(): void;
+  /** Ends a streamed answer that broke off (`error` says why), once the claim is settled. */
+  endBroken(error: ProxyError): void;
+  /** The forward is over, however it ended. */
+  close(): void;
+}

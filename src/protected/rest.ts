@@ -1,0 +1,321 @@
+// The REST protocol (README.md#what-a-client-sees-on-a-protected-route): how a protected HTTP
+// request is read into a call, and how the proxy's answers are written — problem+json for its own,
+// the stored status, headers and body for a replay.
+//
+//   key ─┬─ sent ─────────────┐
+//        ├─ none, derive set ─┤ (derived-key.ts: hashed from the request once its body is read)
+//        └─ none / invalid ───┼──► 400, or forwarded unprotected when no key is required
+//                             ▼
+//   body ─┬─ too large ────────► 413
+//         └─ read ─► fingerprint (duplicate JSON key ─► 400) ─► the call
+//
+// A large body's fingerprint is computed only if the store asks for it: a repeat of bytes seen
+// before is answered by their raw fingerprint (store/coalescing-store.ts), and canonical JSON costs
+// tens of milliseconds a megabyte.
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import { ProxyError } from '../errors';
+import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
+import { problemBody, problemHeaders, sendProblem } from '../http/problem';
+import { responseHeaderPairs, writeWhole } from '../http/response';
+import { DuplicateJsonKeyError } from '../idempotency/canonical-json';
+import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from '../idempotency/derived-key';
+import {
+  computeFingerprint,
+  computeRawFingerprint,
+  type FingerprintInput,
+  RAW_FINGERPRINT_MIN_BYTES,
+} from '../idempotency/fingerprint';
+import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
+import { tenantHash } from '../idempotency/tenant';
+import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { Settlement } from './decide';
+import { startStreaming, writeChunk } from './outgoing';
+import {
+  type AnswerReceiver,
+  BODY_OMITTED_HEADER,
+  type Call,
+  OUTCOME_HEADER,
+  type Outcome,
+  type ProtectedDeps,
+  type ProtectedRequest,
+  type Protocol,
+  UnreadableCall,
+} from './protocol';
+import { passThroughInShadow, readBodyOrRewind, forwardUnstored } from './shadow';
+
+const EMPTY_BODY = Buffer.alloc(0);
+
+export const REST: Protocol<Call> = {
+  read: readRestCall,
+  replay(request, call, stored, replayed) {
+    if (!replayed) return writeWhole(request.res, stored.status, stored.headers, stored.body);
+    const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
+    if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
+    if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
+    const headers = replayHeaders(stored, request.policy.dropReplayHeaders);
+    writeWhole(request.res, stored.status, headers, stored.body, extra);
+  },
+  refuse(request, _call, error) {
+    sendProblem(request.res, error);
+  },
+  unknownOutcome(_call, error) {
+    const body = Buffer.from(JSON.stringify(problemBody(error)));
+    const headers: HeaderPairs = [
+      ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+      [OUTCOME_HEADER, 'unknown'],
+    ];
+    return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+  },
+  reusedDetail:
+    'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
+  receive: (request, call) => new UpstreamAnswer(request.res, call),
+};
+
+/** The call in a protected REST request, or how the request was finished without one. */
+async function readRestCall(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+): Promise<Call | Outcome> {
+  const { req, res, route, policy, target } = request;
+  const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
+  // No key header on a route with key.derive: the key is derived once the body is read. A key that
+  // was sent but is invalid is never replaced by a derived one: that would hide a client bug.
+  const derives = !parsed.ok && parsed.problem === 'missing' && policy.key.derive !== null;
+  if (!parsed.ok && !derives) {
+    const missing = parsed.problem === 'missing';
+    if (missing && !policy.key.required) {
+      // No key and none required: forwarded unprotected, streamed like any pass-through request.
+      deps.passThrough.web(req, res, route, target, request.trace);
+      return { label: 'passthrough' };
+    }
+    if (!policy.enforce)
+      return passThroughInShadow(
+        deps,
+        request,
+        missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
+      );
+    sendProblem(
+      res,
+      new ProxyError(
+        missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID',
+        parsed.detail,
+        {
+          route: route.name,
+        },
+      ),
+    );
+    return { label: missing ? 'missing_key' : 'invalid_key' };
+  }
+  const sentKey = parsed.ok ? parsed.key : undefined;
+
+  let read: DigestedBody;
+  try {
+    read = await readRequestBody(request);
+  } catch (error) {
+    if (!(error instanceof BodyTooLargeError)) {
+      // The client went away mid-body: nothing was claimed, nobody to answer.
+      res.destroy();
+      return { label: 'error', key: sentKey };
+    }
+    if (!policy.enforce)
+      return passThroughInShadow(deps, request, 'would_reject_too_large', sentKey);
+    // The unread rest of the body would be parsed as the next request: close the connection.
+    res.shouldKeepAlive = false;
+    sendProblem(
+      res,
+      new ProxyError(
+        'REQUEST_TOO_LARGE',
+        `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
+        { route: route.name, key: sentKey },
+      ),
+    );
+    return { label: 'too_large', key: sentKey };
+  }
+
+  const input: FingerprintInput = {
+    method: target.method,
+    path: target.path,
+    query: target.query,
+    headers: req.headers,
+    body: EMPTY_BODY,
+    contentType: req.headers['content-type'],
+  };
+  // Only a sent key's large body has a raw fingerprint: a derived key is hashed from the canonical
+  // request anyway.
+  const raw =
+    sentKey !== undefined && read.sha256 !== undefined
+      ? computeRawFingerprint(input, policy.fingerprint, read.sha256)
+      : undefined;
+  const body = read.body();
+  input.body = body;
+  const duplicateKey = (): ProxyError =>
+    new ProxyError(
+      'JSON_DUPLICATE_KEY',
+      'The JSON body has an object with the same key twice, which parsers read differently (first or last value), so the proxy cannot know what the upstream would act on. Send each key once.',
+      { route: route.name, key: sentKey },
+    );
+
+  if (raw !== undefined) {
+    let fingerprint: Buffer | undefined;
+    return {
+      id: recordId(request, policy, sentKey!),
+      policy,
+      keyDerived: false,
+      raw,
+      body,
+      get fingerprint() {
+        try {
+          return (fingerprint ??= computeFingerprint(input, policy.fingerprint));
+        } catch (error) {
+          if (error instanceof DuplicateJsonKeyError) throw new UnreadableCall(duplicateKey());
+          throw error;
+        }
+      },
+    };
+  }
+  try {
+    // Only a route with key.derive gets here without a key. A derived key's record lives for
+    // key.window instead of ttl; the rest is as for a sent key.
+    const key = sentKey ?? deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
+    const fingerprint = computeFingerprint(input, policy.fingerprint);
+    const callPolicy = sentKey === undefined ? derivedKeyPolicy(policy) : policy;
+    return {
+      id: recordId(request, callPolicy, key),
+      policy: callPolicy,
+      keyDerived: sentKey === undefined,
+      fingerprint,
+      body,
+    };
+  } catch (error) {
+    if (!(error instanceof DuplicateJsonKeyError)) throw error;
+    if (!policy.enforce)
+      return forwardUnstored(deps, request, sentKey, body, {
+        label: 'executed',
+        key: sentKey,
+        shadow: 'would_reject_duplicate_key',
+      });
+    sendProblem(res, duplicateKey());
+    return { label: 'bad_request', key: sentKey };
+  }
+}
+
+function recordId(request: ProtectedRequest, policy: Call['policy'], key: string): Call['id'] {
+  return { scope: policy.scope, tenant: tenantHash(request.req.headers, policy.tenant), key };
+}
+
+/** The body: read here, or already by the edge (it looked for a `_method` in it). */
+async function readRequestBody(request: ProtectedRequest): Promise<DigestedBody> {
+  const { req, policy } = request;
+  const early = request.target.body;
+  if (early !== undefined) {
+    if (early.length > policy.maxRequestBytes) throw new BodyTooLargeError(policy.maxRequestBytes);
+    return wholeBody(early);
+  }
+  return policy.enforce
+    ? readDigestedBody(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES)
+    : wholeBody(await readBodyOrRewind(req, policy.maxRequestBytes));
+}
+
+function wholeBody(body: Buffer): DigestedBody {
+  return { body: () => body, sha256: undefined };
+}
+
+/**
+ * The stored headers a later caller gets: never the stored Date (Node sends the current one: a
+ * replay is a new message), never one the route drops (dropReplayHeaders: another caller's
+ * challenge or nonce). Usually neither is there, and the stored array is used as is.
+ */
+function replayHeaders(stored: StoredResponse, dropped: ReadonlySet<string>): HeaderPairs {
+  const headers = stored.headers;
+  for (const [name] of headers) {
+    if (name === 'date' || dropped.has(name))
+      return headers.filter(([other]) => other !== 'date' && !dropped.has(other));
+  }
+  return headers;
+}
+
+/**
+ * Collects the upstream's answer to store it; one larger than maxResponseBytes is streamed to the
+ * client as it arrives instead (replays then get its status and headers only).
+ */
+class UpstreamAnswer implements AnswerReceiver {
+  status = 0;
+  streaming = false;
+  readonly settled = false;
+  private headers: HeaderPairs = [];
+  private contentLength: string | string[] | undefined;
+  private chunks: Buffer[] = [];
+  /**
+   * The latest chunk of a streamed answer, held back until the record is stored: with the
+   * upstream's Content-Length the client takes the answer as complete at its last byte, and a retry
+   * it sends then must find the record completed, not in flight.
+   */
+  private held: Buffer | undefined;
+  private total = 0;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly call: Call,
+  ) {}
+
+  head(status: number, headers: IncomingHttpHeaders): void {
+    this.status = status;
+    this.headers = responseHeaderPairs(headers, { keepSetCookie: true });
+    this.contentLength = headers['content-length'];
+  }
+
+  data(chunk: Buffer): Promise<void> | undefined {
+    this.total += chunk.length;
+    if (!this.streaming && this.total > this.call.policy.maxResponseBytes) {
+      this.streaming = true;
+      startStreaming(this.res, this.status, this.headers, this.contentLength);
+      for (const buffered of this.chunks) this.res.write(buffered);
+      this.chunks = [];
+    }
+    if (this.streaming) {
+      const previous = this.held;
+      this.held = chunk;
+      return previous === undefined ? undefined : writeChunk(this.res, previous);
+    }
+    this.chunks.push(chunk);
+    return undefined;
+  }
+
+  /** Stored when the route keeps the status; else released, so a retry executes again. */
+  settlement(): Settlement {
+    const { policy } = this.call;
+    if (!policy.storesStatus(this.status)) return { kind: 'release' };
+    const headers = policy.replaySetCookie
+      ? this.headers
+      : this.headers.filter(([name]) => name !== 'set-cookie');
+    const response: StoredResponse = {
+      status: this.status,
+      headers,
+      body: this.body(),
+      bodyOmitted: this.streaming,
+      outcomeUnknown: false,
+    };
+    return { kind: 'complete', response };
+  }
+
+  end(): void {
+    if (!this.streaming) return writeWhole(this.res, this.status, this.headers, this.body());
+    if (this.res.destroyed) return;
+    if (this.held !== undefined) this.res.write(this.held);
+    this.held = undefined;
+    this.res.end();
+  }
+
+  /** The client already has a head and part of a body: all it can be told is that it broke off. */
+  endBroken(): void {
+    this.res.destroy();
+  }
+
+  close(): void {}
+
+  /** The whole body, or an empty one when it was streamed. */
+  private body(): Buffer {
+    if (this.streaming) return EMPTY_BODY;
+    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+  }
+}

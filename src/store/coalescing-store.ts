@@ -1,0 +1,348 @@
+// The store as the request path sees it: a KeyStore (PostgreSQL, or the tests' in-memory one) with
+// every memory shortcut in front, so the pipeline asks one thing — claim — and this file alone knows
+// whether memory could answer:
+//
+//   claim ─┬─ replay cache: a completed record, by the body's bytes or its fingerprint ─► completed
+//          ├─ this process's first request of the key (local-keys.ts) knows the answer ──► as a claim would
+//          └─ else claim in the database; the first claimant of a key leads, and what it learns
+//             (claimed, completed, mismatch, in flight, store down) answers the repeats behind it
+//
+// A storm of 3000 retries of one key must not queue 3000 claims on one row and starve every other
+// key; correctness across instances still comes from the row alone, since a leader shares only what
+// the database told it. Every request answered from memory is counted and added to its record's
+// `attempts` and `replays` in batches (flushAnswered), so the audit counters stay right whichever
+// answered. As in AWS Powertools' persistence layer, the cache belongs to the store, not to the
+// pipeline.
+//
+// Two subtleties keep a memory answer exactly what the database would say: a repeat with another
+// fingerprint is answered 422 only while the leader holds the claim (only then is the row's
+// fingerprint known to be the leader's), and a leader that waits for a claim held elsewhere
+// (onConcurrent: wait) stays the leader through its wait, so its repeats wait with it instead of
+// each polling the row.
+import { performance } from 'node:perf_hooks';
+import {
+  type Claimant,
+  type ClaimRequest,
+  type ClaimResult,
+  type CompletionWaiter,
+  type CounterDelta,
+  type KeyStore,
+  type PeekResult,
+  type RecordId,
+  recordDigest,
+  recordText,
+  type RequestStore,
+  type StoredResponse,
+} from './record';
+import { type Followed, type Leader, LocalKeys } from './local-keys';
+import type { ReplayCache } from './replay-cache';
+
+/** How often a waiting request looks at its record when no notification comes. */
+const WAIT_POLL_MS = 500;
+/** Rounds of "the leader learnt nothing for us, lead or follow again" before asking the store alone. */
+const MAX_LOCAL_ROUNDS = 3;
+
+export interface CoalescingOptions {
+  /** Wakes waiters when a record completes or is released (completion-listener.ts); else they poll. */
+  readonly waiter?: CompletionWaiter;
+  /** A counter flush failed: those increments are lost. */
+  readonly onFlushError?: (error: unknown) => void;
+}
+
+export class CoalescingStore implements RequestStore {
+  private readonly pending = new Map<string, CounterDelta>();
+  private readonly local = new LocalKeys();
+  private readonly leaders = new WeakMap<Claimant, Leader>();
+  private timer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> = Promise.resolve();
+
+  /** `cache` undefined (store.replayCache: 0): every repeat claims, and only coalesced ones are counted here. */
+  constructor(
+    private readonly store: KeyStore,
+    readonly cache: ReplayCache | undefined,
+    private readonly options: CoalescingOptions = {},
+  ) {}
+
+  /** Keys a request of this process is working on right now (for tests). */
+  get keysInFlight(): number {
+    return this.local.size;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const { claimant, id, raw } = request;
+    const leader = claimant && this.leaders.get(claimant);
+    // No claimant (shadow mode: every repeat is forwarded anyway), or the leader claiming again.
+    if (claimant === undefined || leader !== undefined) return this.claimInStore(request, leader);
+    const text = recordText(id);
+    if (raw !== undefined) {
+      // A large body seen before is answered by its bytes: no canonical JSON, which costs tens of
+      // milliseconds a megabyte.
+      const cached = this.cache?.lookupRaw(id, raw);
+      if (cached) return this.answered(id, text, completedFrom('cache', cached));
+      const followed = await this.follow(text, claimant, request, undefined);
+      if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+    }
+    const fingerprint = request.fingerprint;
+    const cached = this.cache?.lookup(id, fingerprint, raw);
+    if (cached)
+      return this.answered(
+        id,
+        text,
+        cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE,
+      );
+    for (let round = 0; round < MAX_LOCAL_ROUNDS; round++) {
+      const leading = this.local.lead(text, fingerprint, raw);
+      if (leading !== undefined) {
+        this.leaders.set(claimant, leading);
+        claimant.onEnd(() => leading.settle({ kind: 'ask-store' }));
+        return this.claimInStore(request, leading);
+      }
+      const followed = await this.follow(text, claimant, request, fingerprint);
+      if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+      if (!followed.lead) break;
+    }
+    return this.claimInStore(request, undefined);
+  }
+
+  async complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+    claimant?: Claimant,
+  ): Promise<boolean> {
+    // Not cached on completion: most keys are never repeated; the first repeat's claim admits it.
+    const completed = await this.store.complete(id, fence, response, ttlMs);
+    if (completed) this.leaderOf(claimant)?.settle({ kind: 'completed', response });
+    return completed;
+  }
+
+  release(id: RecordId, fence: string): Promise<boolean> {
+    return this.store.release(id, fence);
+  }
+
+  async takeOver(
+    id: RecordId,
+    fence: string,
+    leaseMs: number,
+    claimExpiryMs: number,
+    claimant?: Claimant,
+  ): Promise<string | null> {
+    const leader = this.leaderOf(claimant);
+    const taken = await this.withLeader(leader, () =>
+      this.store.takeOver(id, fence, leaseMs, claimExpiryMs),
+    );
+    if (taken !== null) leader?.forwarding(leaseMs);
+    return taken;
+  }
+
+  async settleUnknown(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+    claimant?: Claimant,
+  ): Promise<StoredResponse | null> {
+    const leader = this.leaderOf(claimant);
+    const settled = await this.withLeader(leader, () =>
+      this.store.settleUnknown(id, fence, response, ttlMs),
+    );
+    if (settled !== null) leader?.settle({ kind: 'completed', response: settled });
+    return settled;
+  }
+
+  peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
+    return this.store.peek(id, fingerprint);
+  }
+
+  flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
+    return this.store.flushCounters(deltas);
+  }
+
+  /**
+   * Blocks until the in-flight record completes, is released, or its lease ends, woken by NOTIFY
+   * with polling as the backstop; holds no database connection while waiting, and stops at the
+   * claimant's deadline or as soon as its client hangs up.
+   */
+  async waitForChange(id: RecordId, fingerprint: Buffer, claimant: Claimant): Promise<void> {
+    const digest = recordDigest(id);
+    const gone = claimant.clientGone();
+    const leader = this.leaderOf(claimant);
+    for (;;) {
+      const subscription = this.options.waiter?.waitFor(digest);
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        // Look after subscribing, so a completion between the claim and now is not missed.
+        const seen = await this.withLeader(leader, () => this.store.peek(id, fingerprint));
+        if (seen.kind !== 'in-flight' || seen.leaseRemainingMs === 0) return;
+        const left = claimant.deadline - performance.now();
+        if (left <= 0) return;
+        const pause = new Promise<'poll'>((resolve) => {
+          timer = setTimeout(
+            () => resolve('poll'),
+            Math.min(left, WAIT_POLL_MS, seen.leaseRemainingMs),
+          );
+        });
+        if ((await Promise.race([pause, gone, subscription?.changed ?? pause])) === 'gone') return;
+      } finally {
+        clearTimeout(timer);
+        subscription?.cancel();
+      }
+    }
+  }
+
+  /** Counts a request answered without the store into its record's attempts (and replays). */
+  countAnswered(id: RecordId, replay: boolean, text = recordText(id)): void {
+    let delta = this.pending.get(text);
+    if (!delta) this.pending.set(text, (delta = { id, attempts: 0, replays: 0 }));
+    delta.attempts++;
+    if (replay) delta.replays++;
+  }
+
+  /**
+   * Adds what was counted so far to the records (one statement), after any flush still running.
+   * Counters are an audit aid, not a guarantee: a failed flush loses its increments (onFlushError).
+   */
+  flushAnswered(): Promise<void> {
+    this.flushing = this.flushing.then(async () => {
+      if (this.pending.size === 0) return;
+      const batch = [...this.pending.values()];
+      this.pending.clear();
+      try {
+        await this.store.flushCounters(batch);
+      } catch (error) {
+        this.options.onFlushError?.(error);
+      }
+    });
+    return this.flushing;
+  }
+
+  /** Flushes every `intervalMs` until stopFlushing. */
+  startFlushing(intervalMs: number): void {
+    this.timer ??= setInterval(() => void this.flushAnswered(), intervalMs);
+    this.timer.unref();
+  }
+
+  /** Stops the periodic flush and flushes what is pending. */
+  async stopFlushing(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.flushAnswered();
+  }
+
+  /**
+   * The database's claim. A completed record it finds is remembered, so its next repeat needs no
+   * round trip; a leader is told what was learnt, for the repeats of its key behind it.
+   */
+  private async claimInStore(
+    request: ClaimRequest,
+    leader: Leader | undefined,
+  ): Promise<ClaimResult> {
+    const fingerprint = request.fingerprint;
+    const result = await this.withLeader(leader, () => this.store.claim(request));
+    if (result.kind === 'completed')
+      this.cache?.remember(
+        request.id,
+        fingerprint,
+        result.response,
+        result.expiresInMs,
+        request.raw,
+      );
+    if (leader === undefined) return result;
+    switch (result.kind) {
+      case 'claimed':
+        leader.forwarding(request.leaseMs);
+        break;
+      case 'completed':
+        leader.settle({ kind: 'completed', response: result.response });
+        break;
+      case 'mismatch':
+        leader.settle({ kind: 'mismatch' });
+        break;
+      case 'in-flight':
+        // A lease that has ended is settled or taken over next, still by this leader.
+        if (result.leaseRemainingMs === 0) break;
+        if (request.claimant?.onConcurrent === 'wait') leader.waiting(result.leaseRemainingMs);
+        else leader.settle({ kind: 'in-flight', leaseRemainingMs: result.leaseRemainingMs });
+    }
+    return result;
+  }
+
+  /** A repeat behind this process's first request of its key: answered from what that one learns. */
+  private follow(
+    text: string,
+    claimant: Claimant,
+    request: ClaimRequest,
+    fingerprint: Buffer | undefined,
+  ): Promise<Followed> {
+    return this.local.follow(text, {
+      fingerprint,
+      raw: request.raw,
+      mode: claimant.onConcurrent,
+      deadline: claimant.deadline,
+      maxWaiters: claimant.maxWaiters,
+      gone: () => claimant.clientGone(),
+      leaseMs: request.leaseMs,
+    });
+  }
+
+  private followerAnswer(
+    id: RecordId,
+    text: string,
+    claimant: Claimant,
+    followed: Exclude<Followed, { kind: 'ask-store' }>,
+  ): ClaimResult {
+    switch (followed.kind) {
+      case 'store-down':
+        this.countAnswered(id, false, text);
+        throw new LeaderLostStore();
+      case 'completed':
+        return this.answered(id, text, completedFrom('leader', followed.response));
+      case 'mismatch':
+        return this.answered(id, text, MISMATCH_FROM_LEADER);
+      case 'in-flight': {
+        const result: ClaimResult = { ...followed, attempts: 0, from: 'leader' };
+        // A follower whose client left is not answered: nothing to count.
+        return claimant.clientLeft ? result : this.answered(id, text, result);
+      }
+    }
+  }
+
+  private answered(id: RecordId, text: string, result: ClaimResult): ClaimResult {
+    this.countAnswered(id, result.kind === 'completed', text);
+    return result;
+  }
+
+  private leaderOf(claimant: Claimant | undefined): Leader | undefined {
+    return claimant && this.leaders.get(claimant);
+  }
+
+  /** A leader whose store call fails tells its repeats the store is down (they answer 503 too). */
+  private async withLeader<T>(leader: Leader | undefined, call: () => Promise<T>): Promise<T> {
+    if (leader === undefined) return call();
+    try {
+      return await call();
+    } catch (error) {
+      leader.settle({ kind: 'store-down' });
+      throw error;
+    }
+  }
+}
+
+/**
+ * A repeat's leader lost the store: the repeat fails as its own store call would have, without a
+ * second log line for the one failure (the leader's).
+ */
+export class LeaderLostStore extends Error {
+  constructor() {
+    super('the idempotency store failed for the first request of this key in this process');
+    this.name = 'LeaderLostStore';
+  }
+}
+
+const MISMATCH_FROM_CACHE: ClaimResult = { kind: 'mismatch', attempts: 0, from: 'cache' };
+const MISMATCH_FROM_LEADER: ClaimResult = { kind: 'mismatch', attempts: 0, from: 'leader' };
+
+function completedFrom(from: 'cache' | 'leader', response: StoredResponse): ClaimResult {
+  return { kind: 'completed', response, expiresInMs: 0, attempts: 0, from };
+}
