@@ -3,6 +3,9 @@
 import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 
+/** Header pairs in upstream order; repeated names stay repeated. */
+export type HeaderPairs = readonly (readonly [string, string])[];
+
 export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
   'keep-alive',

@@ -1,8 +1,7 @@
 // Writing responses the proxy assembled itself: upstream answers it buffered, and stored ones it
 // replays. Header pairs keep the upstream's order and repeated names; framing headers are ours.
 import type { ServerResponse } from 'node:http';
-import type { HeaderPairs } from '../store/record';
-import { hopByHopNames } from './headers';
+import { type HeaderPairs, hopByHopNames } from './headers';
 
 /** Upstream response headers as pairs, without hop-by-hop or framing headers. */
 export function responseHeaderPairs(

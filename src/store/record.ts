@@ -9,6 +9,7 @@
 //                       └─ unknownOutcome: retry ──► taken over: a new fence, forwarded again
 
 import { createHash } from 'node:crypto';
+import type { HeaderPairs } from '../http/headers';
 
 export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
 export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
@@ -29,8 +30,7 @@ export interface CounterDelta {
   replays: number;
 }
 
-/** Header pairs in upstream order; repeated names stay repeated. */
-export type HeaderPairs = readonly (readonly [string, string])[];
+export type { HeaderPairs };
 
 export interface StoredResponse {
   readonly status: number;

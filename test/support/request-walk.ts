@@ -14,7 +14,8 @@
 // - Only bodies declared in src/ (.ts, not .d.ts, not node_modules) are entered: the rest is the
 //   platform, which the design does not control. Calls through an interface (`deps.store.claim`)
 //   resolve to a signature without a body and stop there: the walk follows what the code says, not
-//   which implementation happens to be plugged in at run time.
+//   which implementation happens to be plugged in at run time — unless the walk is told which
+//   implementation to read (`implementations`), as a reader following one adapter would.
 // - A function is expanded once: reading it a second time teaches nothing, but the reader still has
 //   to jump to its file and back, so a repeat call is a stay in that file (and can be a climb).
 // - Within an expression, calls are taken in the order they run (the arguments before the call that
@@ -36,6 +37,12 @@ export interface WalkOptions {
   fn: string;
   /** The tracked parameter; default: the first named 'request' or 'scope', else the 2nd. */
   param?: string;
+  /**
+   * Calls through these interfaces are followed into one implementation: interface name →
+   * `file#name`, where `name` is a const holding an object literal, or a function returning one
+   * (e.g. `{ Protocol: 'src/protected/rest.ts#REST' }`). How one adapter is walked.
+   */
+  implementations?: Record<string, string>;
 }
 
 /** One followed call, in walk order. */
@@ -184,10 +191,37 @@ export function walkRequest(options: WalkOptions): WalkReport {
     if (!symbol || seen.has(symbol)) return [];
     seen.add(symbol);
     for (const decl of symbol.declarations ?? []) {
+      const bound = isNew ? undefined : implementationOf(decl);
+      if (bound !== undefined) return bound;
       const body = isNew ? constructorOf(decl) : bodyOf(decl);
       if (body) return inSrc(body) ? [body] : [];
       if (!isNew && ts.isVariableDeclaration(decl) && decl.initializer && isConst(decl))
         return namedFunctions(decl.initializer).flatMap((n) => calleesOf(n, false, seen));
+    }
+    return [];
+  };
+
+  /** A member of an interface with a named implementation: that implementation's member. */
+  const implementationOf = (decl: ts.Declaration): Body[] | undefined => {
+    if (!ts.isMethodSignature(decl) && !ts.isPropertySignature(decl)) return undefined;
+    const owner = decl.parent;
+    if (!ts.isInterfaceDeclaration(owner)) return undefined;
+    const where = options.implementations?.[owner.name.text];
+    if (where === undefined || !ts.isIdentifier(decl.name)) return undefined;
+    const [file, name] = where.split('#') as [string, string];
+    const source = program.getSourceFile(path.join(root, file));
+    const object = source && implementingObject(source, name);
+    if (object === undefined)
+      throw new Error(`${where} is no object literal of ${owner.name.text}`);
+    const member = object.properties.find(
+      (p) => p.name !== undefined && ts.isIdentifier(p.name) && p.name.text === decl.name.getText(),
+    );
+    if (member === undefined) return [];
+    if (ts.isMethodDeclaration(member) && member.body) return [member as Body];
+    if (ts.isPropertyAssignment(member)) {
+      const init = unwrap(member.initializer);
+      if (ts.isArrowFunction(init) || ts.isFunctionExpression(init)) return [init];
+      return namedFunctions(init).flatMap((n) => calleesOf(n, false));
     }
     return [];
   };
@@ -295,6 +329,30 @@ export function walkRequest(options: WalkOptions): WalkReport {
     steps,
     sequence,
   };
+}
+
+/** The object literal a const holds, or that a function of that name returns. */
+function implementingObject(
+  source: ts.SourceFile,
+  name: string,
+): ts.ObjectLiteralExpression | undefined {
+  let found: ts.ObjectLiteralExpression | undefined;
+  const visit = (node: ts.Node): void => {
+    if (found) return;
+    if (ts.isVariableDeclaration(node) && node.name.getText() === name && node.initializer) {
+      const init = unwrap(node.initializer);
+      if (ts.isObjectLiteralExpression(init)) found = init;
+    } else if (ts.isFunctionDeclaration(node) && node.name?.text === name && node.body) {
+      for (const statement of node.body.statements)
+        if (ts.isReturnStatement(statement) && statement.expression) {
+          const returned = unwrap(statement.expression);
+          if (ts.isObjectLiteralExpression(returned)) found = returned;
+        }
+    }
+    if (!found) ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
 }
 
 const isConst = (decl: ts.VariableDeclaration): boolean =>

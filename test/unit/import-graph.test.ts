@@ -76,3 +76,26 @@ test('the cycle finder finds a cycle', () => {
   ]);
   expect(cycles(graph).map((c) => c.length)).toEqual([3]);
 });
+
+test('the pipeline knows no protocol: protected/ imports nothing from mcp/, and mcp/ only its public surface', () => {
+  const files = modules(SRC);
+  const rel = (f: string) => path.relative(SRC, f).split(path.sep).join('/');
+  const edges = files.flatMap((from) => importsOf(from).map((to) => [rel(from), rel(to)] as const));
+  expect(edges.length).toBeGreaterThan(200);
+  expect(
+    edges.filter(([from, to]) => from.startsWith('protected/') && to.startsWith('mcp/')),
+  ).toEqual([]);
+  // What an adapter may use: the Protocol and its types, the decisions' types, the outgoing
+  // helpers, and unstored forwarding.
+  const surface = [
+    'protected/protocol.ts',
+    'protected/decide.ts',
+    'protected/outgoing.ts',
+    'protected/shadow.ts',
+  ];
+  const reached = edges.filter(
+    ([from, to]) => from.startsWith('mcp/') && to.startsWith('protected/'),
+  );
+  expect(reached.length).toBeGreaterThan(0);
+  expect(reached.filter(([, to]) => !surface.includes(to))).toEqual([]);
+});

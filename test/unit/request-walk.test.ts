@@ -9,9 +9,25 @@ import { recordFigures } from '../support/run-report';
 
 /** The real entries walked at the end (change them here). */
 export const REAL_ENTRIES: readonly (Omit<WalkOptions, 'root'> & { name: string })[] = [
-  { name: 'REST', file: 'src/protected/handle.ts', fn: 'handleProtectedRequest', param: 'request' },
-  { name: 'MCP', file: 'src/mcp/mcp-request.ts', fn: 'handleMcpRequest', param: 'request' },
+  {
+    name: 'REST',
+    file: 'src/protected/pipeline.ts',
+    fn: 'runProtected',
+    param: 'request',
+    implementations: { Protocol: 'src/protected/rest.ts#REST' },
+  },
+  {
+    name: 'MCP',
+    file: 'src/protected/pipeline.ts',
+    fn: 'runProtected',
+    param: 'request',
+    implementations: { Protocol: 'src/mcp/protocol.ts#mcpProtocol' },
+  },
 ];
+
+/** What a newcomer following one request may have to open and climb back into, at most. */
+const MAX_FILES = 8;
+const MAX_CLIMBS = 4;
 
 const ROOT = path.join(__dirname, '../..');
 
@@ -263,6 +279,46 @@ export function kept(_r: Req): void {}
   });
 });
 
+describe('calls through an interface', () => {
+  const files = {
+    'src/port.ts': `import type { Req } from './types';
+export interface Port { read(r: Req): void; write(r: Req): void }
+`,
+    'src/a.ts': `import type { Req } from './types';
+import type { Port } from './port';
+export function entry(port: Port, request: Req): void {
+  port.read(request);
+  port.write(request);
+}
+`,
+    'src/one.ts': `import type { Req } from './types';
+import type { Port } from './port';
+function readOne(_r: Req): void {}
+export const ONE: Port = { read: readOne, write(_r) {} };
+`,
+    'src/two.ts': `import type { Port } from './port';
+export function two(): Port {
+  return { read: (_r) => undefined, write: (_r) => undefined };
+}
+`,
+  };
+
+  test('stop at the signature, unless told which implementation to read', () => {
+    const root = project(files);
+    const options = { root, file: 'src/a.ts', fn: 'entry', param: 'request' };
+    expect(walkRequest(options).files).toEqual(['src/a.ts']);
+    expect(walkRequest({ ...options, implementations: { Port: 'src/one.ts#ONE' } }).trace).toEqual([
+      'src/a.ts:entry',
+      'src/one.ts:readOne',
+      'src/one.ts:ONE.write',
+    ]);
+    expect(walkRequest({ ...options, implementations: { Port: 'src/two.ts#two' } }).files).toEqual([
+      'src/a.ts',
+      'src/two.ts',
+    ]);
+  });
+});
+
 describe('how it is counted', () => {
   test('A → B → A is one climb', () => {
     const root = project({
@@ -406,7 +462,11 @@ describe('the real protected path', () => {
       trace: report.trace,
     });
     console.log(formatWalk(report));
-    expect(report.filesEntered).toBeGreaterThanOrEqual(2);
     expect(report.files[0]).toBe(entry.file);
+    // Through its adapter: the walk reads the protocol's own file, not only the pipeline's.
+    const adapter = entry.implementations!.Protocol!.split('#')[0]!;
+    expect(report.files).toContain(adapter);
+    expect(report.filesEntered).toBeLessThanOrEqual(MAX_FILES);
+    expect(report.climbs).toBeLessThanOrEqual(MAX_CLIMBS);
   });
 });
