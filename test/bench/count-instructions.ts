@@ -18,14 +18,16 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { request } from 'undici';
+import { prepareBaseline } from './baseline';
 import { waitForMessage, spawnPinned, killAllChildrenNow } from './children';
 import { BODY, requestHeaders, UNIQUE_KEY } from './scenarios';
 import {
   BENCH_DIR,
+  type Build,
   cleanup,
-  DIST_DIR,
+  CURRENT_BUILD,
   freePort,
-  ROOT,
+  type ProxyConfigFile,
   say,
   sleep,
   stack,
@@ -42,6 +44,11 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
   --scenarios <a,b> subset of: bare, bare-undici, passthrough, new-key, replay (default: all)
   --log-level <l>  the proxy's LOG_LEVEL (default info: a log line per request, as shipped;
                    warn leaves it out, which shows what the line costs)
+  --baseline <ref> also count that git ref's build of the proxy (built in a temporary worktree,
+                   cached by commit), each path on both builds in turn, and print the ratio
+                   current/baseline per path (OVER 5 % marks a regression)
+  --repeat <n>     with --baseline: count each of our paths n times per build, alternating
+                   (baseline, current, baseline, current…), and compare the means (default 1)
   -h, --help
 
 Needs valgrind (Debian: apt-get install valgrind). Takes ~1.5 minutes per scenario. Environment:
@@ -79,6 +86,8 @@ const TARGETS: readonly Target[] = [
 
 interface Counted {
   readonly target: Target;
+  /** The proxy build counted (the bare scripts are the bench's own: always `current`). */
+  readonly build: Build['name'];
   readonly mainThread: number;
   readonly allThreads: number;
   readonly non2xx: number;
@@ -92,6 +101,8 @@ async function main(): Promise<number> {
       connections: { type: 'string', default: '16' },
       scenarios: { type: 'string', default: TARGETS.map((t) => t.name).join(',') },
       'log-level': { type: 'string', default: 'info' },
+      baseline: { type: 'string' },
+      repeat: { type: 'string', default: '1' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -102,10 +113,15 @@ async function main(): Promise<number> {
   const measured = Number(values.requests);
   const warmup = Number(values.warmup);
   const connections = Number(values.connections);
-  if (![measured, warmup, connections].every((n) => Number.isInteger(n) && n > 0)) {
+  const repeat = Number(values.repeat);
+  if (![measured, warmup, connections, repeat].every((n) => Number.isInteger(n) && n > 0)) {
     process.stderr.write(
-      `bench: --requests, --warmup and --connections take whole numbers\n\n${USAGE}`,
+      `bench: --requests, --warmup, --connections and --repeat take whole numbers\n\n${USAGE}`,
     );
+    return 2;
+  }
+  if (repeat > 1 && values.baseline === undefined) {
+    process.stderr.write(`bench: --repeat goes with --baseline\n\n${USAGE}`);
     return 2;
   }
   const names = values.scenarios.split(',').map((name) => name.trim());
@@ -118,6 +134,23 @@ async function main(): Promise<number> {
   if (!hasValgrind()) {
     process.stderr.write('bench: valgrind is not installed (Debian: apt-get install valgrind)\n');
     return 2;
+  }
+  let baseline: Build | undefined;
+  if (values.baseline !== undefined) {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+      process.on(signal, () => {
+        say(`${signal}: stopping…`);
+        measuring?.kill('SIGKILL');
+        killAllChildrenNow();
+        void cleanup().finally(() => process.exit(130));
+      });
+    }
+    try {
+      baseline = await prepareBaseline(values.baseline);
+    } catch (error) {
+      process.stderr.write(`bench: ${(error as Error).message}\n`);
+      return 2;
+    }
   }
 
   stack.tmpDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-instructions-'));
@@ -151,63 +184,132 @@ async function main(): Promise<number> {
     upstreamUrl,
   });
   if (!config) throw new Error('the built proxy rejects the bench configuration');
+  // The baseline gets a table of its own (a table name of the same length), so neither build
+  // meets the other's schema or records.
+  const configs = new Map<Build['name'], ProxyConfigFile>([['current', config]]);
+  if (baseline) {
+    const table = `bench_instr_${randomBytes(4).toString('hex')}`;
+    stack.other = { build: baseline, table, variants: {} };
+    const values = { storeUrl: stack.store.url, table, poolSize: 10, upstreamUrl };
+    const own = await writeProxyConfig(stack.tmpDir, 'instructions-baseline', values, baseline);
+    if (!own) throw new Error(`the ${baseline.label} build rejects the bench configuration`);
+    configs.set('baseline', own);
+  }
 
   const results: Counted[] = [];
   for (const target of targets) {
-    say(
-      `${target.label}: ${warmup} warm-up requests, then ${measured} counted (under valgrind: slow)…`,
-    );
-    const port = target.script ? await freePort() : Number(new URL(config.url).port);
-    const url = target.script ? `http://127.0.0.1:${port}` : config.url;
-    const outPrefix = path.join(stack.tmpDir, `${target.name}.callgrind`);
-    const program = target.script
-      ? [path.join(BENCH_DIR, `${target.script}.js`)]
-      : [path.join(DIST_DIR, 'main.js'), 'serve', '--config', config.file];
-    const child = spawn(
-      'valgrind',
-      [
-        '--tool=callgrind',
-        '--instr-atstart=no',
-        '--separate-threads=yes',
-        `--callgrind-out-file=${outPrefix}`,
-        process.execPath,
-        ...program,
-      ],
-      {
-        cwd: ROOT,
-        stdio: ['ignore', 'ignore', 'pipe'],
-        env: {
-          ...process.env,
-          BENCH_TARGET: upstreamUrl,
-          BENCH_PORT: String(port),
-          LOG_LEVEL: values['log-level'],
-          DATABASE_URL: stack.store.url,
-        },
-      },
-    );
-    try {
-      await waitUntilAnswering(`${url}${target.path}`, child);
-      const key = target.key === 'fixed' ? await completedKey(`${url}${target.path}`) : UNIQUE_KEY;
-      await load(`${url}${target.path}`, key, warmup, connections);
-      callgrindControl('-i', 'on', child);
-      const summary = await load(`${url}${target.path}`, key, measured, connections);
-      callgrindControl('-i', 'off', child);
-      callgrindControl('-d', undefined, child);
-      const counts = await dumpedCounts(stack.tmpDir, `${target.name}.callgrind`);
-      results.push({
-        target,
-        mainThread: counts.mainThread / measured,
-        allThreads: counts.allThreads / measured,
-        non2xx: summary.non2xx,
-      });
-    } finally {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child.once('exit', resolve));
+    // Our paths run on each build in turn, baseline first; the bare scripts are the bench's own.
+    const builds =
+      target.script || !baseline
+        ? [CURRENT_BUILD]
+        : Array.from({ length: repeat }, () => [baseline, CURRENT_BUILD]).flat();
+    for (const [i, build] of builds.entries()) {
+      const started = Date.now();
+      // Each count's callgrind files apart: <path>, or <path>-<build>-<turn> with --baseline.
+      const files =
+        baseline && !target.script
+          ? `${target.name}-${build.name}-${Math.floor(i / 2) + 1}`
+          : target.name;
+      results.push(
+        await count(target, build, configs.get(build.name) as ProxyConfigFile, files, {
+          upstreamUrl,
+          measured,
+          warmup,
+          connections,
+          logLevel: values['log-level'],
+          tag: baseline !== undefined,
+        }),
+      );
+      say(
+        `  ${format(results[results.length - 1]!)}${baseline ? ` (${((Date.now() - started) / 1000).toFixed(0)} s)` : ''}`,
+      );
     }
-    say(`  ${format(results[results.length - 1]!)}`);
   }
-  process.stdout.write(`\n${table(results, measured, warmup, connections)}\n`);
+  const current = targets.map((target) => mean(results, target, 'current'));
+  process.stdout.write(`\n${table(current, measured, warmup, connections)}\n`);
+  if (baseline) process.stdout.write(`\n${comparison(results, baseline, repeat)}\n`);
   return 0;
+}
+
+/** The process under valgrind right now (--baseline: killed on Ctrl-C). */
+let measuring: ChildProcess | undefined;
+
+/** One path on one build: start it under callgrind, warm up, count, stop. */
+async function count(
+  target: Target,
+  build: Build,
+  config: ProxyConfigFile,
+  name: string,
+  run: {
+    upstreamUrl: string;
+    measured: number;
+    warmup: number;
+    connections: number;
+    logLevel: string;
+    /** --baseline: name the build in the progress line and in the files. */
+    tag: boolean;
+  },
+): Promise<Counted> {
+  const { upstreamUrl, measured, warmup, connections } = run;
+  const tmpDir = stack.tmpDir as string;
+  const storeUrl = stack.store?.url as string;
+  say(
+    `${target.label}${run.tag && !target.script ? ` [${build.label}]` : ''}: ${warmup} warm-up requests, then ${measured} counted (under valgrind: slow)…`,
+  );
+  const port = target.script ? await freePort() : Number(new URL(config.url).port);
+  const url = target.script ? `http://127.0.0.1:${port}` : config.url;
+  const outPrefix = path.join(tmpDir, `${name}.callgrind`);
+  const program = target.script
+    ? [path.join(BENCH_DIR, `${target.script}.js`)]
+    : [path.join(build.distDir, 'main.js'), 'serve', '--config', config.file];
+  const child = spawn(
+    'valgrind',
+    [
+      '--tool=callgrind',
+      '--instr-atstart=no',
+      '--separate-threads=yes',
+      `--callgrind-out-file=${outPrefix}`,
+      process.execPath,
+      ...program,
+    ],
+    {
+      cwd: build.root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: {
+        ...process.env,
+        BENCH_TARGET: upstreamUrl,
+        BENCH_PORT: String(port),
+        LOG_LEVEL: run.logLevel,
+        DATABASE_URL: storeUrl,
+      },
+    },
+  );
+  measuring = child;
+  try {
+    await waitUntilAnswering(`${url}${target.path}`, child);
+    // Each build completes a key of its own (of the same length).
+    const key =
+      target.key === 'fixed'
+        ? await completedKey(`${url}${target.path}`, run.tag ? `-${build.name[0]}` : '')
+        : UNIQUE_KEY;
+    await load(`${url}${target.path}`, key, warmup, connections);
+    callgrindControl('-i', 'on', child);
+    const summary = await load(`${url}${target.path}`, key, measured, connections);
+    callgrindControl('-i', 'off', child);
+    callgrindControl('-d', undefined, child);
+    const counts = await dumpedCounts(tmpDir, `${name}.callgrind`);
+    return {
+      target,
+      build: build.name,
+      mainThread: counts.mainThread / measured,
+      allThreads: counts.allThreads / measured,
+      non2xx: summary.non2xx,
+    };
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => child.once('exit', resolve));
+    measuring = undefined;
+  }
 }
 
 function hasValgrind(): boolean {
@@ -241,8 +343,8 @@ async function waitUntilAnswering(url: string, child: ChildProcess): Promise<voi
   }
 }
 
-async function completedKey(url: string): Promise<string> {
-  const key = `instructions-replay-${process.pid}`;
+async function completedKey(url: string, suffix: string): Promise<string> {
+  const key = `instructions-replay-${process.pid}${suffix}`;
   for (let i = 0; i < 2; i++) {
     const response = await request(url, {
       method: 'POST',
@@ -354,6 +456,76 @@ function table(
       ].join('  ') + (r.non2xx ? `  (${r.non2xx} non-2xx)` : ''),
     );
   }
+  return lines.join('\n');
+}
+
+/** The mean of a path's counts on one build (one count unless --repeat). */
+function mean(results: readonly Counted[], target: Target, build: Build['name']): Counted {
+  const mine = results.filter((r) => r.target === target && r.build === build);
+  const avg = (pick: (r: Counted) => number): number =>
+    mine.reduce((sum, r) => sum + pick(r), 0) / Math.max(1, mine.length);
+  return {
+    target,
+    build,
+    mainThread: avg((r) => r.mainThread),
+    allThreads: avg((r) => r.allThreads),
+    non2xx: mine.reduce((sum, r) => sum + r.non2xx, 0),
+  };
+}
+
+/** --baseline: per path, baseline and current side by side, the ratio and the 5 % mark. */
+function comparison(results: readonly Counted[], baseline: Build, repeat: number): string {
+  const LIMIT = 1.05;
+  const k = (n: number): string => `${Math.round(n / 1000)}k`;
+  const mark = (ratio: number): string =>
+    `${ratio.toFixed(3)}× ${ratio <= LIMIT ? 'within 5 %' : 'OVER 5 %'}`;
+  const lines = [
+    `Current vs ${baseline.label}${baseline.cached ? ', cached build' : ''}: instructions per request, each of our paths counted on both builds in this run, ` +
+      (repeat > 1
+        ? `${repeat} times each, alternating (baseline first); means compared`
+        : 'baseline first'),
+    ...(baseline.buildWarning
+      ? [`  (the baseline built with type errors: ${baseline.buildWarning})`]
+      : []),
+    '',
+    'scenario              baseline main / all    current main / all    current/baseline main      current/baseline all',
+  ];
+  const over: string[] = [];
+  const paths = [...new Set(results.filter((r) => !r.target.script).map((r) => r.target))];
+  for (const target of paths) {
+    const base = mean(results, target, 'baseline');
+    const cur = mean(results, target, 'current');
+    const main = cur.mainThread / base.mainThread;
+    const all = cur.allThreads / base.allThreads;
+    // Judged on the main thread (the event loop): helper threads (GC, compiler) vary more.
+    if (main > LIMIT) over.push(target.label);
+    lines.push(
+      [
+        target.label.padEnd(20),
+        `${k(base.mainThread)} / ${k(base.allThreads)}`.padStart(21),
+        `${k(cur.mainThread)} / ${k(cur.allThreads)}`.padStart(20),
+        mark(main).padStart(23),
+        `${all.toFixed(3)}× (not judged)`.padStart(25),
+      ].join('  ') +
+        (cur.non2xx || base.non2xx ? `  (non-2xx: ${base.non2xx} / ${cur.non2xx})` : ''),
+    );
+    if (repeat > 1) {
+      const each = (build: Build['name']): string =>
+        results
+          .filter((r) => r.target === target && r.build === build)
+          .map((r) => `${k(r.mainThread)}/${k(r.allThreads)}`)
+          .join(', ');
+      lines.push(
+        `    each count (main/all): baseline ${each('baseline')}; current ${each('current')}`,
+      );
+    }
+  }
+  lines.push(
+    '',
+    over.length === 0
+      ? `No path over 5 % more main-thread instructions per request than the baseline (limit: current/baseline ≤ ${LIMIT.toFixed(2)}; all threads shown, not judged: GC and compiler threads vary more).`
+      : `OVER 5 %: ${over.join(', ')} (main thread, current/baseline > ${LIMIT.toFixed(2)}).`,
+  );
   return lines.join('\n');
 }
 

@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { DIST_DIR, say, stack } from './stack';
+import { say, stack } from './stack';
 import type { StoreProbe } from './store-probe';
 
 const CHUNK_ROWS = 250_000;
@@ -47,8 +47,12 @@ export function startPrune(configFile: string): PruneRun {
     (resolve, reject) => {
       execFile(
         process.execPath,
-        [path.join(DIST_DIR, 'main.js'), 'prune', '--config', configFile],
-        { env: { ...process.env, LOG_LEVEL: 'warn', LOG_FORMAT: 'json' }, maxBuffer: 1 << 20 },
+        [path.join(stack.build.distDir, 'main.js'), 'prune', '--config', configFile],
+        {
+          cwd: stack.build.root,
+          env: { ...process.env, LOG_LEVEL: 'warn', LOG_FORMAT: 'json' },
+          maxBuffer: 1 << 20,
+        },
         (error, stdout, stderr) => {
           if (error) return reject(new Error(`prune failed: ${stderr || error.message}`));
           const result = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as {

@@ -29,7 +29,7 @@ import {
   SCENARIOS,
   UNIQUE_KEY,
 } from './scenarios';
-import { debug, type LoadGenerator, sleep, stack, startProxy } from './stack';
+import { buildTag, debug, type LoadGenerator, sleep, stack, startProxy } from './stack';
 import type { StoreProbe } from './store-probe';
 
 /** Lets in-flight requests cut off at the end of a load run finish before counters are read. */
@@ -68,7 +68,7 @@ export async function runScenario(
   }
   const profile =
     profileDir && scenario.target === 'proxy'
-      ? { dir: profileDir, name: `run${runIndex}-${scenario.name}.cpuprofile` }
+      ? { dir: profileDir, name: `${buildTag()}run${runIndex}-${scenario.name}.cpuprofile` }
       : undefined;
   const config = variant ?? stack.proxyConfig;
   const ownProxy = scenario.target === 'proxy' && (profile !== undefined || variant !== undefined);
@@ -148,7 +148,7 @@ async function measure(
       stack.perfDir && underTest
         ? await PerfRecording.start(
             underTest.pid,
-            path.join(stack.perfDir, `run${runIndex}-${scenario.name}.perf.data`),
+            path.join(stack.perfDir, `${buildTag()}run${runIndex}-${scenario.name}.perf.data`),
             pinning.load,
           )
         : undefined;
@@ -271,6 +271,7 @@ function snapshot(pids: SnapshotPids): Snapshot {
     stack.bare,
     stack.bareUndici,
     stack.proxy,
+    stack.other?.proxy,
     stack.store?.child,
   ].filter((child): child is Child => child !== undefined && child.core === core);
   const ours = onCore

@@ -25,6 +25,8 @@ export interface BenchOptions {
   readonly proxyNodeArgs: readonly string[];
   /** Trace every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local sink that drops the spans. */
   readonly tracing: boolean;
+  /** A git ref whose build of the proxy runs every proxy scenario too, just before the current one. */
+  readonly baseline: string | undefined;
 }
 
 export const USAGE = `Usage: npm run bench -- [options]
@@ -54,6 +56,9 @@ export const USAGE = `Usage: npm run bench -- [options]
                        (e.g. --proxy-node-arg=--perf-basic-prof to read \`perf record\` output)
   --tracing            the proxy traces every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local
                        OTLP sink that accepts and drops the spans (the cost of tracing on)
+  --baseline <ref>     also measure that git ref's build of the proxy (built in a temporary
+                       worktree, cached by commit): each proxy scenario runs on the baseline, then
+                       on the current build, and the ratios current/baseline are printed
   -h, --help
 
 Environment: DATABASE_URL = use that PostgreSQL instead of an embedded one (not pinned, its CPU
@@ -81,6 +86,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       rows: { type: 'string' },
       'proxy-node-arg': { type: 'string', multiple: true },
       tracing: { type: 'boolean', default: false },
+      baseline: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -122,6 +128,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       ...(values['proxy-node-arg'] ?? []),
     ],
     tracing: values.tracing === true,
+    baseline: values.baseline,
   };
 }
 

@@ -34,12 +34,16 @@ import {
   formatTable,
   formatTargets,
   type RunResult,
+  type ScenarioName,
   type ScenarioResult,
 } from './report';
 import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
+import { prepareBaseline } from './baseline';
+import { type BuildComparison, compareRuns, formatComparison, sideBySide } from './compare';
 import { CONFIG_VARIANTS, type ConfigVariant, SCENARIOS } from './scenarios';
 import {
   BENCH_DIR,
+  type Build,
   cleanup,
   cleanupStarted,
   DIST_DIR,
@@ -50,6 +54,7 @@ import {
   stamp,
   startProxy,
   startStore,
+  withOtherBuild,
   writeProxyConfig,
 } from './stack';
 import { StoreProbe } from './store-probe';
@@ -74,6 +79,15 @@ async function main(): Promise<number> {
   }
   if (!fs.existsSync(path.join(DIST_DIR, 'main.js'))) {
     process.stderr.write('bench: dist/main.js is missing: run `npm run build` first\n');
+    return 2;
+  }
+  // Built (or found in the cache) before anything is measured or pinned: tsc is not under test.
+  let baseline: Build | undefined;
+  try {
+    baseline = options.baseline ? await prepareBaseline(options.baseline) : undefined;
+  } catch (error) {
+    if (interrupted) throw error;
+    process.stderr.write(`bench: ${(error as Error).message}\n`);
     return 2;
   }
   const startedAt = new Date();
@@ -147,22 +161,42 @@ async function main(): Promise<number> {
     poolSize: options.poolSize,
     upstreamUrl,
   };
-  stack.proxyConfig = await writeProxyConfig(stack.tmpDir, 'bench-proxy', configValues);
-  if (!stack.proxyConfig) throw new Error('the built proxy rejects the bench configuration');
-  for (const [variant, storeOption] of Object.entries(CONFIG_VARIANTS)) {
-    stack.variants[variant as ConfigVariant] = await writeProxyConfig(
-      stack.tmpDir,
-      `bench-proxy-${variant}`,
-      { ...configValues, storeOption },
-    );
+  const writeConfigs = async (prefix: string, values: typeof configValues): Promise<void> => {
+    stack.proxyConfig = await writeProxyConfig(stack.tmpDir as string, prefix, values);
+    if (!stack.proxyConfig) {
+      throw new Error(`the ${stack.build.label} build rejects the bench configuration`);
+    }
+    for (const [variant, storeOption] of Object.entries(CONFIG_VARIANTS)) {
+      stack.variants[variant as ConfigVariant] = await writeProxyConfig(
+        stack.tmpDir as string,
+        `${prefix}-${variant}`,
+        { ...values, storeOption },
+      );
+    }
+  };
+  await writeConfigs('bench-proxy', configValues);
+  if (baseline) {
+    // The baseline's own table (a name of the same length), configs, ports and main proxy.
+    stack.other = { build: baseline, variants: {} };
+    await withOtherBuild(async () => {
+      stack.table = `bench_${randomBytes(4).toString('hex')}`;
+      await writeConfigs('bench-proxy-baseline', { ...configValues, table: stack.table });
+    });
   }
   stack.endpoints = {
     upstream: upstreamUrl,
     bare: `http://127.0.0.1:${barePort}`,
     bareUndici: `http://127.0.0.1:${bareUndiciPort}`,
-    proxy: stack.proxyConfig.url,
+    proxy: stack.proxyConfig!.url,
   };
-  if (!options.cpuProf) stack.proxy = await startProxy(options, pinning, stack.proxyConfig);
+  if (!options.cpuProf) {
+    if (baseline) {
+      await withOtherBuild(async () => {
+        stack.proxy = await startProxy(options, pinning, stack.proxyConfig!);
+      });
+    }
+    stack.proxy = await startProxy(options, pinning, stack.proxyConfig!);
+  }
 
   const outFile = path.resolve(
     options.out ?? path.join(ROOT, 'bench-results', `${stamp(startedAt)}.json`),
@@ -171,37 +205,73 @@ async function main(): Promise<number> {
   stack.perfDir = options.perf ? outFile.replace(/\.json$/, '') + '-perf' : undefined;
   const environment = describeEnvironment(stack, pinning, settings, options, idleBusy);
   process.stdout.write(`\n${environment.lines.join('\n')}\n`);
+  if (baseline) {
+    process.stdout.write(
+      `baseline: ${baseline.ref} = ${baseline.commit} (${baseline.cached ? 'cached build' : 'built for this run'}, ${baseline.root}; node_modules: this checkout's); every proxy scenario runs on it first, then on the current build` +
+        `${baseline.buildWarning ? `\n  (the baseline built with type errors: ${baseline.buildWarning})` : ''}\n`,
+    );
+  }
 
+  const attempt = async (name: ScenarioName, index: number): Promise<ScenarioResult> => {
+    say(
+      `run ${index}/${options.runs}: ${SCENARIOS[name].label}${stack.other && SCENARIOS[name].target === 'proxy' ? ` [${stack.build.label}]` : ''}…`,
+    );
+    try {
+      return await runScenario(SCENARIOS[name], index, options, pinning, profileDir);
+    } catch (error) {
+      if (interrupted) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      say(`${SCENARIOS[name].label} failed: ${message}`);
+      const { label, expectedStatus } = SCENARIOS[name];
+      return { name, label, expectedStatus, skipped: `failed: ${message.split('\n')[0]}` };
+    }
+  };
   const runs: RunResult[] = [];
+  /** --baseline: the baseline's runs (the scenarios without our proxy are shared, run once). */
+  const baselineRuns: RunResult[] = [];
+  const comparisons: BuildComparison[] = [];
   for (let index = 1; index <= options.runs; index++) {
     const scenarios: ScenarioResult[] = [];
+    const baselineScenarios: ScenarioResult[] = [];
     for (const name of options.scenarios) {
-      say(`run ${index}/${options.runs}: ${SCENARIOS[name].label}…`);
-      try {
-        scenarios.push(await runScenario(SCENARIOS[name], index, options, pinning, profileDir));
-      } catch (error) {
-        if (interrupted) throw error;
-        const message = error instanceof Error ? error.message : String(error);
-        say(`${SCENARIOS[name].label} failed: ${message}`);
-        const { label, expectedStatus } = SCENARIOS[name];
-        scenarios.push({
-          name,
-          label,
-          expectedStatus,
-          skipped: `failed: ${message.split('\n')[0]}`,
-        });
+      if (baseline && SCENARIOS[name].target === 'proxy') {
+        // Interleaved, scenario by scenario: drift on the machine reaches both builds alike.
+        baselineScenarios.push(await withOtherBuild(() => attempt(name, index)));
+        scenarios.push(await attempt(name, index));
+      } else {
+        const result = await attempt(name, index);
+        scenarios.push(result);
+        if (baseline) baselineScenarios.push(result);
       }
     }
     runs.push({ index, scenarios, proxyMemory: proxyMemory(scenarios) });
     const run = runs[runs.length - 1] as RunResult;
+    let shown = run;
+    if (baseline) {
+      baselineRuns.push({
+        index,
+        scenarios: baselineScenarios,
+        proxyMemory: await withOtherBuild(() => Promise.resolve(proxyMemory(baselineScenarios))),
+      });
+      const baselineRun = baselineRuns[baselineRuns.length - 1] as RunResult;
+      comparisons.push(compareRuns(baselineRun, run));
+      shown = sideBySide(baselineRun, run);
+    }
     process.stdout.write(
       `\nRun ${index}/${options.runs} — ${options.connections} connections, ${options.durationS} s per scenario after ${options.warmupS} s warm-up` +
         `${options.cpuProf ? ' (PROFILED: CPU inflated by the profiler)' : ''}\n\n` +
-        `${formatTable(run)}\n\n${formatDetails(run)}\n`,
+        `${formatTable(shown)}\n\n${formatDetails(shown)}\n`,
     );
+    if (baseline) {
+      process.stdout.write(
+        `\n${formatComparison(comparisons[comparisons.length - 1]!, baseline)}\n`,
+      );
+    }
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
-    process.stdout.write(`\nTargets (informational):\n${formatTargets(checkTargets(run, runs))}\n`);
+    process.stdout.write(
+      `\nTargets (informational${baseline ? ', current build' : ''}):\n${formatTargets(checkTargets(run, runs))}\n`,
+    );
   }
 
   if (options.perf) {
@@ -234,19 +304,32 @@ async function main(): Promise<number> {
     }
   }
 
-  let bigBody: BigBodyResult | { failed: string } | { skipped: string };
-  if (!stack.proxy) {
-    // --cpu-prof starts the proxy per scenario: none is running now.
-    bigBody = { skipped: 'no proxy running between scenarios (--cpu-prof)' };
-  } else
-    try {
-      say('big bodies: 20 concurrent repeats of a 1 MB body beside a pass-through probe…');
-      bigBody = await measureBigBody(stack.endpoints!, stack.proxyConfig!.adminUrl, pinning.load);
-      process.stdout.write(`\n${formatBigBody(bigBody)}\n`);
-    } catch (error) {
-      bigBody = { failed: error instanceof Error ? error.message : String(error) };
-      process.stdout.write(`\nBig bodies: failed: ${bigBody.failed}\n`);
+  type BigBody = BigBodyResult | { failed: string } | { skipped: string };
+  const bigBodies = async (): Promise<BigBody> => {
+    const tag = stack.other ? ` [${stack.build.label}]` : '';
+    if (!stack.proxy) {
+      // --cpu-prof starts the proxy per scenario: none is running now.
+      return { skipped: 'no proxy running between scenarios (--cpu-prof)' };
     }
+    try {
+      say(`big bodies${tag}: 20 concurrent repeats of a 1 MB body beside a pass-through probe…`);
+      const result = await measureBigBody(
+        stack.endpoints!,
+        stack.proxyConfig!.adminUrl,
+        pinning.load,
+      );
+      process.stdout.write(`\n${tag ? `${stack.build.label}: ` : ''}${formatBigBody(result)}\n`);
+      return result;
+    } catch (error) {
+      const failed = { failed: error instanceof Error ? error.message : String(error) };
+      process.stdout.write(
+        `\n${tag ? `${stack.build.label}: ` : ''}Big bodies: failed: ${failed.failed}\n`,
+      );
+      return failed;
+    }
+  };
+  const baselineBigBody = baseline ? await withOtherBuild(bigBodies) : undefined;
+  const bigBody = await bigBodies();
 
   const last = runs[runs.length - 1] as RunResult;
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
@@ -262,6 +345,22 @@ async function main(): Promise<number> {
         runs,
         bigBody,
         targets: checkTargets(last, runs),
+        ...(baseline
+          ? {
+              baseline: {
+                ref: baseline.ref,
+                commit: baseline.commit,
+                cached: baseline.cached,
+                root: baseline.root,
+                buildWarning: baseline.buildWarning,
+                table: stack.other?.table,
+                runs: baselineRuns,
+                bigBody: baselineBigBody,
+                targets: checkTargets(baselineRuns[baselineRuns.length - 1]!, baselineRuns),
+                comparison: comparisons,
+              },
+            }
+          : {}),
       },
       null,
       2,

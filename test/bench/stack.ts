@@ -18,6 +18,39 @@ export const BENCH_DIR = __dirname; // dist/bench
 export const DIST_DIR = path.resolve(__dirname, '..');
 export const ROOT = path.resolve(__dirname, '..', '..');
 
+/** A build of the proxy: where its dist/main.js is and where it runs from (its package.json). */
+export interface Build {
+  readonly name: 'current' | 'baseline';
+  /** How the report names it: `current`, or `baseline <ref> (<short commit>)`. */
+  readonly label: string;
+  /** The proxy's working directory: holds the build's package.json. */
+  readonly root: string;
+  readonly distDir: string;
+  /** --baseline: the ref as given, the commit it names, whether the build came from the cache. */
+  readonly ref?: string;
+  readonly commit?: string;
+  readonly cached?: boolean;
+  /** --baseline: what tsc reported when it built with errors but emitted (else undefined). */
+  readonly buildWarning?: string;
+}
+
+/** The checkout this bench was built from. */
+export const CURRENT_BUILD: Build = {
+  name: 'current',
+  label: 'current',
+  root: ROOT,
+  distDir: DIST_DIR,
+};
+
+/** What one build runs with: its table, its configs and its long-lived proxy (--baseline). */
+export interface BuildSide {
+  build: Build;
+  table?: string;
+  proxy?: Child;
+  proxyConfig?: ProxyConfigFile;
+  variants: Partial<Record<ConfigVariant, ProxyConfigFile>>;
+}
+
 export interface Store {
   readonly url: string;
   readonly embedded: boolean;
@@ -48,9 +81,52 @@ export interface Stack {
   perfDir?: string;
   /** Processes run with --perf-basic-prof (our proxies, the bare forwarders under --perf). */
   profiledPids: number[];
+  /** The build whose proxy the fields above (table, proxy, proxyConfig, variants) belong to. */
+  build: Build;
+  /** --baseline: the other build's fields, swapped in by swapBuilds() for its turn. */
+  other?: BuildSide;
 }
 
-export const stack: Stack = { profiledPids: [], variants: {} };
+export const stack: Stack = { profiledPids: [], variants: {}, build: CURRENT_BUILD };
+
+/**
+ * --baseline: makes the other build the one under test (its table, configs, proxy, endpoint) and
+ * keeps this one aside; called again, swaps back. Without a baseline it does nothing.
+ */
+export function swapBuilds(): void {
+  const other = stack.other;
+  if (!other) return;
+  stack.other = {
+    build: stack.build,
+    table: stack.table,
+    proxy: stack.proxy,
+    proxyConfig: stack.proxyConfig,
+    variants: stack.variants,
+  };
+  stack.build = other.build;
+  stack.table = other.table;
+  stack.proxy = other.proxy;
+  stack.proxyConfig = other.proxyConfig;
+  stack.variants = other.variants;
+  if (stack.endpoints && stack.proxyConfig) {
+    stack.endpoints = { ...stack.endpoints, proxy: stack.proxyConfig.url };
+  }
+}
+
+/** Runs `fn` with the other build under test (--baseline), then swaps back, also on failure. */
+export async function withOtherBuild<T>(fn: () => Promise<T>): Promise<T> {
+  swapBuilds();
+  try {
+    return await fn();
+  } finally {
+    swapBuilds();
+  }
+}
+
+/** `baseline-` or `current-` when two builds are measured (file names of recordings), else ''. */
+export function buildTag(): string {
+  return stack.other ? `${stack.build.name}-` : '';
+}
 
 export interface ProxyConfigFile {
   readonly file: string;
@@ -122,14 +198,14 @@ export async function startProxy(
     ...(profile
       ? ['--cpu-prof', '--cpu-prof-dir', profile.dir, '--cpu-prof-name', profile.name]
       : []),
-    path.join(DIST_DIR, 'main.js'),
+    path.join(stack.build.distDir, 'main.js'),
     'serve',
     '--config',
     config.file,
   ];
   const proxy = spawnPinned('proxy', process.execPath, args, {
     core: pinning.underTest,
-    cwd: ROOT,
+    cwd: stack.build.root,
     // DATABASE_URL overrides store.url: make it the bench's server either way.
     env: {
       ...process.env,
@@ -177,7 +253,10 @@ export async function startStore(pinning: Pinning): Promise<Store> {
   return { url: ready.url, embedded: true, child, postmasterPid: ready.postmasterPid };
 }
 
-/** Writes a config for the proxy on free ports; undefined when the built proxy rejects it. */
+/**
+ * Writes a config for the proxy on free ports; undefined when the built proxy (stack.build's, unless
+ * told) rejects it.
+ */
 export async function writeProxyConfig(
   dir: string,
   name: string,
@@ -189,6 +268,7 @@ export async function writeProxyConfig(
     /** One more line under `store:` (an option only newer builds may have). */
     storeOption?: string;
   },
+  build: Build = stack.build,
 ): Promise<ProxyConfigFile | undefined> {
   const file = path.join(dir, `${name}.yaml`);
   const port = await freePort();
@@ -223,9 +303,14 @@ routes:
 `,
   );
   try {
-    execFileSync(process.execPath, [path.join(DIST_DIR, 'main.js'), 'check', '--config', file], {
-      stdio: 'ignore',
-    });
+    execFileSync(
+      process.execPath,
+      [path.join(build.distDir, 'main.js'), 'check', '--config', file],
+      {
+        stdio: 'ignore',
+        cwd: build.root,
+      },
+    );
   } catch {
     return undefined;
   }
@@ -265,6 +350,7 @@ export function cleanup(): Promise<void> {
     await Promise.allSettled(
       [
         stack.proxy,
+        stack.other?.proxy,
         stack.bare,
         stack.bareUndici,
         stack.upstream,
@@ -274,8 +360,11 @@ export function cleanup(): Promise<void> {
     );
     if (stack.probe) {
       try {
-        if (stack.store && !stack.store.embedded && stack.table)
-          await stack.probe.dropTable(stack.table);
+        if (stack.store && !stack.store.embedded) {
+          for (const table of [stack.table, stack.other?.table]) {
+            if (table) await stack.probe.dropTable(table);
+          }
+        }
         await stack.probe.close(); // also resets synchronous_commit if a scenario changed it
       } catch {
         // the server may already be gone
