@@ -1,7 +1,7 @@
 // The per-request log line is formatted by infoLineWriter, not by pino: the bytes must be the ones pino
 // would write, in order with pino's own lines, and none may be lost when the process exits. The JSON
 // logger writes to the process's stdout, so each case runs in a child process on the built code.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
 
 const LOGGER = path.resolve(__dirname, '../../dist/observability/logger.js');
@@ -78,6 +78,23 @@ test('loses no line when the process exits right after writing, in batches or no
   expect(lines.map((line) => (JSON.parse(line) as { n: number }).n)).toEqual(
     Array.from({ length: 5000 }, (_, n) => n),
   );
+});
+
+test('a kill -9 after a quiet moment loses none of the lines written before it', () => {
+  // Written, then 300 ms of quiet (three times the flush period), then killed without any exit hook.
+  const script = `
+    const { createLogger, infoLineWriter } = require(${JSON.stringify(LOGGER)});
+    const write = infoLineWriter(createLogger({ fd: 1 }), 'request');
+    for (let n = 0; n < 3; n++) write({ n });
+    setTimeout(() => process.kill(process.pid, 'SIGKILL'), 300);
+  `;
+  const child = spawnSync(process.execPath, ['-e', script], {
+    env: { ...process.env, LOG_FORMAT: 'json', LOG_LEVEL: 'info' },
+    encoding: 'utf8',
+  });
+  expect(child.signal).toBe('SIGKILL');
+  const lines = child.stdout.split('\n').filter((line) => line !== '');
+  expect(lines.map((line) => (JSON.parse(line) as { n: number }).n)).toEqual([0, 1, 2]);
 });
 
 test('writes nothing below the logger level', () => {
