@@ -34,6 +34,9 @@ import {
   storeUnavailableError,
 } from './store-call';
 
+/** Stands for a fingerprint computed on first read (below). */
+const NOT_YET = Buffer.alloc(0);
+
 export async function runProtected<C extends Call>(
   deps: ProtectedDeps,
   protocol: Protocol<C>,
@@ -86,15 +89,17 @@ async function claimAndAnswer<C extends Call>(
   const claimRequest: ClaimRequest = {
     id,
     route,
-    // Read only when the store must know it (a large body's repeat may be answered by its bytes).
-    get fingerprint() {
-      return call.fingerprint;
-    },
+    fingerprint: call.raw === undefined ? call.fingerprint : NOT_YET,
     leaseMs: policy.lockTimeoutMs,
     claimExpiryMs: policy.lockTimeoutMs + policy.ttlMs,
     raw: call.raw,
     claimant,
   };
+  // A large body's fingerprint is read only if the store must know it (its repeat may be answered
+  // by its bytes). Only then an accessor: on every request, one cost a third of a replay's
+  // throughput in garbage collection (the bench, test/bench/README.md).
+  if (call.raw !== undefined)
+    Object.defineProperty(claimRequest, 'fingerprint', { get: () => call.fingerprint });
   const claimOnce = (): Promise<ClaimResult> =>
     claimCall(deps, request, () => deps.store.claim(claimRequest));
 
