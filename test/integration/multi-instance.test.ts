@@ -41,7 +41,7 @@ store:
 upstreams: { api: { url: ${upstream.url}, timeout: 10s } }
 routes:
   - { name: orders, match: { path: /orders }, upstream: api, idempotency: ${idempotency} }
-  - { name: retried, match: { path: /retried }, upstream: api, idempotency: { unknownOutcome: retry, lockTimeout: 2s } }
+  - { name: retried, match: { path: /retried }, upstream: api, idempotency: { unknownOutcome: retry, lockTimeout: 4s } }
 `;
 
 async function twoProxies(
@@ -107,7 +107,7 @@ test('200 duplicates split across two proxy processes execute once (wait: everyo
 test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unknown outcome and retry takes over once', async () => {
   const table = uniqueTable('crash');
   const env = { DATABASE_URL: databaseUrl() };
-  const yaml = config(table, '{ lockTimeout: 2s }');
+  const yaml = config(table, '{ lockTimeout: 4s }');
   const doomed = await startProxyProcess({ yaml, env });
   // Two requests in flight on the doomed proxy, one per unknownOutcome mode.
   const lost = [
@@ -123,13 +123,14 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
   expect(await doomed.kill('SIGKILL')).toBeNull();
   expect(await Promise.all(lost)).toEqual(['connection lost', 'connection lost']);
 
+  // The lease (4 s) must outlast the survivor's start, even on a loaded machine (2 s did not).
   const survivor = await startProxyProcess({ yaml, env });
   try {
     const early = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(early.status).toBe(409);
     const earlyRetry = await postJson(`${survivor.url}/retried`, 'crash-retry', { a: 1 });
     expect(earlyRetry.status).toBe(409);
-    await sleep(claimedAt + 2_300 - Date.now());
+    await sleep(claimedAt + 4_300 - Date.now());
 
     const settled = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(settled.status).toBe(502);
