@@ -12,7 +12,6 @@ import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
 import { DERIVED_KEY_HEADER, derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
-import { tenantHash } from '../idempotency/tenant';
 import {
   BODY_OMITTED_HEADER,
   type Call,
@@ -21,6 +20,7 @@ import {
   type ProtectedDeps,
   type ProtectedRequest,
   type Protocol,
+  recordIdOf,
 } from '../protected/protocol';
 import { forwardUnstored } from '../protected/shadow';
 import type { HeaderPairs, StoredResponse } from '../store/record';
@@ -151,7 +151,7 @@ async function readToolCall(
   // A derived key's record lives for key.window instead of ttl.
   const callPolicy = sent === undefined ? derivedKeyPolicy(policy) : policy;
   return {
-    id: { scope: callPolicy.scope, tenant: tenantHash(req.headers, callPolicy.tenant), key },
+    id: recordIdOf(request, callPolicy, key),
     policy: callPolicy,
     keyDerived: sent === undefined,
     fingerprint: toolCallFingerprint(call, parsed, mcp),

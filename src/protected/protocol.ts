@@ -8,6 +8,7 @@ import type { ProxyError } from '../errors';
 import type { OutcomeLabel } from '../http/request-log';
 import type { RequestTarget } from '../http/router';
 import type { RequestTrace } from '../observability/tracing';
+import { tenantHash } from '../idempotency/tenant';
 import type { RecordId, RequestStore, StoredResponse } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
@@ -68,6 +69,15 @@ export interface Call {
   readonly body: Buffer;
   /** The tool of an MCP tools/call, for the log. */
   readonly tool?: string;
+}
+
+/** The record a call with `key` claims under `policy` (its scope, and the request's tenant). */
+export function recordIdOf(
+  request: ProtectedRequest,
+  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>,
+  key: string,
+): RecordId {
+  return { scope: policy.scope, tenant: tenantHash(request.req.headers, policy.tenant), key };
 }
 
 /**

@@ -26,7 +26,6 @@ import {
   RAW_FINGERPRINT_MIN_BYTES,
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
-import { tenantHash } from '../idempotency/tenant';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 import type { Settlement } from './decide';
 import { startStreaming, writeChunk } from './outgoing';
@@ -39,6 +38,7 @@ import {
   type ProtectedDeps,
   type ProtectedRequest,
   type Protocol,
+  recordIdOf,
   UnreadableCall,
 } from './protocol';
 import { passThroughInShadow, readBodyOrRewind, forwardUnstored } from './shadow';
@@ -158,7 +158,7 @@ async function readRestCall(
   if (raw !== undefined) {
     let fingerprint: Buffer | undefined;
     return {
-      id: recordId(request, policy, sentKey!),
+      id: recordIdOf(request, policy, sentKey!),
       policy,
       keyDerived: false,
       raw,
@@ -180,7 +180,7 @@ async function readRestCall(
     const fingerprint = computeFingerprint(input, policy.fingerprint);
     const callPolicy = sentKey === undefined ? derivedKeyPolicy(policy) : policy;
     return {
-      id: recordId(request, callPolicy, key),
+      id: recordIdOf(request, callPolicy, key),
       policy: callPolicy,
       keyDerived: sentKey === undefined,
       fingerprint,
@@ -197,10 +197,6 @@ async function readRestCall(
     sendProblem(res, duplicateKey());
     return { label: 'bad_request', key: sentKey };
   }
-}
-
-function recordId(request: ProtectedRequest, policy: Call['policy'], key: string): Call['id'] {
-  return { scope: policy.scope, tenant: tenantHash(request.req.headers, policy.tenant), key };
 }
 
 /** The body: read here, or already by the edge (it looked for a `_method` in it). */
