@@ -3,11 +3,16 @@
 // completions, takeover, settle, peek, replay counters, prune, admin reads and deletes, NOTIFY)
 // works on it, through a real proxy and a real upstream; and claims for different keys land on
 // different workers. Without CITUS_URL nothing here runs, and the run says so.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
-import { completionChannel } from '../../src/store/postgres/statements';
+import {
+  claimStatement,
+  completeStatement,
+  completionChannel,
+} from '../../src/store/postgres/statements';
+import { ShardMap } from '../../src/db/shard-map';
 import { LATEST_VERSION, migrate } from '../../src/db/migrate';
 import { pruneExpired } from '../../src/store/postgres/pruner';
 import {
@@ -181,6 +186,92 @@ routes:
     );
     expect(rows.map((r) => r.nodeport)).toEqual(workers);
     expect(rows.reduce((sum, r) => sum + r.rows, 0)).toBe(keys.length);
+  });
+
+  test('the shard map places every key on the shard Citus does', async () => {
+    const keys = Array.from({ length: 300 }, (_, i) => `map-${i}-${'ü'.repeat(i % 7)}`);
+    const map = await ShardMap.load(pool, proxy.table);
+    const { rows } = await pool.query<{ shard: string }>(
+      `SELECT get_shard_id_for_distribution_column($1::regclass, k)::text AS shard
+         FROM unnest($2::text[]) WITH ORDINALITY AS u(k, n) ORDER BY n`,
+      [proxy.table, keys],
+    );
+    expect(map.size).toBeGreaterThan(1);
+    expect(keys.map((key) => map.shardIds[map.shardOf(key)])).toEqual(rows.map((r) => r.shard));
+  });
+
+  test("a batch's statement over one shard's keys goes to that shard alone", async () => {
+    const map = await ShardMap.load(pool, proxy.table);
+    const keys = Array.from({ length: 400 }, (_, i) => `route-${i}`);
+    const sameShard = keys.filter((key) => map.shardOf(key) === map.shardOf(keys[0]!)).slice(0, 5);
+    const twoShards = [keys[0]!, keys.find((key) => map.shardOf(key) !== map.shardOf(keys[0]!))!];
+    const tasks = async (text: string, values: unknown[]): Promise<number> => {
+      const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values);
+      const line = rows.map((row) => row['QUERY PLAN']).find((l) => l.includes('Task Count'));
+      return Number(line?.match(/Task Count: (\d+)/)?.[1]);
+    };
+    const claimValues = (batch: string[]): unknown[] =>
+      batch.flatMap((key) => [
+        'orders',
+        '',
+        key,
+        'orders',
+        Buffer.alloc(32),
+        randomUUID(),
+        1_000,
+        2_000,
+      ]);
+    const completeValues = (batch: string[]): unknown[] =>
+      batch.flatMap((key) => [
+        'orders',
+        '',
+        key,
+        'fence',
+        201,
+        '[]',
+        Buffer.from('x'),
+        false,
+        false,
+        1_000,
+      ]);
+    expect(await tasks(claimStatement(proxy.table, 5), claimValues(sameShard))).toBe(1);
+    expect(await tasks(completeStatement(proxy.table, 5, true), completeValues(sameShard))).toBe(1);
+    // The same statements over two shards' keys: what grouping by shard avoids.
+    expect(await tasks(claimStatement(proxy.table, 2), claimValues(twoShards))).toBe(2);
+    expect(await tasks(completeStatement(proxy.table, 2, true), completeValues(twoShards))).toBe(2);
+  });
+
+  test('concurrent new keys are claimed and completed in batches, one shard each', async () => {
+    const store = new PostgresKeyStore(pool, proxy.table, { lanes: 1, maxBatch: 16 });
+    const id = (key: string): RecordId => ({ scope: 'orders', tenant: '', key });
+    const claim = (key: string) =>
+      store.claim({
+        id: id(key),
+        route: 'orders',
+        fingerprint: Buffer.alloc(32),
+        leaseMs: 60_000,
+        claimExpiryMs: 120_000,
+      });
+    await claim(`batch-warm-${randomBytes(4).toString('hex')}`); // layout and shard map known
+    const keys = Array.from(
+      { length: 120 },
+      (_, i) => `batch-${randomBytes(4).toString('hex')}-${i}`,
+    );
+    const claims = await Promise.all(keys.map(claim));
+    const fences = claims.map((result) => {
+      if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`);
+      return result.fence;
+    });
+    const done = await Promise.all(
+      keys.map((key, n) => store.complete(id(key), fences[n]!, response, 60_000)),
+    );
+    expect(done.every(Boolean)).toBe(true);
+    const { claims: claimStats, completions } = store.batchStats();
+    expect(claimStats.largest).toBeGreaterThan(1);
+    expect(completions.largest).toBeGreaterThan(1);
+    expect(claimStats.batches).toBeLessThan(claimStats.items);
+    const repeats = await Promise.all(keys.map(claim));
+    expect(repeats.every((repeat) => repeat.kind === 'completed')).toBe(true);
   });
 
   test('a repeat waiting on another instance is woken by the NOTIFY the coordinator sends', async () => {

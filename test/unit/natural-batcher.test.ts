@@ -136,3 +136,26 @@ test('a batch that fails with any other error is not retried', async () => {
   expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'rejected']);
   expect(statements).toBe(2);
 });
+
+test('with groups, a free lane takes the oldest waiting call and the waiting calls of its group only', async () => {
+  const { batches, run } = controlledRun();
+  // Even and odd numbers are two groups (two shards).
+  const batcher = new NaturalBatcher(run, { lanes: 1, maxBatch: 3, groupOf: (n) => n % 2 });
+  const results = [0, 1, 3, 2, 5, 4, 7, 9].map((n) => batcher.submit(n));
+  expect(batches.map((b) => b.items)).toEqual([[0]]);
+  batches[0]!.finish();
+  await tick();
+  // 1 waited longest: its group, in arrival order, up to the limit; 9 waits for the next lane.
+  expect(batches[1]!.items).toEqual([1, 3, 5]);
+  batches[1]!.finish();
+  await tick();
+  expect(batches[2]!.items).toEqual([2, 4]);
+  batches[2]!.finish();
+  await tick();
+  expect(batches[3]!.items).toEqual([7, 9]);
+  batches[3]!.finish();
+  await expect(Promise.all(results)).resolves.toEqual(
+    [0, 1, 3, 2, 5, 4, 7, 9].map((n) => `done ${n}`),
+  );
+  expect(batcher.stats()).toEqual({ batches: 4, items: 8, largest: 3 });
+});

@@ -14,6 +14,7 @@ import type {
 import { recordDigest, recordText } from '../record';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 import { SQLSTATE } from '../../db/sqlstate';
+import { ShardMap } from '../../db/shard-map';
 import { isDistributed } from '../../db/topology';
 import {
   claimRow,
@@ -23,7 +24,12 @@ import {
   toClaimResult,
   toResponse,
 } from './rows';
-import { buildStatements, completionChannel } from './statements';
+import {
+  buildStatements,
+  claimStatement,
+  completeStatement,
+  completionChannel,
+} from './statements';
 
 export interface KeyStoreOptions {
   /**
@@ -50,6 +56,8 @@ export interface KeyStoreOptions {
 
 const DEFAULT_LANES = 2;
 const DEFAULT_MAX_BATCH = 32;
+/** How old the Citus shard map may get before a batch asks for a fresh one (shards split, moved). */
+const SHARD_MAP_MAX_AGE_MS = 60_000;
 
 interface PendingClaim {
   readonly request: ClaimRequest;
@@ -92,6 +100,25 @@ interface Layout {
   readonly distributed: boolean;
   readonly sql: Statements;
   readonly names: Record<keyof Statements, string>;
+  /** On Citus: a batch's claims, or completions, as that many VALUES rows (statements.ts). */
+  readonly rows: {
+    readonly claim: (count: number) => { readonly name: string; readonly text: string };
+    readonly complete: (count: number) => { readonly name: string; readonly text: string };
+  };
+}
+
+/** Each batch size's statement, built and named the first time that size is sent. */
+function bySize(kind: string, build: (count: number) => string) {
+  const built = new Map<number, { name: string; text: string }>();
+  return (count: number): { name: string; text: string } => {
+    let statement = built.get(count);
+    if (!statement) {
+      const text = build(count);
+      statement = { name: statementName(`${kind}_${count}`, text), text };
+      built.set(count, statement);
+    }
+    return statement;
+  };
 }
 
 function layout(tableName: string, distributed: boolean): Layout {
@@ -111,6 +138,10 @@ function layout(tableName: string, distributed: boolean): Layout {
       peek: statementName('peek', sql.peek),
       flushCounters: statementName('flush_counters', sql.flushCounters),
     },
+    rows: {
+      claim: bySize('claim_rows', (count) => claimStatement(tableName, count)),
+      complete: bySize('complete_rows', (count) => completeStatement(tableName, count, true)),
+    },
   };
 }
 
@@ -126,6 +157,10 @@ export class PostgresKeyStore implements KeyStore {
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
   private readonly completions: NaturalBatcher<Completion, boolean>;
+  /** On Citus: which shard each key is on, so a batch is one shard's (shard-map.ts). */
+  private shards: ShardMap | undefined;
+  private shardsLoadedAt = 0;
+  private shardsLoading: Promise<void> | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -143,11 +178,14 @@ export class PostgresKeyStore implements KeyStore {
       // One INSERT … ON CONFLICT may not touch a row twice: a repeat of a key already being claimed
       // (a retry storm on one key) runs as its own statement, as it would without batching.
       keyOf: ({ request: { id } }) => recordText(id),
+      // On Citus each statement carries one shard's keys: Citus routes it to that shard alone.
+      groupOf: ({ request: { id } }) => this.shardOf(id.key),
       retryAlone,
     });
     this.completions = new NaturalBatcher((batch) => this.completeBatch(batch), {
       lanes,
       maxBatch,
+      groupOf: ({ id }) => this.shardOf(id.key),
       retryAlone,
     });
     this.channel = completionChannel(tableName);
@@ -155,6 +193,7 @@ export class PostgresKeyStore implements KeyStore {
     this.onNamedStatementsLost = options.onNamedStatementsLost;
     // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
     if (!this.layout) this.loadLayout().catch(() => undefined);
+    else if (this.layout.distributed) void this.loadShards();
   }
 
   /**
@@ -163,13 +202,43 @@ export class PostgresKeyStore implements KeyStore {
    */
   private loadLayout(): Promise<Layout> {
     this.layoutLoading ??= isDistributed(this.pool, this.tableName).then(
-      (distributed) => (this.layout = layout(this.tableName, distributed)),
+      async (distributed) => {
+        if (distributed) await this.loadShards();
+        return (this.layout = layout(this.tableName, distributed));
+      },
       (error: unknown) => {
         this.layoutLoading = undefined;
         throw error;
       },
     );
     return this.layoutLoading;
+  }
+
+  /**
+   * Reads the shard map; a failed read leaves the one it had (or none: every key in one group, and
+   * Citus still routes each statement by its rows). Never rejects.
+   */
+  private loadShards(): Promise<void> {
+    this.shardsLoading ??= ShardMap.load(this.pool, this.tableName)
+      .then(
+        (shards) => {
+          this.shards = shards;
+        },
+        () => undefined,
+      )
+      .finally(() => {
+        this.shardsLoadedAt = Date.now();
+        this.shardsLoading = undefined;
+      });
+    return this.shardsLoading;
+  }
+
+  /** The shard of `key` by the map this process has (0 on plain PostgreSQL), refreshed when old. */
+  private shardOf(key: string): number {
+    const shards = this.shards;
+    if (!shards) return 0;
+    if (Date.now() - this.shardsLoadedAt > SHARD_MAP_MAX_AGE_MS) void this.loadShards();
+    return shards.shardOf(key);
   }
 
   /**
@@ -218,15 +287,12 @@ export class PostgresKeyStore implements KeyStore {
 
   /**
    * Claims go through the natural batcher: alone when the store keeps up, together when not. On a
-   * Citus distributed table each claim is a statement of its own, which Citus routes to the one
-   * shard of its key: a statement over keys on several shards is a distributed transaction with a
-   * two-phase commit on every worker it touches, and measured slower than the same claims sent side
-   * by side (the pool bounds how many at once). Likewise completions.
+   * Citus distributed table a batch holds the keys of one shard only (groupOf), which Citus routes
+   * to that shard: a statement over keys on several shards would be a distributed transaction, with
+   * a two-phase commit on every worker it touches. Likewise completions.
    */
   claim(request: ClaimRequest): Promise<ClaimResult> {
-    const pending = { request, token: randomUUID() };
-    if (this.layout?.distributed) return this.claimBatch([pending]).then(([result]) => result!);
-    return this.claims.submit(pending);
+    return this.claims.submit({ request, token: randomUUID() });
   }
 
   /** How claims and completions were batched so far (statements vs calls carried). */
@@ -235,10 +301,12 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   private async claimBatch(batch: readonly PendingClaim[]): Promise<ClaimResult[]> {
-    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
-    // Batched only while the layout was unknown: on Citus each goes alone.
-    if (distributed && batch.length > 1)
-      return (await Promise.all(batch.map((pending) => this.claimBatch([pending])))).flat();
+    const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
+    // Grouped by the map known when the batch formed: split again if it spans shards now.
+    if (distributed && batch.length > 1) {
+      const split = this.byShard(batch, ({ request }) => request.id.key);
+      if (split) return this.inParts(batch, split, (part) => this.claimBatch(part));
+    }
     // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
     // recordText order: one total order of (scope, tenant, key), the same in every instance.
     const sorted = batch
@@ -246,13 +314,16 @@ export class PostgresKeyStore implements KeyStore {
       .sort((a, b) => (a.text < b.text ? -1 : a.text > b.text ? 1 : 0))
       .map(({ pending }) => pending);
     const one = batch.length === 1;
+    const statement =
+      one || !distributed
+        ? {
+            name: one ? names.claimOne : names.claimBatch,
+            text: one ? sql.claimOne : sql.claimBatch,
+            values: statementValues(sorted, claimValues),
+          }
+        : { ...byRows.claim(sorted.length), values: sorted.flatMap(claimValues) };
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
-    const { rows } = await this.sendStatement<ClaimRowValues>({
-      name: one ? names.claimOne : names.claimBatch,
-      text: one ? sql.claimOne : sql.claimBatch,
-      values: statementValues(sorted, claimValues),
-      rowMode: 'array',
-    });
+    const { rows } = await this.sendStatement<ClaimRowValues>({ ...statement, rowMode: 'array' });
     const byId = new Map(
       rows.map((values) => {
         const row = claimRow(values);
@@ -268,20 +339,27 @@ export class PostgresKeyStore implements KeyStore {
 
   /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
   complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
-    const completion = { id, fence, response, ttlMs };
-    if (this.layout?.distributed) return this.completeBatch([completion]).then(([done]) => done!);
-    return this.completions.submit(completion);
+    return this.completions.submit({ id, fence, response, ttlMs });
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
-    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
-    if (distributed && batch.length > 1)
-      return (await Promise.all(batch.map((one) => this.completeBatch([one])))).flat();
+    const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
+    if (distributed && batch.length > 1) {
+      const split = this.byShard(batch, ({ id }) => id.key);
+      if (split) return this.inParts(batch, split, (part) => this.completeBatch(part));
+    }
     const one = batch.length === 1;
-    const values = statementValues(batch, completionValues);
+    const statement = one
+      ? { name: names.completeOne, text: sql.completeOne }
+      : distributed
+        ? byRows.complete(batch.length)
+        : { name: names.completeBatch, text: sql.completeBatch };
+    const values =
+      one || !distributed
+        ? statementValues(batch, completionValues)
+        : batch.flatMap(completionValues);
     const { rows } = await this.sendStatement<{ n: number; attempts: number }>({
-      name: one ? names.completeOne : names.completeBatch,
-      text: one ? sql.completeOne : sql.completeBatch,
+      ...statement,
       values: distributed ? values : [this.channel, ...values],
     });
     const changed = batch.map(() => false);
@@ -292,6 +370,37 @@ export class PostgresKeyStore implements KeyStore {
       );
     }
     return changed;
+  }
+
+  /**
+   * A batch's items by shard, when they are on more than one (else undefined): a batch formed while
+   * the shard map was not known yet, or before it changed.
+   */
+  private byShard<T>(batch: readonly T[], keyOf: (item: T) => string): number[][] | undefined {
+    const parts = new Map<number, number[]>();
+    batch.forEach((item, index) => {
+      const shard = this.shardOf(keyOf(item));
+      const part = parts.get(shard);
+      if (part) part.push(index);
+      else parts.set(shard, [index]);
+    });
+    return parts.size > 1 ? [...parts.values()] : undefined;
+  }
+
+  /** Runs each part (indexes into batch) as a statement of its own, side by side; results in order. */
+  private async inParts<T, R>(
+    batch: readonly T[],
+    parts: readonly number[][],
+    run: (part: T[]) => Promise<R[]>,
+  ): Promise<R[]> {
+    const results = new Array<R>(batch.length);
+    await Promise.all(
+      parts.map(async (part) => {
+        const partResults = await run(part.map((index) => batch[index]!));
+        part.forEach((index, k) => (results[index] = partResults[k]!));
+      }),
+    );
+    return results;
   }
 
   async release(id: RecordId, fence: string): Promise<boolean> {

@@ -23,6 +23,12 @@ export interface BatcherOptions<Item> {
    */
   readonly keyOf?: (item: Item) => string;
   /**
+   * Calls of different groups never share a statement (on Citus: the key's shard, so that each
+   * statement goes to one shard). A free lane takes the oldest waiting call and every waiting call
+   * of its group, up to maxBatch: first come, first served, and the groups fill while lanes are busy.
+   */
+  readonly groupOf?: (item: Item) => number;
+  /**
    * A batch that fails with such an error (e.g. a deadlock between two batches locking rows in
    * different orders) is retried one call per statement; one-row statements cannot deadlock.
    */
@@ -32,12 +38,13 @@ export interface BatcherOptions<Item> {
 interface Pending<Item, Result> {
   readonly item: Item;
   readonly key: string | undefined;
+  readonly group: number;
   readonly resolve: (result: Result) => void;
   readonly reject: (error: unknown) => void;
 }
 
 export class NaturalBatcher<Item, Result> {
-  private readonly queue: Pending<Item, Result>[] = [];
+  private queue: Pending<Item, Result>[] = [];
   private readonly keys = new Set<string>();
   private busy = 0;
   private readonly counts: BatcherStats = { batches: 0, items: 0, largest: 0 };
@@ -58,8 +65,9 @@ export class NaturalBatcher<Item, Result> {
     const key = this.options.keyOf?.(item);
     if (key !== undefined && this.keys.has(key)) return this.runAlone(item);
     if (key !== undefined) this.keys.add(key);
+    const group = this.options.groupOf?.(item) ?? 0;
     return new Promise<Result>((resolve, reject) => {
-      this.queue.push({ item, key, resolve, reject });
+      this.queue.push({ item, key, group, resolve, reject });
       this.pump();
     });
   }
@@ -70,7 +78,7 @@ export class NaturalBatcher<Item, Result> {
 
   private pump(): void {
     while (this.busy < this.options.lanes && this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.options.maxBatch);
+      const batch = this.take();
       this.busy++;
       this.count(batch.length);
       // runBatch settles every item itself and never rejects.
@@ -80,6 +88,20 @@ export class NaturalBatcher<Item, Result> {
         this.pump();
       });
     }
+  }
+
+  /** The next batch: the oldest waiting call and those after it of its group, up to maxBatch. */
+  private take(): Pending<Item, Result>[] {
+    const { maxBatch, groupOf } = this.options;
+    if (!groupOf) return this.queue.splice(0, maxBatch);
+    const group = this.queue[0]!.group;
+    const batch: Pending<Item, Result>[] = [];
+    const rest: Pending<Item, Result>[] = [];
+    for (const pending of this.queue) {
+      (pending.group === group && batch.length < maxBatch ? batch : rest).push(pending);
+    }
+    this.queue = rest;
+    return batch;
   }
 
   private async runBatch(batch: Pending<Item, Result>[]): Promise<void> {

@@ -94,16 +94,18 @@ function recordDigestSql(scope: string, tenant: string, key: string): string {
 }
 
 /**
- * Claims and completions come alone or in batches (natural-batcher.ts), and each has two
- * statements:
- * - a lone call is one VALUES row of parameters: the cheapest to plan and run (an unnest of one
- *   costs 15–20 % more per claim, measured), and the shape Citus routes straight to the key's shard,
- *   where every call goes alone (key-store.ts) with its deadlines computed in the VALUES row, from
- *   parameters (see the top of this file);
- * - a batch is one array per column, unnested: one statement, prepared once per connection, whatever
- *   the batch size.
+ * Claims and completions come alone or in batches (natural-batcher.ts), in one of three shapes:
+ * - 'one', a lone call: one VALUES row of parameters, the cheapest to plan and run (an unnest of
+ *   one costs 15–20 % more per claim, measured);
+ * - 'batch' on PostgreSQL: one array per column, unnested: one statement, prepared once per
+ *   connection, whatever the batch size;
+ * - a number n on a Citus distributed table: n VALUES rows of parameters, every key on one shard
+ *   (key-store.ts groups them so). That is the shape Citus routes straight to the shard, with the
+ *   deadlines computed in the rows, from parameters (see the top of this file); an unnest is not:
+ *   Citus would pull its rows to the coordinator and insert them from there. One statement per
+ *   batch size, prepared once per connection.
  */
-export type Shape = 'one' | 'batch';
+export type Shape = 'one' | 'batch' | number;
 
 type Column = readonly [name: string, type: string];
 
@@ -125,6 +127,20 @@ function valuesOf(
       'alias' in source ? `${source.alias}.${name}` : `$${source.first + k}::${type}`,
     ]),
   );
+}
+
+/** `rows` VALUES rows of parameters from $first on, each `(…)` as `row` writes it (n from 1). */
+function parameterRows(
+  shape: 'one' | number,
+  columns: readonly Column[],
+  first: number,
+  row: (values: Record<string, string>, n: number) => string,
+): string {
+  const rows = shape === 'one' ? 1 : shape;
+  return Array.from(
+    { length: rows },
+    (_, k) => `(${row(valuesOf(columns, { first: first + k * columns.length }), k + 1)})`,
+  ).join(',\n        ');
 }
 
 const COMPLETE_COLUMNS: readonly Column[] = [
@@ -154,10 +170,19 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
     `${names.map((name) => v[name]).join(', ')}, now() + ${ms(v.ttl_ms!)}`;
   const first = distributed ? 1 : 2;
   const input =
-    shape === 'one'
-      ? `(VALUES (1, ${row(valuesOf(COMPLETE_COLUMNS, { first }))}))`
-      : `(SELECT u.n::int, ${row(valuesOf(COMPLETE_COLUMNS, { alias: 'u' }))}
-                FROM ${unnested(COMPLETE_COLUMNS, first, 'u')})`;
+    shape === 'batch'
+      ? `(SELECT u.n::int, ${row(valuesOf(COMPLETE_COLUMNS, { alias: 'u' }))}
+                FROM ${unnested(COMPLETE_COLUMNS, first, 'u')})`
+      : `(VALUES ${parameterRows(shape, COMPLETE_COLUMNS, first, (v, n) => `${n}, ${row(v)}`)})`;
+  // Citus cannot see the keys through a VALUES list of several rows, and would send the statement
+  // to every shard: the keys as a list of their own let it prune to the one shard.
+  const key = first + COMPLETE_COLUMNS.findIndex(([name]) => name === 'key');
+  const keys = (rows: number): string =>
+    Array.from({ length: rows }, (_, k) => `$${key + k * COMPLETE_COLUMNS.length}::text`).join(
+      ', ',
+    );
+  const shardFilter =
+    typeof shape === 'number' && shape > 1 ? `\n          AND r.key IN (${keys(shape)})` : '';
   const update = `
         UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
                body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
@@ -167,7 +192,7 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
           AS i(n, ${names.join(', ')}, expires_at)
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key
           AND r.claim_token::text = i.claim_token
-          AND r.state = 'in_progress'
+          AND r.state = 'in_progress'${shardFilter}
         RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
   const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
   return withNudge(update, distributed ? undefined : notify);
@@ -199,11 +224,11 @@ export function claimStatement(tableName: string, shape: Shape): string {
     `${v.claim_token}, 1, now() + ${ms(v.lease_ms!)}, now() + ${ms(v.expiry_ms!)}, ` +
     `now() + ${ms(v.expiry_ms!)}, now(), now()`;
   const input =
-    shape === 'one'
-      ? `VALUES (${row(valuesOf(CLAIM_COLUMNS, { first: 1 }))})`
-      : `SELECT ${row(valuesOf(CLAIM_COLUMNS, { alias: 'i' }))}
+    shape === 'batch'
+      ? `SELECT ${row(valuesOf(CLAIM_COLUMNS, { alias: 'i' }))}
       FROM ${unnested(CLAIM_COLUMNS, 1, 'i')}
-      ORDER BY i.n`;
+      ORDER BY i.n`
+      : `VALUES ${parameterRows(shape, CLAIM_COLUMNS, 1, row)}`;
   return `
       INSERT INTO ${quoteTableName(tableName)} AS r (scope, tenant, key, route, fingerprint, state,
                              claim_token, fence, lease_expires_at, expires_at, prune_after,
