@@ -59,15 +59,31 @@ export async function migrate(pool: Pool, tableName: string): Promise<MigrationR
 /** The newest schema version this build knows. */
 export const LATEST_VERSION = Math.max(...MIGRATIONS.map((m) => m.version));
 
+/** Shards per worker node for a new distributed table, unless citus.shard_count is set. */
+export const SHARDS_PER_NODE = 2;
+
 /**
  * Makes the keys table a distributed table unless it is one. colocate_with => 'none': the table
  * joins no other, so it gets a colocation group of its own that nothing else's rebalancing moves.
+ *
+ * Shard count: the store batches claims and completions per shard (key-store.ts), so the fewer the
+ * shards the fuller each statement. Citus's default of 32 left 2–3 keys per statement at 64
+ * concurrent requests on two workers (0.74 statements per new key, 479 req/s); 2 per worker gives
+ * 0.35 and 1 133 req/s, and still lets a rebalance spread the table over twice as many workers
+ * before a shard needs splitting (docs/store-topologies.md). A citus.shard_count that an operator
+ * set (for the database, the role or the server) is theirs and is used as it is.
  */
 async function distribute(client: PoolClient, tableName: string): Promise<boolean> {
   if (await isDistributed(client, tableName)) return false;
+  const { rows } = await client.query<{ chosen: boolean; workers: number }>(
+    `SELECT (SELECT source <> 'default' FROM pg_settings WHERE name = 'citus.shard_count') AS chosen,
+            (SELECT count(*)::int FROM citus_get_active_worker_nodes()) AS workers`,
+  );
+  const shards = rows[0]?.chosen ? null : SHARDS_PER_NODE * Math.max(1, rows[0]?.workers ?? 1);
   await client.query(
-    "SELECT create_distributed_table($1::text::regclass, $2::text, colocate_with => 'none')",
-    [quoteTableName(tableName), DISTRIBUTION_COLUMN],
+    `SELECT create_distributed_table($1::text::regclass, $2::text, colocate_with => 'none',
+                                     shard_count => coalesce($3::int, current_setting('citus.shard_count')::int))`,
+    [quoteTableName(tableName), DISTRIBUTION_COLUMN, shards],
   );
   return true;
 }

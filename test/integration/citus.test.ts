@@ -13,7 +13,7 @@ import {
   completionChannel,
 } from '../../src/store/postgres/statements';
 import { ShardMap } from '../../src/db/shard-map';
-import { LATEST_VERSION, migrate } from '../../src/db/migrate';
+import { LATEST_VERSION, migrate, SHARDS_PER_NODE } from '../../src/db/migrate';
 import { pruneExpired } from '../../src/store/postgres/pruner';
 import {
   deleteRecord,
@@ -112,13 +112,27 @@ routes:
       [table],
     );
     expect(rows[0]?.column).toBe('key');
+    // Two shards per worker (migrate.ts): few shards keep each shard's batches full.
+    expect(rows[0]?.shards).toBe(SHARDS_PER_NODE * 2);
     expect(await detectTopology(pool, table)).toMatchObject({
       kind: 'citus',
       distributed: true,
       nodes: 2,
-      shards: rows[0]?.shards,
+      shards: SHARDS_PER_NODE * 2,
     });
     await pool.query(`DROP TABLE ${table}, ${table}_migrations`);
+  });
+
+  test('a citus.shard_count the operator set is the shard count migrate uses', async () => {
+    const table = uniqueTable('citus_shards');
+    const own = new Pool({ connectionString: citusUrl, options: '-c citus.shard_count=3', max: 1 });
+    try {
+      await migrate(own, table);
+      expect(await detectTopology(pool, table)).toMatchObject({ distributed: true, shards: 3 });
+    } finally {
+      await own.end();
+      await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_migrations`);
+    }
   });
 
   test('a table that was not distributed yet is distributed by the next migrate, rows and all', async () => {
