@@ -209,6 +209,19 @@ const IPV6_LITERAL = /^\[[0-9a-f:.]+\]$/;
  * percent-encoding or any character a host name does not have.
  */
 export function canonicalAuthority(raw: string): string | TargetProblem {
+  // Nearly every request of a deployment carries the same Host: the last answer is kept.
+  if (raw === lastAuthority.raw) return lastAuthority.result;
+  const result = readAuthority(raw);
+  lastAuthority = { raw, result };
+  return result;
+}
+
+let lastAuthority: { raw: string; result: string | TargetProblem } = {
+  raw: '',
+  result: badHost(''),
+};
+
+function readAuthority(raw: string): string | TargetProblem {
   const value = raw.toLowerCase();
   let host = value;
   let port = '';

@@ -116,6 +116,23 @@ export class ProxyMetrics implements ProtectedObserver {
 
   /** Label-bound children, so the per-request path skips prom-client's label hashing. */
   private readonly requestChildren = new Map<string, { inc(): void }>();
+  private readonly replayChildren = new Map<string, { inc(): void }>();
+  private readonly cacheHitChildren = new Map<string, { inc(): void }>();
+  private readonly upstreamChildren = new Map<string, { observe(value: number): void }>();
+
+  /** A per-route metric's child for `route`, bound once (routes are few: the config's). */
+  private byRoute<C>(
+    children: Map<string, C>,
+    metric: { labels(route: string): C },
+    route: string,
+  ): C {
+    let child = children.get(route);
+    if (!child) {
+      child = metric.labels(route);
+      children.set(route, child);
+    }
+    return child;
+  }
 
   /** Called once per finished request with its log entry. */
   observeRequest(entry: RequestLogEntry): void {
@@ -129,11 +146,14 @@ export class ProxyMetrics implements ProtectedObserver {
     }
     child.inc();
     this.recentOutcomes.add(entry.outcome);
-    if (entry.outcome === 'replayed') this.replays.inc({ route });
-    if (entry.cached) this.cacheHits.inc({ route });
+    if (entry.outcome === 'replayed') this.byRoute(this.replayChildren, this.replays, route).inc();
+    if (entry.cached) this.byRoute(this.cacheHitChildren, this.cacheHits, route).inc();
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
     if (entry.shadow) this.shadow.inc({ route, would: entry.shadow });
-    if (entry.upstreamMs > 0) this.upstreamSeconds.observe({ route }, entry.upstreamMs / 1000);
+    if (entry.upstreamMs > 0)
+      this.byRoute(this.upstreamChildren, this.upstreamSeconds, route).observe(
+        entry.upstreamMs / 1000,
+      );
     if (entry.tool !== undefined)
       this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
   }
