@@ -47,6 +47,8 @@ export class NaturalBatcher<Item, Result> {
   private queue: Pending<Item, Result>[] = [];
   private readonly keys = new Set<string>();
   private busy = 0;
+  /** Set once a call of a group other than 0 came: until then every call is of one group. */
+  private grouped = false;
   private readonly counts: BatcherStats = { batches: 0, items: 0, largest: 0 };
 
   /**
@@ -66,6 +68,7 @@ export class NaturalBatcher<Item, Result> {
     if (key !== undefined && this.keys.has(key)) return this.runAlone(item);
     if (key !== undefined) this.keys.add(key);
     const group = this.options.groupOf?.(item) ?? 0;
+    if (group !== 0) this.grouped = true;
     return new Promise<Result>((resolve, reject) => {
       this.queue.push({ item, key, group, resolve, reject });
       this.pump();
@@ -92,8 +95,8 @@ export class NaturalBatcher<Item, Result> {
 
   /** The next batch: the oldest waiting call and those after it of its group, up to maxBatch. */
   private take(): Pending<Item, Result>[] {
-    const { maxBatch, groupOf } = this.options;
-    if (!groupOf) return this.queue.splice(0, maxBatch);
+    const { maxBatch } = this.options;
+    if (!this.grouped) return this.queue.splice(0, maxBatch);
     const group = this.queue[0]!.group;
     const batch: Pending<Item, Result>[] = [];
     const rest: Pending<Item, Result>[] = [];
