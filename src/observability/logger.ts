@@ -28,6 +28,11 @@ export function isoTimeCachedPerMillisecond(): string {
 
 /** The most a crash can cost the log: the lines of the last this many milliseconds. */
 const FLUSH_EVERY_MS = 100;
+/**
+ * Request lines are handed to the destination, and written, in strings of about this size: one
+ * write(2) per ~60 request lines. The timer above bounds how long a line waits, whatever the size.
+ */
+const BATCH_BYTES = 16 * 1024;
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export const LOG_FORMATS = ['json', 'pretty'] as const;
@@ -75,11 +80,16 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       }),
     );
   }
-  // Asynchronous and batched (4 KiB): a line costs a buffer append, not a write(2). A timer flushes
+  // Asynchronous and batched (BATCH_BYTES): a line costs a buffer append, not a write(2). A timer flushes
   // quiet periods within 100 ms, so a crash (kill -9) loses at most the last 100 ms of lines; at exit
   // (SIGTERM, an error) what is left is written synchronously (whichever of this
   // hook and pino's own runs first, the order holds: pending request lines are always the newest).
-  const destination = pino.destination({ fd, sync: false, minLength: 4096 });
+  const destination = pino.destination({
+    fd,
+    sync: false,
+    minLength: BATCH_BYTES,
+    maxWrite: 4 * BATCH_BYTES,
+  });
   const lines = new LineBatch(destination);
   process.once('exit', () => lines.flushSync());
   setInterval(() => lines.flush(), FLUSH_EVERY_MS).unref();
@@ -95,7 +105,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 type Destination = ReturnType<typeof pino.destination>;
 
 /**
- * Request lines gathered into ~4 KiB strings before they reach the destination: sonic-boom's write()
+ * Request lines gathered into BATCH_BYTES strings before they reach the destination: sonic-boom's write()
  * measures the byte length of its pending buffer on every call (~3 µs a line here), so one call per
  * batch instead of per line.
  */
@@ -106,7 +116,7 @@ class LineBatch {
 
   add(line: string): void {
     this.pending += line;
-    if (this.pending.length >= 4096) this.destination.write(this.take());
+    if (this.pending.length >= BATCH_BYTES) this.destination.write(this.take());
   }
 
   take(): string {
