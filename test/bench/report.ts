@@ -8,9 +8,13 @@ export type ScenarioName =
   | 'direct'
   | 'bare'
   | 'bare-undici'
+  | 'fastify-proxy'
   | 'passthrough'
   | 'new-key'
+  | 'new-key-citus'
+  | 'store-floor'
   | 'replay'
+  | 'replay-floor'
   | 'replay-no-cache'
   | 'storm-409'
   | 'new-key-sync-off'
@@ -153,8 +157,12 @@ export function formatDetails(run: RunResult): string {
       cpu?.proxyUser !== undefined && cpu.proxySystem !== undefined
         ? `; proxy CPU user ${cpu.proxyUser.toFixed(0)} + sys ${cpu.proxySystem.toFixed(0)} µs`
         : '';
+    const counted =
+      s.name === 'store-floor'
+        ? `${s.load.completed} transactions in ${s.load.durationS.toFixed(1)}s`
+        : `${s.load.completed} responses in ${s.load.durationS}s [${statuses || 'none'}]`;
     lines.push(
-      `  ${s.label}: ${s.load.completed} responses in ${s.load.durationS}s [${statuses || 'none'}]` +
+      `  ${s.label}: ${counted}` +
         split +
         `${s.unexpected ? `, ${s.unexpected} unexpected` : ''}` +
         `${(s.coreBusyPercent?.loadGenerator ?? 0) >= 90 ? ' (load generator saturated: req/s is a floor)' : ''}` +

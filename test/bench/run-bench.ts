@@ -37,6 +37,7 @@ import {
   type ScenarioName,
   type ScenarioResult,
 } from './report';
+import { runStoreFloor } from './store-floor';
 import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
 import { prepareBaseline } from './baseline';
 import { type BuildComparison, compareRuns, formatComparison, sideBySide } from './compare';
@@ -108,7 +109,9 @@ async function main(): Promise<number> {
   const node = process.execPath;
   const bench = (file: string): string => path.join(BENCH_DIR, file);
 
-  say('starting the load generator, the upstream and the bare forwarders (http-proxy, undici)…');
+  say(
+    'starting the load generator, the upstream, the bare forwarders (http-proxy, undici), @fastify/http-proxy and the replay floor…',
+  );
   const loadChild = spawnPinned('load generator', node, [bench('load.js')], {
     core: pinning.load,
     ipc: true,
@@ -140,6 +143,10 @@ async function main(): Promise<number> {
   let bareUndiciPort: number;
   [stack.bare, barePort] = await startBare('bare http-proxy', 'bare-http-proxy.js');
   [stack.bareUndici, bareUndiciPort] = await startBare('bare undici', 'bare-undici.js');
+  const [fastify, fastifyPort] = await startBare('@fastify/http-proxy', 'fastify-proxy.js');
+  const [replayFloor, replayFloorPort] = await startBare('replay floor', 'replay-floor.js');
+  stack.fastify = fastify;
+  stack.replayFloor = replayFloor;
   if (options.tracing) {
     // Spans go to a second upstream-server on the helpers' core: it reads and drops each export.
     const sink = spawnPinned('otlp sink', node, [bench('upstream-server.js')], {
@@ -183,10 +190,27 @@ async function main(): Promise<number> {
       await writeConfigs('bench-proxy-baseline', { ...configValues, table: stack.table });
     });
   }
+  if (options.citusUrl) {
+    // A proxy of its own on the cluster (its table, which its migrate distributes), started for
+    // new-key-citus; statements are counted on the coordinator, leaving out shard queries and Citus'
+    // own catalogue work.
+    const table = `bench_${randomBytes(4).toString('hex')}`;
+    const shard = new RegExp(`\\b${table}_\\d+\\b|\\bpg_dist_|\\bcitus_`, 'i');
+    const probe = await StoreProbe.open(options.citusUrl, (query) => shard.test(query));
+    const config = await writeProxyConfig(stack.tmpDir, 'bench-proxy-citus', {
+      ...configValues,
+      storeUrl: options.citusUrl,
+      table,
+    });
+    if (!config) throw new Error(`the ${stack.build.label} build rejects the Citus configuration`);
+    stack.citus = { url: options.citusUrl, table, config, probe };
+  }
   stack.endpoints = {
     upstream: upstreamUrl,
     bare: `http://127.0.0.1:${barePort}`,
     bareUndici: `http://127.0.0.1:${bareUndiciPort}`,
+    fastify: `http://127.0.0.1:${fastifyPort}`,
+    replayFloor: `http://127.0.0.1:${replayFloorPort}`,
     proxy: stack.proxyConfig!.url,
   };
   if (!options.cpuProf) {
@@ -217,7 +241,9 @@ async function main(): Promise<number> {
       `run ${index}/${options.runs}: ${SCENARIOS[name].label}${stack.other && SCENARIOS[name].target === 'proxy' ? ` [${stack.build.label}]` : ''}…`,
     );
     try {
-      return await runScenario(SCENARIOS[name], index, options, pinning, profileDir);
+      return SCENARIOS[name].target === 'store'
+        ? await runStoreFloor(options, pinning)
+        : await runScenario(SCENARIOS[name], index, options, pinning, profileDir);
     } catch (error) {
       if (interrupted) throw error;
       const message = error instanceof Error ? error.message : String(error);

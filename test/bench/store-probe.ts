@@ -39,9 +39,14 @@ export class StoreProbe {
   private constructor(
     private readonly client: Client,
     readonly method: CountingMethod,
+    private readonly skip: ((query: string) => boolean) | undefined,
   ) {}
 
-  static async open(url: string): Promise<StoreProbe> {
+  /**
+   * `skip`: statements left out of the counts besides the bench's own (on a Citus coordinator, the
+   * shard queries and Citus' own catalogue work, which are not the proxy's round trips).
+   */
+  static async open(url: string, skip?: (query: string) => boolean): Promise<StoreProbe> {
     const client = new Client({ connectionString: url, application_name: 'idempotency-bench' });
     // A server stopping under us (Ctrl-C reaches it too) must fail the next query, not crash the bench.
     client.on('error', () => undefined);
@@ -54,7 +59,7 @@ export class StoreProbe {
     } catch {
       // Not installable here, or not in shared_preload_libraries: fall back to transactions.
     }
-    return new StoreProbe(client, method);
+    return new StoreProbe(client, method, skip);
   }
 
   /** Counters now. Under the pg_stat_database fallback this waits for backends to flush first. */
@@ -67,7 +72,7 @@ export class StoreProbe {
       const byKind: Record<string, number> = {};
       let total = 0;
       for (const row of rows) {
-        if (row.query.includes(PROBE_MARK)) continue;
+        if (row.query.includes(PROBE_MARK) || this.skip?.(row.query)) continue;
         const kind = statementKind(row.query);
         byKind[kind] = (byKind[kind] ?? 0) + Number(row.calls);
         total += Number(row.calls);
@@ -126,6 +131,16 @@ export class StoreProbe {
   /** Runs one of the bench's own statements (seeding): marked, so it is not counted as the proxy's. */
   async execute(text: string): Promise<void> {
     await this.query(text);
+  }
+
+  /** Connections the server still accepts: max_connections less reserved and open ones. */
+  async connectionRoom(): Promise<number> {
+    const { rows } = await this.query<{ room: string }>(
+      `SELECT (current_setting('max_connections')::int
+               - current_setting('superuser_reserved_connections')::int
+               - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'))::text AS room`,
+    );
+    return Number(rows[0]?.room ?? 0);
   }
 
   async dropTable(table: string): Promise<void> {
