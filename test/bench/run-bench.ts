@@ -33,9 +33,12 @@ import {
   formatSynchronousCommit,
   formatTable,
   formatTargets,
+  formatTargetSummary,
   type RunResult,
   type ScenarioName,
   type ScenarioResult,
+  summariseTargets,
+  type TargetCheck,
 } from './report';
 import { runStoreFloor } from './store-floor';
 import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
@@ -256,6 +259,8 @@ async function main(): Promise<number> {
   /** --baseline: the baseline's runs (the scenarios without our proxy are shared, run once). */
   const baselineRuns: RunResult[] = [];
   const comparisons: BuildComparison[] = [];
+  /** The target checks of every run, in order (the summary after the last run). */
+  const targetsByRun: TargetCheck[][] = [];
   for (let index = 1; index <= options.runs; index++) {
     const scenarios: ScenarioResult[] = [];
     const baselineScenarios: ScenarioResult[] = [];
@@ -295,10 +300,15 @@ async function main(): Promise<number> {
     }
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
+    targetsByRun.push(checkTargets(run, runs, stack.citus !== undefined));
     process.stdout.write(
-      `\nTargets (informational${baseline ? ', current build' : ''}):\n${formatTargets(checkTargets(run, runs))}\n`,
+      `\nTargets, run ${index} (informational${baseline ? ', current build' : ''}):\n${formatTargets(targetsByRun[targetsByRun.length - 1]!)}\n`,
     );
   }
+  const targetSummary = summariseTargets(targetsByRun);
+  process.stdout.write(
+    `\nTargets over ${runs.length} run${runs.length === 1 ? '' : 's'} (each run's value, in order):\n${formatTargetSummary(targetSummary)}\n`,
+  );
 
   if (options.perf) {
     process.stdout.write(
@@ -370,7 +380,9 @@ async function main(): Promise<number> {
         environment: environment.data,
         runs,
         bigBody,
-        targets: checkTargets(last, runs),
+        targets: targetsByRun[targetsByRun.length - 1] ?? checkTargets(last, runs),
+        targetsByRun,
+        targetSummary,
         ...(baseline
           ? {
               baseline: {
@@ -382,7 +394,11 @@ async function main(): Promise<number> {
                 table: stack.other?.table,
                 runs: baselineRuns,
                 bigBody: baselineBigBody,
-                targets: checkTargets(baselineRuns[baselineRuns.length - 1]!, baselineRuns),
+                targets: checkTargets(
+                  baselineRuns[baselineRuns.length - 1]!,
+                  baselineRuns,
+                  stack.citus !== undefined,
+                ),
                 comparison: comparisons,
               },
             }
