@@ -195,11 +195,12 @@ async function main(): Promise<number> {
   }
   if (options.citusUrl) {
     // A proxy of its own on the cluster (its table, which its migrate distributes), started for
-    // new-key-citus; statements are counted on the coordinator, leaving out shard queries and Citus'
-    // own catalogue work.
+    // new-key-citus. Statements are counted on the coordinator: those naming that table (its LISTEN
+    // channels too; a shard's name, <table>_<n>, does not match) and pg_notify nudges, which name no
+    // table. Other users of the cluster, Citus' own queries and shard queries are left out.
     const table = `bench_${randomBytes(4).toString('hex')}`;
-    const shard = new RegExp(`\\b${table}_\\d+\\b|\\bpg_dist_|\\bcitus_`, 'i');
-    const probe = await StoreProbe.open(options.citusUrl, (query) => shard.test(query));
+    const ours = new RegExp(`${table}\\b|\\bpg_notify\\(`);
+    const probe = await StoreProbe.open(options.citusUrl, (query) => ours.test(query));
     const config = await writeProxyConfig(stack.tmpDir, 'bench-proxy-citus', {
       ...configValues,
       storeUrl: options.citusUrl,

@@ -39,14 +39,15 @@ export class StoreProbe {
   private constructor(
     private readonly client: Client,
     readonly method: CountingMethod,
-    private readonly skip: ((query: string) => boolean) | undefined,
+    private readonly only: ((query: string) => boolean) | undefined,
   ) {}
 
   /**
-   * `skip`: statements left out of the counts besides the bench's own (on a Citus coordinator, the
-   * shard queries and Citus' own catalogue work, which are not the proxy's round trips).
+   * `only`: counts just the statements it accepts (on a shared Citus coordinator: the ones of the
+   * bench's own table, not other users', Citus' own or its shard queries), the bench's own left out
+   * either way.
    */
-  static async open(url: string, skip?: (query: string) => boolean): Promise<StoreProbe> {
+  static async open(url: string, only?: (query: string) => boolean): Promise<StoreProbe> {
     const client = new Client({ connectionString: url, application_name: 'idempotency-bench' });
     // A server stopping under us (Ctrl-C reaches it too) must fail the next query, not crash the bench.
     client.on('error', () => undefined);
@@ -59,7 +60,7 @@ export class StoreProbe {
     } catch {
       // Not installable here, or not in shared_preload_libraries: fall back to transactions.
     }
-    return new StoreProbe(client, method, skip);
+    return new StoreProbe(client, method, only);
   }
 
   /** Counters now. Under the pg_stat_database fallback this waits for backends to flush first. */
@@ -72,7 +73,7 @@ export class StoreProbe {
       const byKind: Record<string, number> = {};
       let total = 0;
       for (const row of rows) {
-        if (row.query.includes(PROBE_MARK) || this.skip?.(row.query)) continue;
+        if (row.query.includes(PROBE_MARK) || (this.only && !this.only(row.query))) continue;
         const kind = statementKind(row.query);
         byKind[kind] = (byKind[kind] ?? 0) + Number(row.calls);
         total += Number(row.calls);
