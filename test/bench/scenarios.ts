@@ -7,7 +7,7 @@ import { waitForMessage } from './children';
 import { seedRows, startPrune } from './data-scale';
 import type { ReplayAnswerMessage } from './replay-floor';
 import type { ScenarioName } from './report';
-import { type ProxyConfigFile, stack } from './stack';
+import { debug, type ProxyConfigFile, stack } from './stack';
 
 export const ALL_SCENARIOS = [
   'direct',
@@ -286,40 +286,47 @@ async function completeKey(endpoints: Endpoints, key: string): Promise<() => Pro
   return async () => undefined;
 }
 
+interface Answer {
+  readonly status: number;
+  /** The raw header list, name and value in turn, without what Node's server writes itself. */
+  readonly headers: string[];
+  readonly body: Buffer;
+}
+
+/** One POST of the bench's request with this key, its answer read as it came. */
+function rawAnswer(url: string, key: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'POST', headers: requestHeaders(key) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', reject);
+      res.on('end', () => {
+        const headers: string[] = [];
+        for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
+          const name = res.rawHeaders[i] as string;
+          if (/^(date|connection|keep-alive)$/i.test(name)) continue;
+          headers.push(name, res.rawHeaders[i + 1] as string);
+        }
+        resolve({ status: res.statusCode ?? 0, headers, body: Buffer.concat(chunks) });
+      });
+    });
+    req.on('error', reject);
+    req.end(BODY);
+  });
+}
+
 /**
  * Replay floor: a key completed on our proxy as for `replay`, one more replay of it read as it came
  * (status, raw header list, body), and that answer handed to the floor server. Date, Connection and
  * Keep-Alive are left out: Node's server writes them for the floor as it does for our proxy.
+ * BENCH_DEBUG=1 prints the answer and whether the floor's reads the same.
  */
 async function captureReplay(endpoints: Endpoints, key: string): Promise<() => Promise<void>> {
   const floor = stack.replayFloor;
   if (!floor) throw new Error('replay floor: its server is not running');
   if (!stack.proxy) throw new Error('replay floor: needs our main proxy running (not --cpu-prof)');
   await completeKey(endpoints, key);
-  const answer = await new Promise<{ status: number; headers: string[]; body: Buffer }>(
-    (resolve, reject) => {
-      const req = http.request(
-        `${endpoints.proxy}/refunds`,
-        { method: 'POST', headers: requestHeaders(key) },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (chunk: Buffer) => chunks.push(chunk));
-          res.on('error', reject);
-          res.on('end', () => {
-            const headers: string[] = [];
-            for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
-              const name = res.rawHeaders[i] as string;
-              if (/^(date|connection|keep-alive)$/i.test(name)) continue;
-              headers.push(name, res.rawHeaders[i + 1] as string);
-            }
-            resolve({ status: res.statusCode ?? 0, headers, body: Buffer.concat(chunks) });
-          });
-        },
-      );
-      req.on('error', reject);
-      req.end(BODY);
-    },
-  );
+  const answer = await rawAnswer(`${endpoints.proxy}/refunds`, key);
   if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
     throw new Error(`replay floor setup: the captured answer is not a replay (${answer.status})`);
   }
@@ -332,6 +339,16 @@ async function captureReplay(endpoints: Endpoints, key: string): Promise<() => P
   };
   floor.process.send(message);
   await set;
+  if (process.env.BENCH_DEBUG) {
+    const fromFloor = await rawAnswer(`${endpoints.replayFloor}/refunds`, key);
+    const same =
+      fromFloor.status === answer.status &&
+      JSON.stringify(fromFloor.headers) === JSON.stringify(answer.headers) &&
+      fromFloor.body.equals(answer.body);
+    debug(
+      `replay floor: ${answer.status} ${JSON.stringify(answer.headers)} ${answer.body.toString()}; the floor's answer is ${same ? 'the same' : `different: ${JSON.stringify(fromFloor.headers)}`}`,
+    );
+  }
   return async () => undefined;
 }
 

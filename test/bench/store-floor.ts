@@ -28,8 +28,8 @@ export const PGBENCH = ['/usr/lib/postgresql/15/bin/pgbench', '/usr/bin/pgbench'
   fs.existsSync(file),
 );
 
-/** The upstream's answer to a POST (upstream-server.ts): the body a completion stores. */
-const ANSWER_BODY = '{"id":"re_1234567","status":"created"}';
+/** The upstream's answer to a POST (upstream-server.ts) once its ids reach six digits: what a completion stores. */
+const ANSWER_BODY = '{"id":"re_123456","status":"created"}';
 
 export async function runStoreFloor(
   options: BenchOptions,
