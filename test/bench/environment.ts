@@ -66,6 +66,8 @@ export function describeEnvironment(
     upstream: affinity(stack.upstream),
     bareHttpProxy: affinity(stack.bare),
     bareUndici: affinity(stack.bareUndici),
+    fastify: affinity(stack.fastify),
+    replayFloor: affinity(stack.replayFloor),
     proxy: stack.proxy ? affinity(stack.proxy) : 'started per scenario',
     postgres: stack.store?.postmasterPid
       ? (readAffinity(stack.store.postmasterPid) ?? '?')
@@ -115,9 +117,9 @@ export function describeEnvironment(
     pinning.load === undefined
       ? `pinning: none (${pinning.warning ?? ''})`
       : (pinning.helpers === pinning.underTest
-          ? `pinning: load generator → cpu${pinning.load}; upstream, proxy, bare http-proxy, bare undici${store.embedded ? ', PostgreSQL' : ''} → cpu${pinning.underTest}`
-          : `pinning (profiling layout): proxy alone → cpu${pinning.underTest}; load generator, upstream, bare http-proxy, bare undici, PostgreSQL → cpu${pinning.load}`) +
-        ` (affinity: load ${verified.loadGenerator}, upstream ${verified.upstream}, bare ${verified.bareHttpProxy}, bare undici ${verified.bareUndici}, proxy ${verified.proxy}, postgres ${verified.postgres})`,
+          ? `pinning: load generator → cpu${pinning.load}; upstream, proxy, bare http-proxy, bare undici, @fastify/http-proxy, replay floor${store.embedded ? ', PostgreSQL' : ''} → cpu${pinning.underTest}`
+          : `pinning (profiling layout): proxy alone → cpu${pinning.underTest}; load generator, upstream, bare http-proxy, bare undici, @fastify/http-proxy, replay floor, PostgreSQL → cpu${pinning.load}`) +
+        ` (affinity: load ${verified.loadGenerator}, upstream ${verified.upstream}, bare ${verified.bareHttpProxy}, bare undici ${verified.bareUndici}, fastify ${verified.fastify}, replay floor ${verified.replayFloor}, proxy ${verified.proxy}, postgres ${verified.postgres})`,
     `store: ${store.embedded ? 'embedded' : 'external (DATABASE_URL: not pinned, CPU not measured)'} PostgreSQL ${settings.serverVersion}` +
       ` (fsync ${settings.fsync}, synchronous_commit ${settings.synchronousCommit}, wal_sync_method ${settings.walSyncMethod}, shared_buffers ${settings.sharedBuffers});` +
       ` proxy pool ${options.poolSize}; round trips counted with ${stack.probe?.method}` +

@@ -8,11 +8,13 @@ export function serveHelper(server: http.Server): void {
   server.listen(Number(process.env.BENCH_PORT ?? 0), '127.0.0.1', () => {
     process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port });
   });
-  const stop = (): void => {
+  // Says why on stderr: the orchestrator prints a helper's last lines when it exits unasked.
+  const stop = (why: string): void => {
+    process.stderr.write(`stopping: ${why}\n`);
     server.closeAllConnections();
     server.close(() => process.exit(0));
   };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
-  process.on('disconnect', stop);
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('disconnect', () => stop('the orchestrator went away (IPC disconnect)'));
 }

@@ -56,7 +56,14 @@ export async function runScenario(
     expectedStatus: scenario.expectedStatus,
     skipped: why,
   });
-  const variant = scenario.configVariant ? stack.variants[scenario.configVariant] : undefined;
+  if (scenario.citus && !stack.citus) {
+    return skipped('no Citus store given (--citus-url or CITUS_URL)');
+  }
+  const variant = scenario.citus
+    ? stack.citus?.config
+    : scenario.configVariant
+      ? stack.variants[scenario.configVariant]
+      : undefined;
   if (scenario.configVariant && !variant && !scenario.synchronousCommit) {
     return skipped(`this build rejects store.${CONFIG_VARIANTS[scenario.configVariant]}`);
   }
@@ -101,9 +108,12 @@ async function measure(
   pinning: Pinning,
   freshProxy: boolean,
 ): Promise<{ result: ScenarioResult; window: { fromUs: number; toUs: number } }> {
-  const probe = stack.probe as StoreProbe;
+  // On Citus the statements are counted on its coordinator, and its nodes' CPU is not measured.
+  const probe = (scenario.citus ? stack.citus?.probe : stack.probe) as StoreProbe;
   const endpoints = stack.endpoints as Endpoints;
   const loadGenerator = stack.load as LoadGenerator;
+  if (scenario.target === 'store') throw new Error(`${scenario.name} is not an HTTP scenario`);
+  const target = scenario.target;
   const key =
     scenario.key === 'unique'
       ? UNIQUE_KEY
@@ -114,7 +124,7 @@ async function measure(
   const undo = scenario.prepare ? await scenario.prepare(endpoints, key) : undefined;
   try {
     const spec: LoadSpec = {
-      url: `${endpoints[scenario.target]}${scenario.path}`,
+      url: `${endpoints[target]}${scenario.path}`,
       method: 'POST',
       headers: requestHeaders(key),
       body: BODY,
@@ -129,18 +139,18 @@ async function measure(
     debug('warmed up');
     await sleep(SETTLE_MS);
 
-    const underTest =
-      scenario.target === 'proxy'
-        ? stack.proxy
-        : scenario.target === 'bare'
-          ? stack.bare
-          : scenario.target === 'bareUndici'
-            ? stack.bareUndici
-            : undefined;
+    const underTest = {
+      upstream: undefined,
+      proxy: stack.proxy,
+      bare: stack.bare,
+      bareUndici: stack.bareUndici,
+      fastify: stack.fastify,
+      replayFloor: stack.replayFloor,
+    }[target];
     const pids = {
       proxy: underTest?.pid,
       upstream: stack.upstream?.pid,
-      postmaster: stack.store?.postmasterPid,
+      postmaster: scenario.citus ? undefined : stack.store?.postmasterPid,
       load: loadGenerator.child.pid,
     };
     const statementsBefore = scenario.countsRoundTrips ? await probe.read() : undefined;
@@ -223,7 +233,16 @@ async function measure(
       storeRoundTrips,
       unexpected: load.completed - expected + load.errors + load.timeouts,
       perfProfile: recording ? summarisePerf(recording.file) : undefined,
-      note: [storeNote, duringNote].filter(Boolean).join('; ') || undefined,
+      note:
+        [
+          storeNote,
+          duringNote,
+          scenario.citus
+            ? 'statements counted on the Citus coordinator; the Citus nodes are external processes: their CPU is not measured'
+            : undefined,
+        ]
+          .filter(Boolean)
+          .join('; ') || undefined,
     };
     return { result, window: { fromUs: before.atUs, toUs: after.atUs } };
   } finally {
@@ -245,7 +264,7 @@ function withProfile(
   return { ...result, profile: summariseProfile(file, window) };
 }
 
-interface Snapshot {
+export interface Snapshot {
   readonly atUs: number;
   readonly cpu: Record<'proxy' | 'upstream' | 'postgres' | 'load', number | undefined>;
   /** CPU of every process of ours pinned to the core under test, whatever the scenario. */
@@ -254,14 +273,14 @@ interface Snapshot {
   readonly cores: CoreTimes;
 }
 
-interface SnapshotPids {
+export interface SnapshotPids {
   readonly proxy: number | undefined;
   readonly upstream: number | undefined;
   readonly postmaster: number | undefined;
   readonly load: number | undefined;
 }
 
-function snapshot(pids: SnapshotPids): Snapshot {
+export function snapshot(pids: SnapshotPids): Snapshot {
   const cpu = (pid: number | undefined): number | undefined =>
     pid === undefined ? undefined : processCpuMicros(pid);
   const postgres = pids.postmaster === undefined ? undefined : treeCpuMicros(pids.postmaster);
@@ -270,6 +289,8 @@ function snapshot(pids: SnapshotPids): Snapshot {
     stack.upstream,
     stack.bare,
     stack.bareUndici,
+    stack.fastify,
+    stack.replayFloor,
     stack.proxy,
     stack.other?.proxy,
     stack.store?.child,
@@ -295,7 +316,7 @@ function snapshot(pids: SnapshotPids): Snapshot {
 }
 
 /** Share of the core under test that went to processes that are not ours (other work on the box). */
-function foreignPercent(before: Snapshot, after: Snapshot, core: number): number {
+export function foreignPercent(before: Snapshot, after: Snapshot, core: number): number {
   const windowUs = after.atUs - before.atUs;
   const busyUs =
     (((after.cores.busy.get(core) ?? 0) - (before.cores.busy.get(core) ?? 0)) * 1_000_000) /

@@ -27,6 +27,8 @@ export interface BenchOptions {
   readonly tracing: boolean;
   /** A git ref whose build of the proxy runs every proxy scenario too, just before the current one. */
   readonly baseline: string | undefined;
+  /** A Citus coordinator (--citus-url, else CITUS_URL) for the new-key-citus scenario. */
+  readonly citusUrl: string | undefined;
 }
 
 export const USAGE = `Usage: npm run bench -- [options]
@@ -59,6 +61,8 @@ export const USAGE = `Usage: npm run bench -- [options]
   --baseline <ref>     also measure that git ref's build of the proxy (built in a temporary
                        worktree, cached by commit): each proxy scenario runs on the baseline, then
                        on the current build, and the ratios current/baseline are printed
+  --citus-url <url>    a Citus coordinator (default: env CITUS_URL): new-key-citus runs the new-key
+                       scenario on a second proxy whose table (its own) is distributed there
   -h, --help
 
 Environment: DATABASE_URL = use that PostgreSQL instead of an embedded one (not pinned, its CPU
@@ -87,6 +91,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       'proxy-node-arg': { type: 'string', multiple: true },
       tracing: { type: 'boolean', default: false },
       baseline: { type: 'string' },
+      'citus-url': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -129,6 +134,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
     ],
     tracing: values.tracing === true,
     baseline: values.baseline,
+    citusUrl: values['citus-url'] ?? (process.env.CITUS_URL || undefined),
   };
 }
 

@@ -33,10 +33,14 @@ import {
   formatSynchronousCommit,
   formatTable,
   formatTargets,
+  formatTargetSummary,
   type RunResult,
   type ScenarioName,
   type ScenarioResult,
+  summariseTargets,
+  type TargetCheck,
 } from './report';
+import { runStoreFloor } from './store-floor';
 import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
 import { prepareBaseline } from './baseline';
 import { type BuildComparison, compareRuns, formatComparison, sideBySide } from './compare';
@@ -108,7 +112,9 @@ async function main(): Promise<number> {
   const node = process.execPath;
   const bench = (file: string): string => path.join(BENCH_DIR, file);
 
-  say('starting the load generator, the upstream and the bare forwarders (http-proxy, undici)…');
+  say(
+    'starting the load generator, the upstream, the bare forwarders (http-proxy, undici), @fastify/http-proxy and the replay floor…',
+  );
   const loadChild = spawnPinned('load generator', node, [bench('load.js')], {
     core: pinning.load,
     ipc: true,
@@ -140,6 +146,10 @@ async function main(): Promise<number> {
   let bareUndiciPort: number;
   [stack.bare, barePort] = await startBare('bare http-proxy', 'bare-http-proxy.js');
   [stack.bareUndici, bareUndiciPort] = await startBare('bare undici', 'bare-undici.js');
+  const [fastify, fastifyPort] = await startBare('@fastify/http-proxy', 'fastify-proxy.js');
+  const [replayFloor, replayFloorPort] = await startBare('replay floor', 'replay-floor.js');
+  stack.fastify = fastify;
+  stack.replayFloor = replayFloor;
   if (options.tracing) {
     // Spans go to a second upstream-server on the helpers' core: it reads and drops each export.
     const sink = spawnPinned('otlp sink', node, [bench('upstream-server.js')], {
@@ -183,10 +193,28 @@ async function main(): Promise<number> {
       await writeConfigs('bench-proxy-baseline', { ...configValues, table: stack.table });
     });
   }
+  if (options.citusUrl) {
+    // A proxy of its own on the cluster (its table, which its migrate distributes), started for
+    // new-key-citus. Statements are counted on the coordinator: those naming that table (its LISTEN
+    // channels too; a shard's name, <table>_<n>, does not match) and pg_notify nudges, which name no
+    // table. Other users of the cluster, Citus' own queries and shard queries are left out.
+    const table = `bench_${randomBytes(4).toString('hex')}`;
+    const ours = new RegExp(`${table}\\b|\\bpg_notify\\(`);
+    const probe = await StoreProbe.open(options.citusUrl, (query) => ours.test(query));
+    const config = await writeProxyConfig(stack.tmpDir, 'bench-proxy-citus', {
+      ...configValues,
+      storeUrl: options.citusUrl,
+      table,
+    });
+    if (!config) throw new Error(`the ${stack.build.label} build rejects the Citus configuration`);
+    stack.citus = { url: options.citusUrl, table, config, probe };
+  }
   stack.endpoints = {
     upstream: upstreamUrl,
     bare: `http://127.0.0.1:${barePort}`,
     bareUndici: `http://127.0.0.1:${bareUndiciPort}`,
+    fastify: `http://127.0.0.1:${fastifyPort}`,
+    replayFloor: `http://127.0.0.1:${replayFloorPort}`,
     proxy: stack.proxyConfig!.url,
   };
   if (!options.cpuProf) {
@@ -217,7 +245,9 @@ async function main(): Promise<number> {
       `run ${index}/${options.runs}: ${SCENARIOS[name].label}${stack.other && SCENARIOS[name].target === 'proxy' ? ` [${stack.build.label}]` : ''}…`,
     );
     try {
-      return await runScenario(SCENARIOS[name], index, options, pinning, profileDir);
+      return SCENARIOS[name].target === 'store'
+        ? await runStoreFloor(options, pinning)
+        : await runScenario(SCENARIOS[name], index, options, pinning, profileDir);
     } catch (error) {
       if (interrupted) throw error;
       const message = error instanceof Error ? error.message : String(error);
@@ -230,6 +260,8 @@ async function main(): Promise<number> {
   /** --baseline: the baseline's runs (the scenarios without our proxy are shared, run once). */
   const baselineRuns: RunResult[] = [];
   const comparisons: BuildComparison[] = [];
+  /** The target checks of every run, in order (the summary after the last run). */
+  const targetsByRun: TargetCheck[][] = [];
   for (let index = 1; index <= options.runs; index++) {
     const scenarios: ScenarioResult[] = [];
     const baselineScenarios: ScenarioResult[] = [];
@@ -269,10 +301,15 @@ async function main(): Promise<number> {
     }
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
+    targetsByRun.push(checkTargets(run, runs, stack.citus !== undefined));
     process.stdout.write(
-      `\nTargets (informational${baseline ? ', current build' : ''}):\n${formatTargets(checkTargets(run, runs))}\n`,
+      `\nTargets, run ${index} (informational${baseline ? ', current build' : ''}):\n${formatTargets(targetsByRun[targetsByRun.length - 1]!)}\n`,
     );
   }
+  const targetSummary = summariseTargets(targetsByRun);
+  process.stdout.write(
+    `\nTargets over ${runs.length} run${runs.length === 1 ? '' : 's'} (each run's value, in order):\n${formatTargetSummary(targetSummary)}\n`,
+  );
 
   if (options.perf) {
     process.stdout.write(
@@ -344,7 +381,9 @@ async function main(): Promise<number> {
         environment: environment.data,
         runs,
         bigBody,
-        targets: checkTargets(last, runs),
+        targets: targetsByRun[targetsByRun.length - 1] ?? checkTargets(last, runs),
+        targetsByRun,
+        targetSummary,
         ...(baseline
           ? {
               baseline: {
@@ -356,7 +395,11 @@ async function main(): Promise<number> {
                 table: stack.other?.table,
                 runs: baselineRuns,
                 bigBody: baselineBigBody,
-                targets: checkTargets(baselineRuns[baselineRuns.length - 1]!, baselineRuns),
+                targets: checkTargets(
+                  baselineRuns[baselineRuns.length - 1]!,
+                  baselineRuns,
+                  stack.citus !== undefined,
+                ),
                 comparison: comparisons,
               },
             }

@@ -1,18 +1,25 @@
 // The scenarios: what the load generator sends, to which server, and what it expects back. Every one
 // sends the same request — POST, a ~100-byte JSON body, an Idempotency-Key — so the columns compare
 // like with like; only the target, the path and the key change.
+import http from 'node:http';
 import { request } from 'undici';
+import { waitForMessage } from './children';
 import { seedRows, startPrune } from './data-scale';
+import type { ReplayAnswerMessage } from './replay-floor';
 import type { ScenarioName } from './report';
-import { type ProxyConfigFile, stack } from './stack';
+import { debug, type ProxyConfigFile, stack } from './stack';
 
 export const ALL_SCENARIOS = [
   'direct',
   'bare',
   'bare-undici',
+  'fastify-proxy',
   'passthrough',
   'new-key',
+  'new-key-citus',
+  'store-floor',
   'replay',
+  'replay-floor',
   'replay-no-cache',
   'storm-409',
   'new-key-sync-off',
@@ -44,20 +51,27 @@ export interface Endpoints {
   readonly upstream: string;
   readonly bare: string;
   readonly bareUndici: string;
+  readonly fastify: string;
+  readonly replayFloor: string;
   readonly proxy: string;
 }
 
 export interface Scenario {
   readonly name: ScenarioName;
   readonly label: string;
-  /** The server the load hits; its process is the "proxy" column (none for direct). */
-  readonly target: keyof Endpoints;
+  /**
+   * The server the load hits; its process is the "proxy" column (none for direct). `store`: no HTTP
+   * load, pgbench on the store itself (store-floor.ts).
+   */
+  readonly target: keyof Endpoints | 'store';
   readonly path: string;
   /** A fresh key per request, or one fixed key prepared beforehand. */
   readonly key: 'unique' | 'fixed';
   readonly expectedStatus: number;
   /** On our proxy: report its store round trips per request (0 expected on pass-through). */
   readonly countsRoundTrips: boolean;
+  /** Runs on its own proxy on the Citus cluster of --citus-url (its own table), counted there. */
+  readonly citus?: true;
   /** Runs on its own proxy with this store option (CONFIG_VARIANTS). */
   readonly configVariant?: ConfigVariant;
   /**
@@ -104,6 +118,15 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     expectedStatus: 201,
     countsRoundTrips: false,
   },
+  'fastify-proxy': {
+    name: 'fastify-proxy',
+    label: '@fastify/http-proxy',
+    target: 'fastify',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: false,
+  },
   passthrough: {
     name: 'passthrough',
     label: 'our pass-through',
@@ -122,6 +145,25 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     expectedStatus: 201,
     countsRoundTrips: true,
   },
+  'new-key-citus': {
+    name: 'new-key-citus',
+    label: 'our new key, on Citus',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    citus: true,
+  },
+  'store-floor': {
+    name: 'store-floor',
+    label: 'store floor: pgbench INSERT+UPDATE',
+    target: 'store',
+    path: '',
+    key: 'unique',
+    expectedStatus: 0,
+    countsRoundTrips: true,
+  },
   replay: {
     name: 'replay',
     label: 'our replay',
@@ -131,6 +173,16 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     expectedStatus: 201,
     countsRoundTrips: true,
     prepare: completeKey,
+  },
+  'replay-floor': {
+    name: 'replay-floor',
+    label: 'bare node replay floor',
+    target: 'replayFloor',
+    path: '/refunds',
+    key: 'fixed',
+    expectedStatus: 201,
+    countsRoundTrips: false,
+    prepare: captureReplay,
   },
   'replay-no-cache': {
     name: 'replay-no-cache',
@@ -229,6 +281,72 @@ async function completeKey(endpoints: Endpoints, key: string): Promise<() => Pro
   if (first.status !== 201 || second.status !== 201 || !second.replayed) {
     throw new Error(
       `replay setup: expected 201 then a replayed 201, got ${first.status} then ${second.status} (replayed: ${second.replayed})`,
+    );
+  }
+  return async () => undefined;
+}
+
+interface Answer {
+  readonly status: number;
+  /** The raw header list, name and value in turn, without what Node's server writes itself. */
+  readonly headers: string[];
+  readonly body: Buffer;
+}
+
+/** One POST of the bench's request with this key, its answer read as it came. */
+function rawAnswer(url: string, key: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'POST', headers: requestHeaders(key) }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', reject);
+      res.on('end', () => {
+        const headers: string[] = [];
+        for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
+          const name = res.rawHeaders[i] as string;
+          if (/^(date|connection|keep-alive)$/i.test(name)) continue;
+          headers.push(name, res.rawHeaders[i + 1] as string);
+        }
+        resolve({ status: res.statusCode ?? 0, headers, body: Buffer.concat(chunks) });
+      });
+    });
+    req.on('error', reject);
+    req.end(BODY);
+  });
+}
+
+/**
+ * Replay floor: a key completed on our proxy as for `replay`, one more replay of it read as it came
+ * (status, raw header list, body), and that answer handed to the floor server. Date, Connection and
+ * Keep-Alive are left out: Node's server writes them for the floor as it does for our proxy.
+ * BENCH_DEBUG=1 prints the answer and whether the floor's reads the same.
+ */
+async function captureReplay(endpoints: Endpoints, key: string): Promise<() => Promise<void>> {
+  const floor = stack.replayFloor;
+  if (!floor) throw new Error('replay floor: its server is not running');
+  if (!stack.proxy) throw new Error('replay floor: needs our main proxy running (not --cpu-prof)');
+  await completeKey(endpoints, key);
+  const answer = await rawAnswer(`${endpoints.proxy}/refunds`, key);
+  if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
+    throw new Error(`replay floor setup: the captured answer is not a replay (${answer.status})`);
+  }
+  const set = waitForMessage(floor, 'answer-set', 10_000);
+  const message: ReplayAnswerMessage = {
+    type: 'answer',
+    status: answer.status,
+    headers: answer.headers,
+    bodyBase64: answer.body.toString('base64'),
+  };
+  floor.process.send(message);
+  await set;
+  if (process.env.BENCH_DEBUG) {
+    const fromFloor = await rawAnswer(`${endpoints.replayFloor}/refunds`, key);
+    const same =
+      fromFloor.status === answer.status &&
+      JSON.stringify(fromFloor.headers) === JSON.stringify(answer.headers) &&
+      fromFloor.body.equals(answer.body);
+    debug(
+      `replay floor: ${answer.status} ${JSON.stringify(answer.headers)} ${answer.body.toString()}; the floor's answer is ${same ? 'the same' : `different: ${JSON.stringify(fromFloor.headers)}`}`,
     );
   }
   return async () => undefined;

@@ -65,6 +65,20 @@ export interface Stack {
   upstream?: Child;
   bare?: Child;
   bareUndici?: Child;
+  /** The peer: fastify with @fastify/http-proxy (fastify-proxy.ts). */
+  fastify?: Child;
+  /** The bare Node server that writes our replay's answer (replay-floor.ts). */
+  replayFloor?: Child;
+  /**
+   * --citus-url: a proxy config on that store (a table of its own) for new-key-citus, and a probe
+   * counting statements on its coordinator.
+   */
+  citus?: {
+    readonly url: string;
+    readonly table: string;
+    config: ProxyConfigFile;
+    probe: StoreProbe;
+  };
   /** --tracing: the OTLP sink (an upstream-server: a 201 to every POST, the body dropped). */
   otlpSink?: { readonly child: Child; readonly url: string };
   store?: Store;
@@ -130,6 +144,8 @@ export function buildTag(): string {
 
 export interface ProxyConfigFile {
   readonly file: string;
+  /** The store it names (the proxy gets it as DATABASE_URL too). */
+  readonly storeUrl: string;
   readonly url: string;
   /** The admin listener (metrics). */
   readonly adminUrl: string;
@@ -206,11 +222,11 @@ export async function startProxy(
   const proxy = spawnPinned('proxy', process.execPath, args, {
     core: pinning.underTest,
     cwd: stack.build.root,
-    // DATABASE_URL overrides store.url: make it the bench's server either way.
+    // DATABASE_URL overrides store.url: make it the config's store either way.
     env: {
       ...process.env,
       LOG_LEVEL: options.logLevel,
-      DATABASE_URL: stack.store?.url,
+      DATABASE_URL: config.storeUrl,
       ...(stack.otlpSink ? { OTEL_EXPORTER_OTLP_ENDPOINT: stack.otlpSink.url } : {}),
     },
   });
@@ -314,7 +330,12 @@ routes:
   } catch {
     return undefined;
   }
-  return { file, url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${adminPort}` };
+  return {
+    file,
+    storeUrl: values.storeUrl,
+    url: `http://127.0.0.1:${port}`,
+    adminUrl: `http://127.0.0.1:${adminPort}`,
+  };
 }
 
 export function freePort(): Promise<number> {
@@ -353,6 +374,8 @@ export function cleanup(): Promise<void> {
         stack.other?.proxy,
         stack.bare,
         stack.bareUndici,
+        stack.fastify,
+        stack.replayFloor,
         stack.upstream,
         stack.otlpSink?.child,
         stack.load?.child,
@@ -368,6 +391,14 @@ export function cleanup(): Promise<void> {
         await stack.probe.close(); // also resets synchronous_commit if a scenario changed it
       } catch {
         // the server may already be gone
+      }
+    }
+    if (stack.citus) {
+      try {
+        await stack.citus.probe.dropTable(stack.citus.table);
+        await stack.citus.probe.close();
+      } catch {
+        // the cluster may be gone
       }
     }
     const pg = stack.store?.child;

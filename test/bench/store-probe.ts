@@ -39,9 +39,15 @@ export class StoreProbe {
   private constructor(
     private readonly client: Client,
     readonly method: CountingMethod,
+    private readonly only: ((query: string) => boolean) | undefined,
   ) {}
 
-  static async open(url: string): Promise<StoreProbe> {
+  /**
+   * `only`: counts just the statements it accepts (on a shared Citus coordinator: the ones of the
+   * bench's own table, not other users', Citus' own or its shard queries), the bench's own left out
+   * either way.
+   */
+  static async open(url: string, only?: (query: string) => boolean): Promise<StoreProbe> {
     const client = new Client({ connectionString: url, application_name: 'idempotency-bench' });
     // A server stopping under us (Ctrl-C reaches it too) must fail the next query, not crash the bench.
     client.on('error', () => undefined);
@@ -54,7 +60,7 @@ export class StoreProbe {
     } catch {
       // Not installable here, or not in shared_preload_libraries: fall back to transactions.
     }
-    return new StoreProbe(client, method);
+    return new StoreProbe(client, method, only);
   }
 
   /** Counters now. Under the pg_stat_database fallback this waits for backends to flush first. */
@@ -67,7 +73,7 @@ export class StoreProbe {
       const byKind: Record<string, number> = {};
       let total = 0;
       for (const row of rows) {
-        if (row.query.includes(PROBE_MARK)) continue;
+        if (row.query.includes(PROBE_MARK) || (this.only && !this.only(row.query))) continue;
         const kind = statementKind(row.query);
         byKind[kind] = (byKind[kind] ?? 0) + Number(row.calls);
         total += Number(row.calls);
@@ -126,6 +132,16 @@ export class StoreProbe {
   /** Runs one of the bench's own statements (seeding): marked, so it is not counted as the proxy's. */
   async execute(text: string): Promise<void> {
     await this.query(text);
+  }
+
+  /** Connections the server still accepts: max_connections less reserved and open ones. */
+  async connectionRoom(): Promise<number> {
+    const { rows } = await this.query<{ room: string }>(
+      `SELECT (current_setting('max_connections')::int
+               - current_setting('superuser_reserved_connections')::int
+               - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'))::text AS room`,
+    );
+    return Number(rows[0]?.room ?? 0);
   }
 
   async dropTable(table: string): Promise<void> {
