@@ -104,7 +104,10 @@ function shortUrl(url: string, root: string): string {
   const file = url.startsWith('file://') ? decodeURIComponent(url.slice('file://'.length)) : url;
   const inModules = file.lastIndexOf('/node_modules/');
   if (inModules !== -1) return file.slice(inModules + '/node_modules/'.length);
-  return file.startsWith(root) ? path.relative(root, file) : file;
+  if (file.startsWith(root)) return path.relative(root, file);
+  // A --baseline build lives in the baseline cache: name its files as the current build's are.
+  const baseline = /\/idempotency-proxy-baseline\/[0-9a-f]{40}\/(.*)$/.exec(file);
+  return baseline ? baseline[1]! : file;
 }
 
 /** node_modules package, proxy source file, node core module, or V8's pseudo-frames. */

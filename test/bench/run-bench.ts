@@ -331,14 +331,22 @@ async function main(): Promise<number> {
       `\nV8 CPU profiles of the proxy (self time, measured window; the V8 profiler samples wall-clock\n` +
         `time, so native frames such as writev/writeString also carry time spent preempted):\n`,
     );
-    for (const run of runs) {
+    // With --baseline, each profiled scenario twice, baseline first: before and after, side by side.
+    runs.forEach((run, i) => {
+      const builds: [string, RunResult | undefined][] = [
+        [baseline ? ` [${baseline.ref}]` : '', baselineRuns[i]],
+        [baseline ? ' [current]' : '', run],
+      ];
       for (const scenario of run.scenarios) {
-        if (scenario.profile)
-          process.stdout.write(
-            `\n${formatProfile(`${scenario.label} (run ${run.index})`, scenario.profile)}\n`,
-          );
+        for (const [tag, build] of builds) {
+          const profile = build?.scenarios.find((s) => s.name === scenario.name)?.profile;
+          if (profile && (build === run || SCENARIOS[scenario.name].target === 'proxy'))
+            process.stdout.write(
+              `\n${formatProfile(`${scenario.label}${tag} (run ${run.index})`, profile)}\n`,
+            );
+        }
       }
-    }
+    });
   }
 
   type BigBody = BigBodyResult | { failed: string } | { skipped: string };
