@@ -41,18 +41,21 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Requests answered, by route, outcome (executed, replayed, in_flight, mismatch, ...) and status class.',
       labelNames: ['route', 'outcome', 'status_class'],
       registers,
+      collect: () => handOver(this.requestTallies),
     });
     this.replays = new Counter({
       name: `${PREFIX}replays_total`,
       help: 'Requests answered from a stored response.',
       labelNames: ['route'],
       registers,
+      collect: () => handOver(this.replayTallies),
     });
     this.cacheHits = new Counter({
       name: `${PREFIX}replay_cache_hits_total`,
       help: 'Repeats answered from the in-process replay cache, without a store round trip.',
       labelNames: ['route'],
       registers,
+      collect: () => handOver(this.cacheHitTallies),
     });
     this.unknownOutcomes = new Counter({
       name: `${PREFIX}unknown_outcomes_total`,
@@ -114,46 +117,36 @@ export class ProxyMetrics implements ProtectedObserver {
     });
   }
 
-  /** Label-bound children, so the per-request path skips prom-client's label hashing. */
-  private readonly requestChildren = new Map<string, { inc(): void }>();
-  private readonly replayChildren = new Map<string, { inc(): void }>();
-  private readonly cacheHitChildren = new Map<string, { inc(): void }>();
+  /**
+   * Per-request counts, kept as plain numbers and handed to prom-client when it is scraped
+   * (`collect`): a child's inc() hashes and stores on every call, three times a request.
+   */
+  private readonly requestTallies = new Map<string, Tally>();
+  private readonly replayTallies = new Map<string, Tally>();
+  private readonly cacheHitTallies = new Map<string, Tally>();
   private readonly upstreamChildren = new Map<string, { observe(value: number): void }>();
-
-  /** A per-route metric's child for `route`, bound once (routes are few: the config's). */
-  private byRoute<C>(
-    children: Map<string, C>,
-    metric: { labels(route: string): C },
-    route: string,
-  ): C {
-    let child = children.get(route);
-    if (!child) {
-      child = metric.labels(route);
-      children.set(route, child);
-    }
-    return child;
-  }
 
   /** Called once per finished request with its log entry. */
   observeRequest(entry: RequestLogEntry): void {
     const route = entry.route ?? '(none)';
     const cls = statusClass(entry.status);
-    const childKey = `${route}\u0000${entry.outcome}\u0000${cls}`;
-    let child = this.requestChildren.get(childKey);
-    if (!child) {
-      child = this.requests.labels(route, entry.outcome, cls);
-      this.requestChildren.set(childKey, child);
+    const tallyKey = `${route}\u0000${entry.outcome}\u0000${cls}`;
+    let tally = this.requestTallies.get(tallyKey);
+    if (!tally) {
+      tally = new Tally(this.requests.labels(route, entry.outcome, cls));
+      this.requestTallies.set(tallyKey, tally);
     }
-    child.inc();
+    tally.count++;
     this.recentOutcomes.add(entry.outcome);
-    if (entry.outcome === 'replayed') this.byRoute(this.replayChildren, this.replays, route).inc();
-    if (entry.cached) this.byRoute(this.cacheHitChildren, this.cacheHits, route).inc();
+    if (entry.outcome === 'replayed') tallyOf(this.replayTallies, this.replays, route).count++;
+    if (entry.cached) tallyOf(this.cacheHitTallies, this.cacheHits, route).count++;
     if (entry.outcomeUnknown) this.unknownOutcomes.inc({ route });
     if (entry.shadow) this.shadow.inc({ route, would: entry.shadow });
-    if (entry.upstreamMs > 0)
-      this.byRoute(this.upstreamChildren, this.upstreamSeconds, route).observe(
-        entry.upstreamMs / 1000,
-      );
+    if (entry.upstreamMs > 0) {
+      let child = this.upstreamChildren.get(route);
+      if (!child) this.upstreamChildren.set(route, (child = this.upstreamSeconds.labels(route)));
+      child.observe(entry.upstreamMs / 1000);
+    }
     if (entry.tool !== undefined)
       this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
   }
@@ -196,6 +189,29 @@ export class ProxyMetrics implements ProtectedObserver {
   }
 }
 
+const STATUS_CLASSES = ['none', '1xx', '2xx', '3xx', '4xx', '5xx'];
+
 function statusClass(status: number): string {
-  return status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : 'none';
+  return status >= 100 && status < 600 ? STATUS_CLASSES[Math.floor(status / 100)]! : 'none';
+}
+
+/** Requests counted for one label-bound child since the last scrape. */
+class Tally {
+  count = 0;
+  constructor(readonly child: { inc(value: number): void }) {}
+}
+
+function tallyOf(tallies: Map<string, Tally>, metric: Counter<'route'>, route: string): Tally {
+  let tally = tallies.get(route);
+  if (!tally) tallies.set(route, (tally = new Tally(metric.labels(route))));
+  return tally;
+}
+
+/** Adds what was counted since the last scrape to the counters, as the scrape reads them. */
+function handOver(tallies: Map<string, Tally>): void {
+  for (const tally of tallies.values()) {
+    if (tally.count === 0) continue;
+    tally.child.inc(tally.count);
+    tally.count = 0;
+  }
 }
