@@ -19,7 +19,7 @@
 // empty header differs from a missing one, and a JSON body differs from the same text sent as
 // bytes (the mode field). Part names are hashed too, so the input is self-describing.
 
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FingerprintPolicy, RequestPart } from '../config/types';
 import { canonicalize, canonicalizeAt, parseJson, type ParsedJson } from './canonical-json';
@@ -42,19 +42,27 @@ export function computeFingerprint(input: FingerprintInput, policy: FingerprintP
   return hashRequestParts('fingerprint/v1', policy.parts, input, policy.ignore);
 }
 
-/** Bodies from this size on get a raw fingerprint too (computeRawFingerprint), from their SHA-256. */
+/** From this size on a body is hashed as it arrives (http/body.ts): its raw fingerprint frames that digest. */
 export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
 
 /**
- * A cheap stand-in for the fingerprint of a large body: the same parts, but the body's exact bytes
- * (and whether it counts as JSON) instead of its canonical form. Equal raw fingerprints mean equal
- * fingerprints — the same bytes have the same canonical form, the same duplicate keys — so a repeat
- * that matches a known raw fingerprint needs no canonicalisation; a different one says nothing.
+ * A body as a raw fingerprint sees it: its exact bytes, or for a large body the SHA-256 of them,
+ * taken while it arrived.
+ */
+export type RawBody = { readonly bytes: Buffer } | { readonly sha256: Buffer };
+
+/**
+ * A cheap stand-in for the fingerprint: the same parts, but the body's exact bytes (and whether it
+ * counts as JSON) instead of its canonical form. Equal raw fingerprints mean equal fingerprints — the
+ * same bytes have the same canonical form, the same duplicate keys — so a repeat that matches a known
+ * raw fingerprint needs no canonical JSON; a different one says nothing. Retries are resent byte for
+ * byte, so this is how almost every repeat is recognised: parsing and canonicalising a small JSON
+ * body cost a cached replay more than answering it did.
  */
 export function computeRawFingerprint(
   input: FingerprintInput,
   policy: FingerprintPolicy,
-  bodySha256: Buffer,
+  body: RawBody,
 ): Buffer {
   const framed = new FramedHash('fingerprint-raw/v1');
   let bodyWritten = false;
@@ -63,11 +71,10 @@ export function computeRawFingerprint(
       writePart(framed, part, input, NO_BODY, policy.ignore);
     } else if (!bodyWritten) {
       bodyWritten = true;
-      // The body's digest, hashed while it arrived (http/body.ts), stands for its bytes.
-      framed
-        .field('body-sha256')
-        .field(isJsonContentType(input.contentType) ? 'json' : 'bytes')
-        .field(bodySha256);
+      const mode = isJsonContentType(input.contentType) ? 'json' : 'bytes';
+      // A digest field and a bytes field are named apart, so they can never frame alike.
+      if ('sha256' in body) framed.field('body-sha256').field(mode).field(body.sha256);
+      else framed.field('body-bytes').field(mode).field(body.bytes);
     }
   }
   return framed.digest();
@@ -137,7 +144,8 @@ export class FramedHash {
       else value.copy(framed, at);
       at += length;
     }
-    return createHash('sha256').update(framed).digest();
+    // One-shot: a Hash object per call cost more than the hashing of a small request.
+    return hash('sha256', framed, 'buffer');
   }
 }
 

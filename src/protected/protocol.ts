@@ -59,11 +59,11 @@ export interface Call {
   readonly policy: IdempotencyPolicy;
   readonly keyDerived: boolean;
   /**
-   * What a repeat must match. May be computed on first read (and throw a ProxyError then: a body
-   * the fingerprint cannot read), since a large body's repeat is answered by its bytes alone.
+   * What a repeat must match. May be computed on first read (and throw UnreadableCall then: a body
+   * the fingerprint cannot read), since a repeat resent byte for byte is answered by its bytes.
    */
   readonly fingerprint: Buffer;
-  /** The raw fingerprint of a large body (fingerprint.ts), when there is one. */
+  /** The raw fingerprint (fingerprint.ts) of a call under a sent key, when it is enforced. */
   readonly raw?: Buffer;
   /** The body as it goes upstream. */
   readonly body: Buffer;
@@ -98,8 +98,8 @@ export interface Outcome {
 }
 
 /**
- * Thrown when reading a call's fingerprint finds the request cannot be read after all (a large
- * body's fingerprint is computed only when memory cannot answer by its bytes): refused, unforwarded.
+ * Thrown when reading a call's fingerprint finds the request cannot be read after all (a sent key's
+ * fingerprint is computed only when memory cannot answer by its bytes): refused, unforwarded.
  */
 export class UnreadableCall extends Error {
   constructor(readonly problem: ProxyError) {

@@ -7,12 +7,14 @@
 //        └─ none / invalid ───┼──► 400, or forwarded unprotected when no key is required
 //                             ▼
 //   body ─┬─ too large ────────► 413
-//         └─ read ─► fingerprint (duplicate JSON key ─► 400) ─► the call
+//         └─ read ─► raw fingerprint ─► the call ─► fingerprint, if memory cannot answer by the
+//                                                    bytes (duplicate JSON key ─► 400)
 //
-// A large body's fingerprint is computed only if the store asks for it: a repeat of bytes seen
-// before is answered by their raw fingerprint (store/coalescing-store.ts), and canonical JSON costs
-// tens of milliseconds a megabyte.
+// A sent key's fingerprint is computed only if the store asks for it: a repeat of bytes seen
+// before is answered by their raw fingerprint (store/coalescing-store.ts). Canonical JSON costs a
+// small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
 import { problemBody, problemHeaders, sendProblem } from '../http/problem';
@@ -26,7 +28,7 @@ import {
   RAW_FINGERPRINT_MIN_BYTES,
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
-import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { HeaderPairs, RecordId, StoredResponse } from '../store/record';
 import type { Settlement } from './decide';
 import { startStreaming, writeChunk } from './outgoing';
 import {
@@ -140,42 +142,29 @@ async function readRestCall(
     body: EMPTY_BODY,
     contentType: req.headers['content-type'],
   };
-  // Only a sent key's large body has a raw fingerprint: a derived key is hashed from the canonical
-  // request anyway.
-  const raw =
-    sentKey !== undefined && read.sha256 !== undefined
-      ? computeRawFingerprint(input, policy.fingerprint, read.sha256)
-      : undefined;
   const body = read.body();
   input.body = body;
-  const duplicateKey = (): ProxyError =>
-    new ProxyError(
-      'JSON_DUPLICATE_KEY',
-      'The JSON body has an object with the same key twice, which parsers read differently (first or last value), so the proxy cannot know what the upstream would act on. Send each key once.',
-      { route: route.name, key: sentKey },
+  // A sent key's call is matched by its raw fingerprint first, and its fingerprint computed only if
+  // memory cannot answer by the bytes. Not in shadow mode, which matches nothing in memory, nor for a
+  // derived key, which is hashed from the canonical request anyway.
+  if (sentKey !== undefined && policy.enforce) {
+    const raw = computeRawFingerprint(
+      input,
+      policy.fingerprint,
+      read.sha256 === undefined ? { bytes: body } : { sha256: read.sha256 },
     );
-
-  if (raw !== undefined) {
-    let fingerprint: Buffer | undefined;
-    return {
-      id: recordIdOf(request, policy, sentKey!),
+    return new SentKeyCall(
+      recordIdOf(request, policy, sentKey),
       policy,
-      keyDerived: false,
       raw,
       body,
-      get fingerprint() {
-        try {
-          return (fingerprint ??= computeFingerprint(input, policy.fingerprint));
-        } catch (error) {
-          if (error instanceof DuplicateJsonKeyError) throw new UnreadableCall(duplicateKey());
-          throw error;
-        }
-      },
-    };
+      input,
+      route.name,
+    );
   }
   try {
-    // Only a route with key.derive gets here without a key. A derived key's record lives for
-    // key.window instead of ttl; the rest is as for a sent key.
+    // A route with key.derive gets here without a key, shadow mode with one. A derived key's
+    // record lives for key.window instead of ttl; the rest is as for a sent key.
     const key = sentKey ?? deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
     const fingerprint = computeFingerprint(input, policy.fingerprint);
     const callPolicy = sentKey === undefined ? derivedKeyPolicy(policy) : policy;
@@ -194,8 +183,46 @@ async function readRestCall(
         key: sentKey,
         shadow: 'would_reject_duplicate_key',
       });
-    sendProblem(res, duplicateKey());
+    sendProblem(res, duplicateKeyError(route.name, sentKey));
     return { label: 'bad_request', key: sentKey };
+  }
+}
+
+function duplicateKeyError(route: string, key: string | undefined): ProxyError {
+  return new ProxyError(
+    'JSON_DUPLICATE_KEY',
+    'The JSON body has an object with the same key twice, which parsers read differently (first or last value), so the proxy cannot know what the upstream would act on. Send each key once.',
+    { route, key },
+  );
+}
+
+/**
+ * A call under a sent key: its raw fingerprint now, its fingerprint on first read — a repeat that
+ * memory answers by its bytes never needs one. A class, so the getter lives on one shared prototype
+ * (an accessor defined on each request's object gave each its own hidden class, and a cached replay
+ * a third of its throughput in garbage collection).
+ */
+class SentKeyCall implements Call {
+  readonly keyDerived = false;
+  private computed: Buffer | undefined;
+
+  constructor(
+    readonly id: RecordId,
+    readonly policy: IdempotencyPolicy,
+    readonly raw: Buffer,
+    readonly body: Buffer,
+    private readonly input: FingerprintInput,
+    private readonly route: string,
+  ) {}
+
+  get fingerprint(): Buffer {
+    if (this.computed !== undefined) return this.computed;
+    try {
+      return (this.computed = computeFingerprint(this.input, this.policy.fingerprint));
+    } catch (error) {
+      if (!(error instanceof DuplicateJsonKeyError)) throw error;
+      throw new UnreadableCall(duplicateKeyError(this.route, this.id.key));
+    }
   }
 }
 

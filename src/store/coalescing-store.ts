@@ -75,9 +75,9 @@ export class CoalescingStore implements RequestStore {
     if (claimant === undefined || leader !== undefined) return this.claimInStore(request, leader);
     const text = recordText(id);
     if (raw !== undefined) {
-      // A large body seen before is answered by its bytes: no canonical JSON, which costs tens of
-      // milliseconds a megabyte.
-      const cached = this.cache?.lookupRaw(id, raw);
+      // Bytes seen before are answered by their raw fingerprint, without canonical JSON: it costs a
+      // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
+      const cached = this.cache?.lookupRaw(id, raw, text);
       if (cached) return this.answered(id, text, completedFrom('cache', cached));
       const followed = await this.follow(text, claimant, request, undefined);
       if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);

@@ -39,7 +39,7 @@ export type Followed =
 export interface FollowOptions {
   /** The request's fingerprint; undefined while only its raw fingerprint is known. */
   readonly fingerprint: Buffer | undefined;
-  /** The raw fingerprint of a large body (fingerprint.ts), when there is one. */
+  /** The request's raw fingerprint (fingerprint.ts), when it has one. */
   readonly raw: Buffer | undefined;
   readonly mode: 'reject' | 'wait';
   /** performance.now() after which a waiter stops and answers 409. */

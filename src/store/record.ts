@@ -81,7 +81,7 @@ export interface ClaimRequest {
    * would have, so a slow first request is never mistaken for an expired one while it may still run.
    */
   readonly claimExpiryMs: number;
-  /** The raw fingerprint of a large body (fingerprint.ts): a cache remembers it with a replay. */
+  /** The request's raw fingerprint (fingerprint.ts), when it has one: a cache remembers it with a replay. */
   readonly raw?: Buffer;
   /**
    * The request behind the claim, when its repeats in this process may be coalesced with it

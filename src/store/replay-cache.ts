@@ -57,7 +57,7 @@ export class ReplayCache {
 
   /**
    * Answers a repeat from memory; undefined = ask the database. `raw`, the request's raw
-   * fingerprint when its body is large, is remembered on a replay.
+   * fingerprint when it has one, is remembered on a replay.
    */
   lookup(id: RecordId, fingerprint: Buffer, raw?: Buffer): CacheLookup {
     const text = recordText(id);
@@ -70,11 +70,11 @@ export class ReplayCache {
   }
 
   /**
-   * A replay for a large body whose raw fingerprint is known to match the record, found without
+   * A replay for a request whose raw fingerprint is known to match the record, found without
    * computing the canonical fingerprint; undefined otherwise.
    */
-  lookupRaw(id: RecordId, raw: Buffer): StoredResponse | undefined {
-    const entry = this.live ? this.entry(recordText(id)) : undefined;
+  lookupRaw(id: RecordId, raw: Buffer, text = recordText(id)): StoredResponse | undefined {
+    const entry = this.live ? this.entry(text) : undefined;
     if (!entry || !entry.raws.some((known) => known.equals(raw))) return undefined;
     return entry.response;
   }

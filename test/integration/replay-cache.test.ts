@@ -1,6 +1,7 @@
 // The replay cache answers repeats of completed keys from memory, and stays correct: operator clears
 // reach every instance, nothing is served while clears cannot be heard, expiry is respected, and the
 // audit counters still add up.
+import * as fingerprints from '../../src/idempotency/fingerprint';
 import { eventually, until } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
@@ -67,6 +68,46 @@ test('repeats of a completed key are answered from memory after the first, and t
   );
   expect(rows).toEqual([{ attempts: 7, replays: 5 }]);
   expect(upstream.executions()).toHaveLength(1);
+});
+
+test('a repeat resent byte for byte is recognised by its bytes, another spelling of the same JSON by its canonical form', async () => {
+  const json = (body: string) =>
+    send(`${a.url}/orders`, {
+      body,
+      headers: { 'content-type': 'application/json', 'idempotency-key': 'spelled-1' },
+    });
+  const first = await json('{"amount":10,"currency":"EUR"}');
+  expect(first.status).toBe(201);
+  expect((await json('{"amount":10,"currency":"EUR"}')).headers['idempotent-replayed']).toBe(
+    'true',
+  );
+  const canonical = jest.spyOn(fingerprints, 'computeFingerprint');
+  try {
+    for (let i = 0; i < 3; i++) {
+      const replay = await json('{"amount":10,"currency":"EUR"}');
+      expect(replay.body.equals(first.body)).toBe(true);
+      expect(lastLine(a, 'spelled-1')).toMatchObject({ outcome: 'replayed', cached: true });
+    }
+    expect(canonical).not.toHaveBeenCalled();
+    // Other bytes, the same request: matched by the canonical fingerprint once, then by its bytes.
+    const respelled = await json('{ "currency": "EUR", "amount": 10 }');
+    expect(respelled.status).toBe(201);
+    expect(respelled.body.equals(first.body)).toBe(true);
+    expect(canonical).toHaveBeenCalledTimes(1);
+    await json('{ "currency": "EUR", "amount": 10 }');
+    expect(canonical).toHaveBeenCalledTimes(1);
+    // A body the fingerprint cannot read is refused, never replayed nor forwarded.
+    const duplicate = await json('{"amount":10,"amount":1000,"currency":"EUR"}');
+    expect(duplicate.status).toBe(400);
+    expect(duplicate.json<{ code: string }>().code).toBe('JSON_DUPLICATE_KEY');
+    const other = await json('{"amount":11,"currency":"EUR"}');
+    expect(other.status).toBe(422);
+  } finally {
+    canonical.mockRestore();
+  }
+  expect(
+    upstream.executions().filter((e) => e.headers['idempotency-key'] === 'spelled-1'),
+  ).toHaveLength(1);
 });
 
 test('an operator clear on one instance evicts the record from every instance', async () => {
