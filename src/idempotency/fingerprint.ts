@@ -58,6 +58,11 @@ export type RawBody = { readonly bytes: Buffer } | { readonly sha256: Buffer };
  * raw fingerprint needs no canonical JSON; a different one says nothing. Retries are resent byte for
  * byte, so this is how almost every repeat is recognised: parsing and canonicalising a small JSON
  * body cost a cached replay more than answering it did.
+ *
+ * For a body given by its bytes the raw fingerprint is the framed input itself, not a digest of it:
+ * it is only ever compared for equality, in memory, and a few hundred bytes compare for less than
+ * they hash. Framing is injective, so equal framed inputs are equal requests; a framed input is
+ * longer than any digest, so the two kinds never compare equal.
  */
 export function computeRawFingerprint(
   input: FingerprintInput,
@@ -77,7 +82,7 @@ export function computeRawFingerprint(
       else framed.field('body-bytes').field(mode).field(body.bytes);
     }
   }
-  return framed.digest();
+  return 'sha256' in body ? framed.digest() : framed.framed();
 }
 
 /**
@@ -132,6 +137,12 @@ export class FramedHash {
   }
 
   digest(): Buffer {
+    // One-shot: a Hash object per call cost more than the hashing of a small request.
+    return hash('sha256', this.framed(), 'buffer');
+  }
+
+  /** The framed fields themselves, as digest() hashes them. */
+  framed(): Buffer {
     const framed = Buffer.allocUnsafe(this.total);
     let at = 0;
     for (let i = 0; i < this.values.length; i++) {
@@ -144,8 +155,7 @@ export class FramedHash {
       else value.copy(framed, at);
       at += length;
     }
-    // One-shot: a Hash object per call cost more than the hashing of a small request.
-    return hash('sha256', framed, 'buffer');
+    return framed;
   }
 }
 

@@ -25,7 +25,7 @@ interface Entry {
   readonly raws: Buffer[];
   readonly response: StoredResponse;
   readonly expiresAt: number;
-  readonly bytes: number;
+  bytes: number;
 }
 
 export type CacheLookup =
@@ -64,8 +64,11 @@ export class ReplayCache {
     const entry = this.live ? this.entry(text) : undefined;
     if (!entry) return undefined;
     if (!entry.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
-    if (raw && entry.raws.length < MAX_RAW_FINGERPRINTS && !entry.raws.some((r) => r.equals(raw)))
-      entry.raws.push(raw);
+    if (raw && entry.raws.length < MAX_RAW_FINGERPRINTS && !entry.raws.some((r) => r.equals(raw))) {
+      entry.raws.push(owned(raw));
+      entry.bytes += raw.length;
+      this.bytes += raw.length;
+    }
     return { kind: 'replay', response: entry.response };
   }
 
@@ -99,6 +102,7 @@ export class ReplayCache {
     if (!this.live || expiresInMs <= EXPIRY_MARGIN_MS) return;
     const bytes =
       response.body.length +
+      (raw?.length ?? 0) +
       ENTRY_OVERHEAD_BYTES +
       response.headers.reduce((n, [k, v]) => n + 64 + 2 * (k.length + v.length), 0);
     if (bytes > this.maxBytes * MAX_ENTRY_SHARE) return;
@@ -109,7 +113,7 @@ export class ReplayCache {
     this.entries.set(text, {
       digest,
       fingerprint,
-      raws: raw ? [raw] : [],
+      raws: raw ? [owned(raw)] : [],
       response,
       expiresAt: this.now() + expiresInMs - EXPIRY_MARGIN_MS,
       bytes,
@@ -145,4 +149,14 @@ export class ReplayCache {
     this.byDigest.delete(entry.digest);
     this.bytes -= entry.bytes;
   }
+}
+
+/**
+ * A copy in memory of its own: a small raw fingerprint is a slice of Node's shared 8 KiB buffer
+ * pool, and a cache entry holding the slice would keep the whole pool alive, uncounted.
+ */
+function owned(buffer: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(buffer.length);
+  buffer.copy(copy);
+  return copy;
 }

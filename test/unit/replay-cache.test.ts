@@ -76,3 +76,26 @@ test('an eviction for another record, or for one no longer cached, changes nothi
   c.evict(recordDigest(id('k1')));
   expect(c.size).toBe(0);
 });
+
+test('keeps raw fingerprints as copies of its own, counted in its size', () => {
+  // A small raw fingerprint is a slice of Node's shared buffer pool: the cache must not hold the pool.
+  const raw = Buffer.from('framed request, a few hundred bytes in practice');
+  const respelled = Buffer.from('the same request spelled otherwise, by its framed bytes');
+  const { c } = cache(20_000);
+  c.remember(id('k1'), fp, response(100), 60_000, raw);
+  c.lookup(id('k1'), fp, respelled);
+  const known = [Buffer.from(raw), Buffer.from(respelled)];
+  raw.fill(0);
+  respelled.fill(0);
+  for (const bytes of known) expect(c.lookupRaw(id('k1'), bytes)).toBeDefined();
+  expect(c.lookupRaw(id('k1'), raw)).toBeUndefined();
+  // Raw fingerprints count: the same entries fit without one, and push the oldest out with it.
+  const keptWith = (first: Buffer | undefined): boolean => {
+    const { c: sized } = cache(170_000);
+    sized.remember(id('first'), fp, response(10), 60_000, first);
+    for (let i = 0; i < 140; i++) sized.remember(id(`k${i}`), fp, response(10), 60_000);
+    return sized.lookup(id('first'), fp) !== undefined;
+  };
+  expect(keptWith(undefined)).toBe(true);
+  expect(keptWith(Buffer.alloc(15_000, 1))).toBe(false);
+});
