@@ -58,25 +58,9 @@ interface Entry {
   /** performance.now() when the known lease ends; 0 while claiming. */
   leaseEndsAt: number;
   followers: number;
-  /**
-   * Replaced at every phase change; resolved to wake followers that wait for one. Made by the first
-   * follower that waits (most keys have none), like `settled`.
-   */
-  changed: Deferred<void> | undefined;
-  settled: Deferred<LeaderResult> | undefined;
-  /** What the leader settled with, once it has. */
-  result: LeaderResult | undefined;
-}
-
-/** Resolves at the entry's next phase change. */
-function nextChange(entry: Entry): Promise<void> {
-  return (entry.changed ??= deferred()).promise;
-}
-
-/** Resolves with what the leader settles with. */
-function settledResult(entry: Entry): Promise<LeaderResult> {
-  if (entry.result !== undefined) return Promise.resolve(entry.result);
-  return (entry.settled ??= deferred()).promise;
+  /** Replaced at every phase change; resolved to wake followers that wait for one. */
+  changed: Deferred<void>;
+  readonly settled: Deferred<LeaderResult>;
 }
 
 export class LocalKeys {
@@ -93,9 +77,8 @@ export class LocalKeys {
       phase: 'claiming',
       leaseEndsAt: 0,
       followers: 0,
-      changed: undefined,
-      settled: undefined,
-      result: undefined,
+      changed: deferred(),
+      settled: deferred(),
     };
     this.entries.set(text, entry);
     return new Leader(entry, this.now, () => {
@@ -144,8 +127,8 @@ export class LocalKeys {
         // reject: only the claim's answer is worth waiting for; wait: the leader's whole result.
         const wake =
           options.mode === 'reject'
-            ? Promise.race([nextChange(entry), settledResult(entry)])
-            : settledResult(entry);
+            ? Promise.race([entry.changed.promise, entry.settled.promise])
+            : entry.settled.promise;
         // A client gone or a deadline passed: the claimant knows, and stops (pipeline.ts).
         const woke = await Promise.race([wake, timeout, options.gone()]);
         if (woke === 'gone' || woke === 'timeout') return inFlight();
@@ -185,8 +168,7 @@ export class Leader {
     if (this.done) return;
     this.done = true;
     this.remove();
-    this.entry.result = result;
-    this.entry.settled?.resolve(result);
+    this.entry.settled.resolve(result);
   }
 
   private move(phase: Entry['phase'], leaseMs: number): void {
@@ -195,8 +177,8 @@ export class Leader {
     entry.phase = phase;
     entry.leaseEndsAt = this.now() + leaseMs;
     const changed = entry.changed;
-    entry.changed = undefined;
-    changed?.resolve();
+    entry.changed = deferred();
+    changed.resolve();
   }
 }
 
