@@ -24,12 +24,9 @@ export function outgoingHeaders(
   policy: IdempotencyPolicy,
   key: string | undefined,
 ): Record<string, string | string[]> {
-  const incoming = req.headers;
-  const dropped = hopByHopNames(incoming);
+  const dropped = hopByHopNames(req.headers);
   const headers: Record<string, string | string[]> = {};
-  // for…in, not Object.entries: no [name, value] array per header.
-  for (const name in incoming) {
-    const value = incoming[name];
+  for (const [name, value] of Object.entries(req.headers)) {
     if (value === undefined || dropped.has(name)) continue;
     if (
       name === 'host' ||

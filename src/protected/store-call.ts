@@ -27,17 +27,14 @@ export class StoreUnavailable extends Error {
  * Runs a store operation; a failure is logged and thrown as StoreUnavailable. UnreadableCall passes
  * as it is: the request itself could not be read (a lazily computed fingerprint), not the store.
  */
-export function storeCall<T>(
+export async function storeCall<T>(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   operation: string,
   call: () => Promise<T>,
 ): Promise<T> {
-  return timed(deps, request, operation, call, fromStore);
+  return timed(deps, request, operation, call, () => undefined);
 }
-
-/** A store call other than a claim: always answered by the store. */
-const fromStore = (): undefined => undefined;
 
 /**
  * A claim, timed as storeCall times: but a claim that memory answered is not store time and no
@@ -48,10 +45,8 @@ export function claimCall(
   request: ProtectedRequest,
   call: () => Promise<ClaimResult>,
 ): Promise<ClaimResult> {
-  return timed(deps, request, 'claim', call, claimAnsweredBy);
+  return timed(deps, request, 'claim', call, (result) => result.from);
 }
-
-const claimAnsweredBy = (result: ClaimResult): 'cache' | 'leader' | undefined => result.from;
 
 async function timed<T>(
   deps: ProtectedDeps,
