@@ -79,8 +79,12 @@ export class CoalescingStore implements RequestStore {
       // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
       const cached = this.cache?.lookupRaw(id, raw, text);
       if (cached) return this.answered(id, text, completedFrom('cache', cached));
-      const followed = await this.follow(text, claimant, request, undefined);
-      if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+      // Only a key another request here is working on has a leader to ask: a new key (nearly
+      // every claim) goes on without a turn of the event loop.
+      if (this.local.has(text)) {
+        const followed = await this.follow(text, claimant, request, undefined);
+        if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+      }
     }
     const fingerprint = request.fingerprint;
     const cached = this.cache?.lookup(id, fingerprint, raw);

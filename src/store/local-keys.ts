@@ -86,6 +86,11 @@ export class LocalKeys {
     });
   }
 
+  /** Whether a request of this process is working on `text` right now. */
+  has(text: string): boolean {
+    return this.entries.has(text);
+  }
+
   /** Keys being worked on right now (for tests and metrics). */
   get size(): number {
     return this.entries.size;
