@@ -391,8 +391,11 @@ function serializeObject(object: JsonObject, ignore: IgnoreNode | null): string 
 // eslint-disable-next-line no-control-regex -- matching control characters is the point here
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
 
-/** JSON.stringify's string form (RFC 8785 §3.2.2.2), skipping the call for the common plain string. */
-function quote(text: string): string {
+/**
+ * JSON.stringify's string form (RFC 8785 §3.2.2.2), skipping the call for the common plain string.
+ * The request log line writes its strings with it too (observability/logger.ts).
+ */
+export function quote(text: string): string {
   return NEEDS_ESCAPE.test(text) ? JSON.stringify(text) : `"${text}"`;
 }
 

@@ -29,6 +29,15 @@ const ENTRIES: Record<string, unknown>[] = [
   { route: undefined, key: undefined, outcome: 'not_found', status: 404, cached: undefined },
   { path: '/a"b\\c\nd\te\u0001', key: 'é€😀\u2028' },
   { attempts: 3, keyDerived: true, clientClosedEarly: false, waitMs: 0.01, big: 1e21, nan: NaN },
+  { tiny: 5e-7, max: Number.MAX_VALUE, nothing: null, list: [1, 'a', null] },
+  {
+    nested: { a: 'b"c', d: [true] },
+    quote: '"',
+    slash: '\\',
+    ctl: '\u001f',
+    del: '\u007f',
+    pair: '😀',
+  },
   {},
 ];
 
@@ -49,6 +58,22 @@ test('writes exactly the line pino writes for the same fields', () => {
   // JSON.stringify dropped the undefined fields, as pino does.
   expect(lines[2]).not.toContain('"route"');
   expect(JSON.parse(lines[4]!)).toMatchObject({ path: '/a"b\\c\nd\te\u0001', key: 'é€😀\u2028' });
+});
+
+test('writes what JSON cannot carry into the child as pino does too', () => {
+  const lines = inChild(`
+    const fields = {
+      negative: -0, inf: -Infinity, fn: () => 1, sym: Symbol('s'), date: new Date(0),
+      gone: { toJSON() { return undefined; } }, last: 'x',
+    };
+    write(fields);
+    logger.info(fields, 'request');
+  `);
+  expect(lines).toHaveLength(2);
+  expect(withoutTime(lines[0]!)).toBe(withoutTime(lines[1]!));
+  expect(lines[0]).toContain(
+    '"negative":0,"inf":null,"date":"1970-01-01T00:00:00.000Z","last":"x"',
+  );
 });
 
 test('escapes a lone surrogate where pino would write it raw (and the line would decode to U+FFFD)', () => {
