@@ -54,7 +54,14 @@ export interface KeyStoreOptions {
   readonly distributed?: boolean;
 }
 
-const DEFAULT_LANES = 2;
+/**
+ * One claim statement and one completion statement at a time: what arrives meanwhile waits for the
+ * next. Two of each measured worse at 64 connections (the bench, test/bench/README.md): twice the
+ * statements for the same keys (0.21 against 0.10 per new key), and more CPU in both the proxy
+ * (1.19×) and PostgreSQL (1.14×) per new key for less throughput; on Citus 0.31 against 0.20
+ * statements. A lone call still runs at once.
+ */
+const DEFAULT_LANES = 1;
 const DEFAULT_MAX_BATCH = 32;
 /** How old the Citus shard map may get before a batch asks for a fresh one (shards split, moved). */
 const SHARD_MAP_MAX_AGE_MS = 60_000;
