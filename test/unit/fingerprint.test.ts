@@ -7,6 +7,7 @@ import {
   canonicalQueryPairs,
   computeFingerprint,
   computeRawFingerprint,
+  FramedHash,
   isJsonContentType,
   type FingerprintInput,
 } from '../../src/idempotency/fingerprint';
@@ -491,6 +492,45 @@ describe('computeFingerprint', () => {
         }),
       );
     });
+  });
+});
+
+describe('FramedHash', () => {
+  // Each field framed the plain way: an 8-byte big-endian byte length, then its UTF-8 bytes.
+  const reference = (fields: readonly (string | Buffer)[]): Buffer =>
+    Buffer.concat(
+      fields.flatMap((value) => {
+        const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
+        const length = Buffer.alloc(8);
+        length.writeBigUInt64BE(BigInt(bytes.length));
+        return [length, bytes];
+      }),
+    );
+  const field = fc.oneof(
+    fc.string({ maxLength: 100 }),
+    fc.string({ unit: 'grapheme', maxLength: 100 }),
+    fc.string({ unit: 'binary', maxLength: 100 }),
+    fc.uint8Array({ maxLength: 100 }).map((bytes) => Buffer.from(bytes)),
+  );
+
+  it('frames short and long, ASCII and other fields as length-prefixed UTF-8 bytes', () => {
+    fc.assert(
+      fc.property(fc.array(field, { maxLength: 12 }), (fields) => {
+        const framed = new FramedHash('test');
+        for (const value of fields) framed.field(value);
+        expect(framed.framed().equals(reference(['idempotency-proxy/test', ...fields]))).toBe(true);
+      }),
+    );
+  });
+
+  it('writes every byte of a length past 16 bits and past 24 bits', () => {
+    for (const size of [0x1_0203, 0x102_0304]) {
+      const big = Buffer.alloc(size, 7);
+      const framed = new FramedHash('test').field(big).field('x'.repeat(size)).framed();
+      expect(framed.equals(reference(['idempotency-proxy/test', big, 'x'.repeat(size)]))).toBe(
+        true,
+      );
+    }
   });
 });
 
