@@ -24,9 +24,12 @@ export function outgoingHeaders(
   policy: IdempotencyPolicy,
   key: string | undefined,
 ): Record<string, string | string[]> {
-  const dropped = hopByHopNames(req.headers);
+  const incoming = req.headers;
+  const dropped = hopByHopNames(incoming);
   const headers: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(req.headers)) {
+  // for…in, not Object.entries: no [name, value] array per header.
+  for (const name in incoming) {
+    const value = incoming[name];
     if (value === undefined || dropped.has(name)) continue;
     if (
       name === 'host' ||

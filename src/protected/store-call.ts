@@ -27,14 +27,17 @@ export class StoreUnavailable extends Error {
  * Runs a store operation; a failure is logged and thrown as StoreUnavailable. UnreadableCall passes
  * as it is: the request itself could not be read (a lazily computed fingerprint), not the store.
  */
-export async function storeCall<T>(
+export function storeCall<T>(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   operation: string,
   call: () => Promise<T>,
 ): Promise<T> {
-  return timed(deps, request, operation, call, () => undefined);
+  return timed(deps, request, operation, call, fromStore);
 }
+
+/** A store call other than a claim: always answered by the store. */
+const fromStore = (): undefined => undefined;
 
 /**
  * A claim, timed as storeCall times: but a claim that memory answered is not store time and no
@@ -45,8 +48,10 @@ export function claimCall(
   request: ProtectedRequest,
   call: () => Promise<ClaimResult>,
 ): Promise<ClaimResult> {
-  return timed(deps, request, 'claim', call, (result) => result.from);
+  return timed(deps, request, 'claim', call, claimAnsweredBy);
 }
+
+const claimAnsweredBy = (result: ClaimResult): 'cache' | 'leader' | undefined => result.from;
 
 async function timed<T>(
   deps: ProtectedDeps,

@@ -65,6 +65,46 @@ function tlsConnector(upstream: UpstreamConfig): buildConnector.connector {
     });
 }
 
+type AnswerHeaders = Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>[2];
+
+/**
+ * undici's handler for one protected request: the answer to the receiver, the end or the error to
+ * the send's promise. One object per request, its methods shared.
+ */
+class ReceiverHandler implements Dispatcher.DispatchHandler {
+  constructor(
+    private readonly receiver: ResponseReceiver,
+    private readonly resolve: () => void,
+    private readonly reject: (error: Error) => void,
+  ) {}
+
+  onRequestStart(): void {}
+
+  onResponseStart(
+    _controller: Dispatcher.DispatchController,
+    status: number,
+    headers: AnswerHeaders,
+  ): void {
+    if (status >= 200) this.receiver.head(status, headers);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const written = this.receiver.data(chunk);
+    if (written === undefined) return;
+    controller.pause();
+    const resume = (): void => controller.resume();
+    void written.then(resume, resume);
+  }
+
+  onResponseEnd(): void {
+    this.resolve();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.reject(error);
+  }
+}
+
 export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
 
@@ -116,25 +156,7 @@ export class UpstreamPools {
         // A client that hangs up must not cancel the upstream call (docs/README.md#small-rules):
         // nothing aborts it.
       };
-      pool.dispatch(options, {
-        onRequestStart() {},
-        onResponseStart(_controller, status, headers) {
-          if (status >= 200) receiver.head(status, headers);
-        },
-        onResponseData(controller, chunk) {
-          const written = receiver.data(chunk);
-          if (written === undefined) return;
-          controller.pause();
-          const resume = (): void => controller.resume();
-          void written.then(resume, resume);
-        },
-        onResponseEnd() {
-          resolve();
-        },
-        onResponseError(_controller, error) {
-          reject(error);
-        },
-      });
+      pool.dispatch(options, new ReceiverHandler(receiver, resolve, reject));
     });
   }
 

@@ -17,11 +17,11 @@ import { SQLSTATE } from '../../db/sqlstate';
 import { ShardMap } from '../../db/shard-map';
 import { isDistributed } from '../../db/topology';
 import {
-  claimRow,
+  type BatchClaimRowValues,
+  claimResultOf,
   type ClaimRowValues,
   type PeekRow,
   type ResponseRow,
-  toClaimResult,
   toResponse,
 } from './rows';
 import {
@@ -277,18 +277,16 @@ export class PostgresKeyStore implements KeyStore {
   private async sendStatement<R extends QueryResultRow | unknown[]>(
     query: Statement,
   ): Promise<QueryResult<R & QueryResultRow>> {
-    const send = (config: QueryConfig): Promise<QueryResult<R & QueryResultRow>> =>
-      this.pool.query<R & QueryResultRow>(config);
-    if (!this.named) return send({ ...query, name: undefined });
+    if (!this.named) return this.pool.query<R & QueryResultRow>(unnamed(query));
     try {
-      return await send(query);
+      return await this.pool.query<R & QueryResultRow>(query);
     } catch (error) {
       if (!namedStatementLost(error)) throw error;
       if (this.named) {
         this.named = false;
         this.onNamedStatementsLost?.(error as Error);
       }
-      return send({ ...query, name: undefined });
+      return this.pool.query<R & QueryResultRow>(unnamed(query));
     }
   }
 
@@ -309,6 +307,20 @@ export class PostgresKeyStore implements KeyStore {
 
   private async claimBatch(batch: readonly PendingClaim[]): Promise<ClaimResult[]> {
     const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
+    if (batch.length === 1) {
+      // A lone claim (the store keeps up): its one row, nothing to sort or match.
+      const pending = batch[0]!;
+      const { fingerprint } = pending.request;
+      const { rows } = await this.sendStatement<ClaimRowValues>({
+        name: names.claimOne,
+        text: sql.claimOne,
+        values: claimValues(pending),
+        rowMode: 'array',
+      });
+      const values = rows[0];
+      if (!values) throw new Error('claim returned no row for a key');
+      return [claimResultOf(values, pending.token, fingerprint)];
+    }
     // Grouped by the map known when the batch formed: split again if it spans shards now.
     if (distributed && batch.length > 1) {
       const split = this.byShard(batch, ({ request }) => request.id.key);
@@ -316,31 +328,31 @@ export class PostgresKeyStore implements KeyStore {
     }
     // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
     // recordText order: one total order of (scope, tenant, key), the same in every instance.
+    const texts = batch.map((pending) => recordText(pending.request.id));
     const sorted = batch
-      .map((pending) => ({ pending, text: recordText(pending.request.id) }))
-      .sort((a, b) => (a.text < b.text ? -1 : a.text > b.text ? 1 : 0))
-      .map(({ pending }) => pending);
-    const one = batch.length === 1;
-    const statement =
-      one || !distributed
-        ? {
-            name: one ? names.claimOne : names.claimBatch,
-            text: one ? sql.claimOne : sql.claimBatch,
-            values: statementValues(sorted, claimValues),
-          }
-        : { ...byRows.claim(sorted.length), values: sorted.flatMap(claimValues) };
+      .map((_, index) => index)
+      .sort((a, b) => (texts[a]! < texts[b]! ? -1 : texts[a]! > texts[b]! ? 1 : 0))
+      .map((index) => batch[index]!);
+    const { name, text } = distributed
+      ? byRows.claim(sorted.length)
+      : { name: names.claimBatch, text: sql.claimBatch };
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
-    const { rows } = await this.sendStatement<ClaimRowValues>({ ...statement, rowMode: 'array' });
+    const { rows } = await this.sendStatement<BatchClaimRowValues>({
+      name,
+      text,
+      values: distributed ? sorted.flatMap(claimValues) : columnsOf(sorted, claimValues),
+      rowMode: 'array',
+    });
     const byId = new Map(
       rows.map((values) => {
-        const row = claimRow(values);
-        return [recordText(row), row];
+        const [scope, tenant, key] = values.slice(-3) as [string, string, string];
+        return [recordText({ scope, tenant, key }), values] as const;
       }),
     );
-    return batch.map(({ request, token }) => {
-      const row = byId.get(recordText(request.id));
-      if (!row) throw new Error('claim returned no row for a key');
-      return toClaimResult(row, token, request.fingerprint);
+    return batch.map(({ request, token }, index) => {
+      const values = byId.get(texts[index]!);
+      if (!values) throw new Error('claim returned no row for a key');
+      return claimResultOf(values, token, request.fingerprint);
     });
   }
 
@@ -356,24 +368,31 @@ export class PostgresKeyStore implements KeyStore {
       if (split) return this.inParts(batch, split, (part) => this.completeBatch(part));
     }
     const one = batch.length === 1;
-    const statement = one
+    const { name, text } = one
       ? { name: names.completeOne, text: sql.completeOne }
       : distributed
         ? byRows.complete(batch.length)
         : { name: names.completeBatch, text: sql.completeBatch };
-    const values =
-      one || !distributed
-        ? statementValues(batch, completionValues)
-        : batch.flatMap(completionValues);
-    const { rows } = await this.sendStatement<{ n: number; attempts: number }>({
-      ...statement,
-      values: distributed ? values : [this.channel, ...values],
+    // On PostgreSQL $1 is the NOTIFY channel, then the values; a batch's as one array per column.
+    const values = distributed
+      ? one
+        ? completionValues(batch[0]!)
+        : batch.flatMap((item) => completionValues(item))
+      : one
+        ? completionValues(batch[0]!, this.channel)
+        : [this.channel, ...columnsOf(batch, (item) => completionValues(item))];
+    // Rows as arrays [n, …]; on Citus [n, scope, tenant, key, attempts] (statements.ts).
+    const { rows } = await this.sendStatement<[n: number, ...rest: unknown[]]>({
+      name,
+      text,
+      values,
+      rowMode: 'array',
     });
     const changed = batch.map(() => false);
-    for (const row of rows) changed[row.n - 1] = true;
+    for (const row of rows) changed[row[0] - 1] = true;
     if (distributed) {
       await this.nudgeWaiters(
-        rows.filter((row) => row.attempts > 1).map((row) => batch[row.n - 1]!.id),
+        rows.filter((row) => (row[4] as number) > 1).map((row) => batch[row[0] - 1]!.id),
       );
     }
     return changed;
@@ -518,9 +537,12 @@ function claimValues({ request, token }: PendingClaim): unknown[] {
   ];
 }
 
-/** One completion's values, in the order of statements.ts's completion input columns. */
-function completionValues({ id, fence, response, ttlMs }: Completion): unknown[] {
-  return [
+/**
+ * One completion's values, in the order of statements.ts's completion input columns; after
+ * `channel` (the NOTIFY channel, a lone completion's $1 on PostgreSQL) when given.
+ */
+function completionValues({ id, fence, response, ttlMs }: Completion, channel?: string): unknown[] {
+  const values = [
     id.scope,
     id.tenant,
     id.key,
@@ -532,11 +554,17 @@ function completionValues({ id, fence, response, ttlMs }: Completion): unknown[]
     response.outcomeUnknown,
     Math.round(ttlMs),
   ];
+  if (channel !== undefined) values.unshift(channel);
+  return values;
 }
 
-/** A lone call's values as they are; a batch's as one array per column (for unnest). */
-function statementValues<T>(batch: readonly T[], valuesOf: (item: T) => unknown[]): unknown[] {
-  if (batch.length === 1) return valuesOf(batch[0]!);
+/** A batch's values as one array per column (for unnest). */
+function columnsOf<T>(batch: readonly T[], valuesOf: (item: T) => unknown[]): unknown[][] {
   const rows = batch.map(valuesOf);
   return rows[0]!.map((_, column) => rows.map((row) => row[column]));
+}
+
+/** The statement sent unnamed: parsed within its own call (see sendStatement). */
+function unnamed({ text, values, rowMode }: Statement): QueryConfig {
+  return rowMode === undefined ? { text, values } : ({ text, values, rowMode } as QueryConfig);
 }

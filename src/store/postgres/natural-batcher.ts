@@ -84,13 +84,16 @@ export class NaturalBatcher<Item, Result> {
       const batch = this.take();
       this.busy++;
       this.count(batch.length);
-      // runBatch settles every item itself and never rejects.
-      void this.runBatch(batch).finally(() => {
-        for (const pending of batch) if (pending.key !== undefined) this.keys.delete(pending.key);
-        this.busy--;
-        this.pump();
-      });
+      // runBatch settles every item itself, frees the lane and never rejects.
+      void this.runBatch(batch);
     }
+  }
+
+  /** The batch's lane is free again: its keys may be queued anew, and the next batch may start. */
+  private done(batch: readonly Pending<Item, Result>[]): void {
+    for (const pending of batch) if (pending.key !== undefined) this.keys.delete(pending.key);
+    this.busy--;
+    this.pump();
   }
 
   /** The next batch: the oldest waiting call and those after it of its group, up to maxBatch. */
@@ -118,9 +121,9 @@ export class NaturalBatcher<Item, Result> {
         await Promise.all(
           batch.map((pending) => this.runAlone(pending.item).then(pending.resolve, pending.reject)),
         );
-        return;
-      }
-      for (const pending of batch) pending.reject(error);
+      } else for (const pending of batch) pending.reject(error);
+    } finally {
+      this.done(batch);
     }
   }
 

@@ -2,32 +2,13 @@
 // responses.
 import type { ClaimResult, HeaderPairs, StoredResponse } from '../record';
 
-export interface ClaimRow {
-  scope: string;
-  tenant: string;
-  key: string;
-  claim_token: string;
-  state: string;
-  fence: string;
-  fingerprint: Buffer;
-  status: number | null;
-  headers: [string, string][] | null;
-  body: Buffer | null;
-  body_omitted: boolean;
-  outcome_unknown: boolean;
-  lease_remaining_ms: number;
-  attempts: number;
-  expires_in_ms: number;
-}
-
-/** The claim statement's RETURNING list, in order (rowMode: 'array'). */
+/**
+ * The claim statement's RETURNING list, in order (rowMode: 'array'); a batch's rows add the key
+ * (scope, tenant, key) after it.
+ */
 export type ClaimRowValues = [
-  scope: string,
-  tenant: string,
-  key: string,
   claim_token: string,
   state: string,
-  fence: string,
   fingerprint: Buffer,
   status: number | null,
   headers: [string, string][] | null,
@@ -39,27 +20,8 @@ export type ClaimRowValues = [
   expires_in_ms: number,
 ];
 
-export function claimRow(values: ClaimRowValues): ClaimRow {
-  const [scope, tenant, key, claim_token, state, fence, fingerprint, status, headers, body] =
-    values;
-  return {
-    scope,
-    tenant,
-    key,
-    claim_token,
-    state,
-    fence,
-    fingerprint,
-    status,
-    headers,
-    body,
-    body_omitted: values[10],
-    outcome_unknown: values[11],
-    attempts: values[12],
-    lease_remaining_ms: values[13],
-    expires_in_ms: values[14],
-  };
-}
+/** A batch's claim row: the values, then the key. */
+export type BatchClaimRowValues = [...ClaimRowValues, scope: string, tenant: string, key: string];
 
 export interface ResponseRow {
   status: number;
@@ -86,22 +48,32 @@ export function toResponse(row: ResponseRow): StoredResponse {
   };
 }
 
-export function toClaimResult(row: ClaimRow, token: string, fingerprint: Buffer): ClaimResult {
-  const attempts = row.attempts;
-  if (row.claim_token === token) return { kind: 'claimed', fence: row.claim_token, attempts };
-  if (!row.fingerprint.equals(fingerprint)) return { kind: 'mismatch', attempts };
-  if (row.state === 'completed') {
+/**
+ * What a claim's row means to the request that sent `token` with `fingerprint`. Read from the row's
+ * array as it came: a new key's claim (the common case) reads two of its values.
+ */
+export function claimResultOf(
+  values: ClaimRowValues | BatchClaimRowValues,
+  token: string,
+  fingerprint: Buffer,
+): ClaimResult {
+  const claimToken = values[0];
+  const attempts = values[8];
+  if (claimToken === token) return { kind: 'claimed', fence: claimToken, attempts };
+  if (!values[2].equals(fingerprint)) return { kind: 'mismatch', attempts };
+  if (values[1] === 'completed') {
     return {
       kind: 'completed',
-      response: toResponse(row as ResponseRow),
-      expiresInMs: row.expires_in_ms,
+      response: toResponse({
+        status: values[3]!,
+        headers: values[4]!,
+        body: values[5],
+        body_omitted: values[6],
+        outcome_unknown: values[7],
+      }),
+      expiresInMs: values[10],
       attempts,
     };
   }
-  return {
-    kind: 'in-flight',
-    fence: row.claim_token,
-    leaseRemainingMs: row.lease_remaining_ms,
-    attempts,
-  };
+  return { kind: 'in-flight', fence: claimToken, leaseRemainingMs: values[9], attempts };
 }

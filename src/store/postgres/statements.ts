@@ -30,16 +30,17 @@ function event(name: string, fence: string, status?: string): string {
  * A write that announces the records it changed to their waiters (onConcurrent: wait) with NOTIFY,
  * but only records another request has seen while they ran (attempts > 1): the common path pays
  * nothing for it. `write` returns its changed rows with their `attempts`; the statement returns
- * them too. `notify` is pg_notify's arguments, over `done`'s columns or parameters. On a Citus
+ * them too (or only `columns` of them). `notify` is pg_notify's arguments, over `done`'s columns or
+ * parameters. On a Citus
  * distributed table (`notify` undefined) the write goes alone: Citus would send the NOTIFY to the
  * worker along with it, and the store nudges from the coordinator instead (nudgeWaiters).
  */
-function withNudge(write: string, notify: string | undefined): string {
+function withNudge(write: string, notify: string | undefined, columns = 'done.*'): string {
   if (notify === undefined) return write;
   return `
       WITH done AS (${write}
       ), nudge AS (SELECT pg_notify(${notify}) FROM done WHERE attempts > 1)
-      SELECT done.*, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
+      SELECT ${columns}, (SELECT count(*) FROM nudge)::int AS nudged FROM done`;
 }
 
 /**
@@ -195,7 +196,9 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
           AND r.state = 'in_progress'${shardFilter}
         RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
   const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
-  return withNudge(update, distributed ? undefined : notify);
+  // Only the ordinal goes back to the store: every column returned is described and read again on
+  // each call.
+  return withNudge(update, distributed ? undefined : notify, 'done.n');
 }
 
 const CLAIM_COLUMNS: readonly Column[] = [
@@ -214,7 +217,9 @@ const CLAIM_COLUMNS: readonly Column[] = [
  * the order given (key-store.ts sorts them, so that concurrent batches lock rows in one order). A
  * new row, or an expired one, is claimed (its claim_token is the request's); any other row is
  * returned as it stands, with the audit counters bumped. Rows come back keyed by (scope, tenant,
- * key); the request compares the token and fingerprint itself. Both branches set last_seen_at to
+ * key: a batch's rows carry the key, after the columns rows.ts reads; a lone call's row needs none,
+ * and every column returned is described and read again on each call); the request compares the
+ * token and fingerprint itself. Both branches set last_seen_at to
  * the row's now(): RETURNING measures the lease and the expiry from it, not from now() itself (see
  * the top of this file). $1… are one claim's values, or the batch's arrays, one per column.
  */
@@ -237,10 +242,8 @@ export function claimStatement(tableName: string, shape: Shape): string {
       ON CONFLICT (scope, tenant, key) DO UPDATE SET
         ${claimUpsertAssignments()}
       RETURNING
-        r.scope, r.tenant, r.key,
         r.claim_token::text AS claim_token,
         r.state,
-        r.fence::text AS fence,
         r.fingerprint,
         r.status,
         r.headers,
@@ -251,7 +254,7 @@ export function claimStatement(tableName: string, shape: Shape): string {
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - r.last_seen_at)) * 1000))::int
           AS lease_remaining_ms,
         floor(extract(epoch FROM (r.expires_at - r.last_seen_at)) * 1000)::bigint::float8
-          AS expires_in_ms`;
+          AS expires_in_ms${shape === 'one' ? '' : ', r.scope, r.tenant, r.key'}`;
 }
 
 /**
