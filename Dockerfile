@@ -70,5 +70,5 @@ FROM runtime AS proxy
 EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:9090/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-ENTRYPOINT ["node", "dist/main.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=32", "dist/main.js"]
 CMD ["serve", "--config", "config/proxy.yaml"]

@@ -29,6 +29,7 @@ import {
   freePort,
   type ProxyConfigFile,
   say,
+  servingNodeFlags,
   sleep,
   stack,
   startStore,
@@ -261,7 +262,13 @@ async function count(
   const outPrefix = path.join(tmpDir, `${name}.callgrind`);
   const program = target.script
     ? [path.join(BENCH_DIR, `${target.script}.js`)]
-    : [path.join(build.distDir, 'main.js'), 'serve', '--config', config.file];
+    : [
+        ...servingNodeFlags(build),
+        path.join(build.distDir, 'main.js'),
+        'serve',
+        '--config',
+        config.file,
+      ];
   const child = spawn(
     'valgrind',
     [

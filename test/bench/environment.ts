@@ -6,7 +6,7 @@ import { canPin, type Child } from './children';
 import type { BenchOptions } from './options';
 import { CLOCK_TICKS_PER_S, coreBusyPercent, readAffinity, readCoreTimes } from './proc-stats';
 import { BODY } from './scenarios';
-import { ROOT, sleep, type Stack, type Store } from './stack';
+import { ROOT, servingNodeFlags, sleep, type Stack, type Store } from './stack';
 import type { ServerSettings } from './store-probe';
 
 export interface Pinning {
@@ -102,7 +102,7 @@ export function describeEnvironment(
     proxy: {
       logLevel: options.logLevel,
       poolSize: options.poolSize,
-      nodeArgs: options.proxyNodeArgs,
+      nodeArgs: [...servingNodeFlags(stack.build), ...options.proxyNodeArgs],
       tracing: options.tracing,
       stdout: '/dev/null',
     },
@@ -126,7 +126,8 @@ export function describeEnvironment(
       (stack.probe?.method === 'pg_stat_database' ? ' (approximate: transactions)' : ''),
     `other work before the start: ${idleBusy.map((busy) => `cpu${busy.core} ${busy.percent.toFixed(0)}% busy`).join(', ')}`,
     `load: autocannon, ${options.connections} connections, POST ${Buffer.byteLength(BODY)}-byte JSON body with an Idempotency-Key;` +
-      ` proxy LOG_LEVEL=${options.logLevel} (stdout → /dev/null)${options.tracing ? ', tracing on (OTLP to a dropping sink)' : ''}`,
+      ` proxy LOG_LEVEL=${options.logLevel} (stdout → /dev/null)${options.tracing ? ', tracing on (OTLP to a dropping sink)' : ''}` +
+      `, node ${data.proxy.nodeArgs.join(' ') || '(no flags)'} dist/main.js serve (npm start's flags first)`,
   ];
   return { lines, data };
 }

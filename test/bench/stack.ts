@@ -34,6 +34,22 @@ export interface Build {
   readonly buildWarning?: string;
 }
 
+/**
+ * The node flags `npm start` gives the proxy in that build (its package.json's start script, which
+ * the Docker image's entrypoint repeats): the bench runs the proxy as it ships, and a baseline build
+ * as it shipped then.
+ */
+export function servingNodeFlags(build: Build): string[] {
+  const { scripts } = JSON.parse(
+    fs.readFileSync(path.join(build.root, 'package.json'), 'utf8'),
+  ) as {
+    scripts?: Record<string, string>;
+  };
+  const words = (scripts?.start ?? '').split(/\s+/);
+  const script = words.indexOf('dist/main.js');
+  return words[0] === 'node' && script > 0 ? words.slice(1, script) : [];
+}
+
 /** The checkout this bench was built from. */
 export const CURRENT_BUILD: Build = {
   name: 'current',
@@ -210,6 +226,7 @@ export async function startProxy(
   profile?: { dir: string; name: string },
 ): Promise<Child> {
   const args = [
+    ...servingNodeFlags(stack.build),
     ...options.proxyNodeArgs,
     ...(profile
       ? ['--cpu-prof', '--cpu-prof-dir', profile.dir, '--cpu-prof-name', profile.name]

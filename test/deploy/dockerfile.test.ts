@@ -145,6 +145,7 @@ describe('Dockerfile: base images and stages', () => {
     expect(stageNamed(dockerfile)).toBe(proxy);
     expect(execForm(lastOf(dockerfile, proxy, 'ENTRYPOINT')?.args ?? '')).toEqual([
       'node',
+      '--max-semi-space-size=32',
       'dist/main.js',
     ]);
     expect(execForm(lastOf(dockerfile, proxy, 'CMD')?.args ?? '')).toEqual([
@@ -155,9 +156,20 @@ describe('Dockerfile: base images and stages', () => {
     expect(fs.existsSync(path.join(REPO_ROOT, 'config/proxy.yaml'))).toBe(true);
   });
 
+  it('starts the proxy with the node flags of `npm start`, so the image serves as the bench measured', () => {
+    const { scripts } = JSON.parse(
+      fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8'),
+    ) as { scripts: Record<string, string> };
+    const start = scripts.start!.split(' ');
+    const entrypoint = execForm(lastOf(dockerfile, proxy, 'ENTRYPOINT')?.args ?? '') ?? [];
+    expect(start.slice(0, start.indexOf('dist/main.js') + 1)).toEqual(entrypoint);
+    expect(start.slice(start.indexOf('dist/main.js') + 1)).toEqual(['serve']);
+  });
+
   it('runs entrypoints that the build compiles from src/', () => {
     for (const stage of runnable) {
-      const script = execForm(lastOf(dockerfile, stage, 'ENTRYPOINT')?.args ?? '')?.[1] ?? '';
+      const args = execForm(lastOf(dockerfile, stage, 'ENTRYPOINT')?.args ?? '') ?? [];
+      const script = args.find((arg) => !arg.startsWith('-') && arg !== 'node') ?? '';
       expect(script).toMatch(/^dist\/.+\.js$/);
       const source = script.replace(/^dist\//, 'src/').replace(/\.js$/, '.ts');
       expect(fs.existsSync(path.join(REPO_ROOT, source))).toBe(true);
