@@ -246,10 +246,8 @@ async function forward<C extends Call>(
 }
 
 /**
- * What the store is asked to claim for a call. Its fingerprint is read from the call when the store
- * asks (a sent key's is computed then), through a getter on this class's one prototype: an accessor
- * defined on each request's own object gave each its own hidden class, and a cached replay a third
- * of its throughput in garbage collection (the bench, test/bench/README.md).
+ * What the store is asked to claim for a call. Its fingerprint is read from the call only when the
+ * store asks (a sent key's is computed then: rest.ts's SentKeyCall says why through a class getter).
  */
 class CallClaim implements ClaimRequest {
   readonly id: RecordId;

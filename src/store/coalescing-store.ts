@@ -87,7 +87,7 @@ export class CoalescingStore implements RequestStore {
       }
     }
     const fingerprint = request.fingerprint;
-    const cached = this.cache?.lookup(id, fingerprint, raw);
+    const cached = this.cache?.lookup(id, fingerprint, raw, text);
     if (cached)
       return this.answered(
         id,

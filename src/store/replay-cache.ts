@@ -59,17 +59,18 @@ export class ReplayCache {
    * Answers a repeat from memory; undefined = ask the database. `raw`, the request's raw
    * fingerprint when it has one, is remembered on a replay.
    */
-  lookup(id: RecordId, fingerprint: Buffer, raw?: Buffer): CacheLookup {
-    const text = recordText(id);
+  lookup(id: RecordId, fingerprint: Buffer, raw?: Buffer, text = recordText(id)): CacheLookup {
     const entry = this.live ? this.entry(text) : undefined;
     if (!entry) return undefined;
     if (!entry.fingerprint.equals(fingerprint)) return { kind: 'mismatch' };
+    const { response } = entry;
     if (raw && entry.raws.length < MAX_RAW_FINGERPRINTS && !entry.raws.some((r) => r.equals(raw))) {
       entry.raws.push(owned(raw));
       entry.bytes += raw.length;
       this.bytes += raw.length;
+      this.shrinkToFit();
     }
-    return { kind: 'replay', response: entry.response };
+    return { kind: 'replay', response };
   }
 
   /**
@@ -120,7 +121,11 @@ export class ReplayCache {
     });
     this.byDigest.set(digest, text);
     this.bytes += bytes;
-    // Map order is insertion order: the oldest entries go first.
+    this.shrinkToFit();
+  }
+
+  /** Evicts the oldest entries (Map order is insertion order) until the cache is within its size. */
+  private shrinkToFit(): void {
     for (const [oldest, entry] of this.entries) {
       if (this.bytes <= this.maxBytes) break;
       this.remove(oldest, entry);

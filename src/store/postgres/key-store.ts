@@ -322,7 +322,7 @@ export class PostgresKeyStore implements KeyStore {
       return [claimResultOf(values, pending.token, fingerprint)];
     }
     // Grouped by the map known when the batch formed: split again if it spans shards now.
-    if (distributed && batch.length > 1) {
+    if (distributed) {
       const split = this.byShard(batch, ({ request }) => request.id.key);
       if (split) return this.inParts(batch, split, (part) => this.claimBatch(part));
     }
@@ -373,19 +373,19 @@ export class PostgresKeyStore implements KeyStore {
       : distributed
         ? byRows.complete(batch.length)
         : { name: names.completeBatch, text: sql.completeBatch };
-    // On PostgreSQL $1 is the NOTIFY channel, then the values; a batch's as one array per column.
-    const values = distributed
-      ? one
-        ? completionValues(batch[0]!)
-        : batch.flatMap((item) => completionValues(item))
-      : one
-        ? completionValues(batch[0]!, this.channel)
-        : [this.channel, ...columnsOf(batch, (item) => completionValues(item))];
+    // A lone completion's values as they are; a batch's one row after another on Citus (its
+    // statement has a VALUES row per completion), else one array per column (for unnest).
+    const values = one
+      ? completionValues(batch[0]!)
+      : distributed
+        ? batch.flatMap(completionValues)
+        : columnsOf(batch, completionValues);
     // Rows as arrays [n, …]; on Citus [n, scope, tenant, key, attempts] (statements.ts).
     const { rows } = await this.sendStatement<[n: number, ...rest: unknown[]]>({
       name,
       text,
-      values,
+      // On PostgreSQL $1 is the NOTIFY channel.
+      values: distributed ? values : [this.channel, ...values],
       rowMode: 'array',
     });
     const changed = batch.map(() => false);
@@ -537,12 +537,9 @@ function claimValues({ request, token }: PendingClaim): unknown[] {
   ];
 }
 
-/**
- * One completion's values, in the order of statements.ts's completion input columns; after
- * `channel` (the NOTIFY channel, a lone completion's $1 on PostgreSQL) when given.
- */
-function completionValues({ id, fence, response, ttlMs }: Completion, channel?: string): unknown[] {
-  const values = [
+/** One completion's values, in the order of statements.ts's completion input columns. */
+function completionValues({ id, fence, response, ttlMs }: Completion): unknown[] {
+  return [
     id.scope,
     id.tenant,
     id.key,
@@ -554,8 +551,6 @@ function completionValues({ id, fence, response, ttlMs }: Completion, channel?: 
     response.outcomeUnknown,
     Math.round(ttlMs),
   ];
-  if (channel !== undefined) values.unshift(channel);
-  return values;
 }
 
 /** A batch's values as one array per column (for unnest). */
