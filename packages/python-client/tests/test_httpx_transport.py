@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 
 import httpx
@@ -285,3 +286,18 @@ def test_an_upstreams_own_422_is_returned_not_raised() -> None:
         response = http.post("http://proxy.test/refunds", json={"amount": -1})
     assert response.status_code == 422
     assert response.json() == {"error": "amount must be positive"}
+
+
+def test_a_namespace_option_keeps_the_keys_of_a_hand_written_helper() -> None:
+    # The usual helper: str(uuid.uuid5(NAMESPACE, f"{run_id}:{step}:{tool}")), its own namespace.
+    namespace = "6f1c2a0e-3b7d-4c55-9a1e-2d8f0b7c4e11"
+    sent: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("idempotency-key"))
+        return httpx.Response(201)
+
+    transport = IdempotencyTransport(httpx.MockTransport(answer), namespace=namespace)
+    with httpx.Client(transport=transport) as http:
+        http.post("http://proxy.test/refunds", json={}, extensions=step("run-7f3a", 4))
+    assert sent == [str(uuid.uuid5(uuid.UUID(namespace), "run-7f3a:4:refund_order"))]
