@@ -1,6 +1,7 @@
 // The client's keys: UUIDv5 against the RFC's and Python's known answers, the step and business key
-// derivations pinned (any change would re-run every action an agent retries across an upgrade), the
-// same answers from a separate Node process, and input validation.
+// derivations pinned (any change would re-run every action an agent retries across an upgrade) in
+// test/fixtures/client-key-vectors.json, which the Python client is tested against too, the same
+// answers from a separate Node process, and input validation.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,26 +17,34 @@ import {
   uuidV5,
 } from 'idempotency-proxy-client';
 
-const NAMESPACE_OID = '6ba7b812-9dad-11d1-80b4-00c04fd430c8';
-const NAMESPACE_X500 = '6ba7b814-9dad-11d1-80b4-00c04fd430c8';
 /** The namespace in the seed article's Python example. */
 const SEED_NAMESPACE = '6f1c2a0e-3b7d-4c55-9a1e-2d8f0b7c4e11';
+/** The known answers both clients are tested against. */
+const VECTORS = JSON.parse(
+  fs.readFileSync(path.join(__dirname, '../fixtures/client-key-vectors.json'), 'utf8'),
+) as KeyVectors;
 const UUID_V5 = /^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
+interface KeyVectors {
+  readonly defaultNamespace: string;
+  readonly uuidV5: { namespace: string; name: string; key: string }[];
+  readonly stepKeys: {
+    runId: string;
+    step: number;
+    tool: string;
+    namespace?: string;
+    key: string;
+  }[];
+  readonly businessKeys: { parts: string | (string | number)[]; namespace?: string; key: string }[];
+}
+
 describe('uuidV5', () => {
-  // Every expected value below was computed with CPython 3.11's uuid.uuid5.
-  it.each([
-    [NAMESPACE_DNS, 'python.org', '886313e1-3b8a-5372-9b90-0c9aee199e5d'],
-    // RFC 9562 Appendix A.4, "Example of a UUIDv5 Value"
-    [NAMESPACE_DNS, 'www.example.com', '2ed6657d-e927-568b-95e1-2665a8aea6a2'],
-    [NAMESPACE_URL, 'http://python.org/', '4c565f0d-3f5a-5890-b41b-20cf47701c5e'],
-    [NAMESPACE_OID, '1.3.6.1', '1447fa61-5277-5fef-a9b3-fbc6e44f4af3'],
-    [NAMESPACE_X500, 'cn=John Doe', '6b28d549-d26e-5bfc-ae5e-9a39af63dc3f'],
-    [NAMESPACE_DNS, '', '4ebd0208-8328-5d69-8c44-ec50939c0967'],
-    [NAMESPACE_DNS, 'héllo wörld ✓ 𝄞', 'bc406f83-067e-597f-a56e-32cf2fab39b0'],
-  ])('matches the known answer for %s / %j', (namespace, name, expected) => {
-    expect(uuidV5(namespace, name)).toBe(expected);
-  });
+  it.each(VECTORS.uuidV5.map((v) => [v.namespace, v.name, v.key]))(
+    'matches the known answer for %s / %j',
+    (namespace, name, expected) => {
+      expect(uuidV5(namespace, name)).toBe(expected);
+    },
+  );
 
   it('hashes a string as its UTF-8 bytes', () => {
     const name = 'héllo wörld ✓ 𝄞';
@@ -71,30 +80,25 @@ describe('DEFAULT_KEY_NAMESPACE', () => {
   it('is uuid5(NAMESPACE_URL, "urn:idempotency-proxy:client"), as documented', () => {
     expect(DEFAULT_KEY_NAMESPACE).toBe(uuidV5(NAMESPACE_URL, 'urn:idempotency-proxy:client'));
     expect(DEFAULT_KEY_NAMESPACE).toBe('57e1e5e4-793d-520e-84cb-fc284b261f6f');
+    expect(VECTORS.defaultNamespace).toBe(DEFAULT_KEY_NAMESPACE);
   });
 });
 
-// Pinned: computed with Python's uuid.uuid5 (see the TSDoc of stepKey/businessKey for the
-// one-liners). If one of these changes, every key derived before the change differs from the
-// key derived after it, and a retry that spans an upgrade runs its action again.
-const STEP_VECTORS: [string, number, string, string][] = [
-  ['run-7f3a', 4, 'refund_order', 'ad52e0a9-2112-53ee-8f20-6ac6bfcd1b8e'],
-  ['run-7f3a', 5, 'refund_order', '24112702-b34a-5975-ac6b-e208c6145c6f'],
-  ['0b8f5f8e-2d1c-4c9a-8f4e-6a2f1d3c5b7e', 0, 'send_email', 'dd69324a-8694-5aa9-901f-d0323576c5fa'],
-  ['rün', 12, 'tool/ü', 'be8a0d78-61cb-5c7b-80da-5d9a8cfd85bb'],
-];
-const BUSINESS_VECTORS: [string | (string | number)[], string][] = [
-  ['refund:order-123', 'a0ce356c-8eeb-5e6e-8eae-7162189ac3cc'],
-  [['refund', 'order-123'], 'e484704e-a07b-5077-a0b1-5df7f91ef88e'],
-  [['refund', 42], '92b4b95d-77ea-5d40-99ff-3e7b86c5cd74'],
-  [['email', 'a"b\\c\n', 'ü✓'], 'ed77e7f0-4af7-59ad-b673-da1e851615a1'],
-];
+// Pinned, and shared with the Python client's tests (test/fixtures/client-key-vectors.json):
+// computed with Python's uuid.uuid5 (see the TSDoc of stepKey/businessKey for the one-liners). If
+// one of these changes, every key derived before the change differs from the key derived after it,
+// and a retry that spans an upgrade runs its action again.
+const STEP_VECTORS: [string, number, string, string | undefined, string][] = VECTORS.stepKeys.map(
+  (v) => [v.runId, v.step, v.tool, v.namespace, v.key],
+);
+const BUSINESS_VECTORS: [string | (string | number)[], string | undefined, string][] =
+  VECTORS.businessKeys.map((v) => [v.parts, v.namespace, v.key]);
 
 describe('stepKey', () => {
   it.each(STEP_VECTORS)(
-    'derives the pinned key for (%j, %d, %j)',
-    (runId, step, tool, expected) => {
-      expect(stepKey({ runId, step, tool })).toBe(expected);
+    'derives the pinned key for (%j, %d, %j) under %s',
+    (runId, step, tool, namespace, expected) => {
+      expect(stepKey({ runId, step, tool }, namespace)).toBe(expected);
     },
   );
 
@@ -155,9 +159,12 @@ describe('stepKey', () => {
 });
 
 describe('businessKey', () => {
-  it.each(BUSINESS_VECTORS)('derives the pinned key for %j', (parts, expected) => {
-    expect(businessKey(parts)).toBe(expected);
-  });
+  it.each(BUSINESS_VECTORS)(
+    'derives the pinned key for %j under %s',
+    (parts, namespace, expected) => {
+      expect(businessKey(parts, namespace)).toBe(expected);
+    },
+  );
 
   it('encodes a list unambiguously: a separator inside a part cannot make two lists collide', () => {
     expect(businessKey(['refund:a', 'b'])).not.toBe(businessKey(['refund', 'a:b']));
@@ -222,8 +229,8 @@ describe('in another process', () => {
   it('derives the same keys, loading nothing outside the client', () => {
     const script = `
       const client = require(${JSON.stringify(path.join(dir, 'index.js'))});
-      const steps = ${JSON.stringify(STEP_VECTORS)}.map(([runId, step, tool]) => client.stepKey({ runId, step, tool }));
-      const business = ${JSON.stringify(BUSINESS_VECTORS)}.map(([parts]) => client.businessKey(parts));
+      const steps = ${JSON.stringify(STEP_VECTORS)}.map(([runId, step, tool, ns]) => client.stepKey({ runId, step, tool }, ns ?? undefined));
+      const business = ${JSON.stringify(BUSINESS_VECTORS)}.map(([parts, ns]) => client.businessKey(parts, ns ?? undefined));
       const loaded = Object.keys(require.cache).filter((file) => !file.startsWith(${JSON.stringify(dir)}));
       process.stdout.write(JSON.stringify({ steps, business, loaded, exports: Object.keys(client).sort() }));
     `;
@@ -235,8 +242,8 @@ describe('in another process', () => {
       loaded: string[];
       exports: string[];
     };
-    expect(out.steps).toEqual(STEP_VECTORS.map((v) => v[3]));
-    expect(out.business).toEqual(BUSINESS_VECTORS.map((v) => v[1]));
+    expect(out.steps).toEqual(STEP_VECTORS.map((v) => v[4]));
+    expect(out.business).toEqual(BUSINESS_VECTORS.map((v) => v[2]));
     expect(out.loaded).toEqual([]);
     expect(out.exports).toEqual(
       expect.arrayContaining(['idempotentFetch', 'stepKey', 'businessKey']),
