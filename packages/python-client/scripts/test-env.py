@@ -62,7 +62,9 @@ def make(target: Path, python: str, system_site: bool) -> None:
     try:
         run(python, "-m", "venv", *(["--system-site-packages"] if system_site else []), work)
         if not system_site:
-            run(env_python(work), "-m", "pip", "install", "-q", "-r", REQUIREMENTS)
+            # One retry, not pip's five: an index that is not there at all (no DNS, no route) is
+            # otherwise retried with backoff for every package before the next index is asked.
+            run(env_python(work), "-m", "pip", "install", "-q", "--retries", "1", "-r", REQUIREMENTS)
         try:
             work.rename(target)
         except OSError:
