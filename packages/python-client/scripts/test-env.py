@@ -64,7 +64,9 @@ def make(target: Path, python: str, system_site: bool) -> None:
         if not system_site:
             # One retry, not pip's five: an index that is not there at all (no DNS, no route) is
             # otherwise retried with backoff for every package before the next index is asked.
-            run(env_python(work), "-m", "pip", "install", "-q", "--retries", "1", "-r", REQUIREMENTS)
+            run(
+                env_python(work), "-m", "pip", "install", "-q", "--retries", "1", "-r", REQUIREMENTS
+            )
         try:
             work.rename(target)
         except OSError:
