@@ -6,7 +6,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { Duplex, Readable } from 'node:stream';
-import { parse as urlParse } from 'node:url';
+import type { Url } from 'node:url';
 import httpProxy from 'http-proxy';
 import type { Dispatcher } from 'undici';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
@@ -349,9 +349,22 @@ interface UpstreamProxy {
   ): void;
 }
 
+/**
+ * The target as http-proxy reads it for an upgrade: the protocol (TLS or not, the default port), the
+ * host for the Host header (changeOrigin) and the hostname and port to connect to. Taken from the
+ * WHATWG parser: url.parse(), which http-proxy would call on a string target, is deprecated (DEP0169,
+ * a warning on every start on Node 26). hostname loses an IPv6 literal's brackets, as Node's
+ * http.request wants it; an empty port means the protocol's default, as url.parse's null did.
+ */
+export function webSocketTarget(origin: string): Partial<Url> {
+  const url = new URL(origin);
+  const { protocol, host, port } = url;
+  return { protocol, host, hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'), port };
+}
+
 function createWebSocketProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {
   const proxy = httpProxy.createProxyServer({
-    target: urlParse(upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
+    target: webSocketTarget(upstream.origin),
     agent,
     ws: true,
     changeOrigin: true,
