@@ -2,13 +2,11 @@
 // per-upstream Pool as protected requests (protected.ts): one upstream engine. Streamed both ways —
 // the request body is piped up as it arrives, the answer written down chunk by chunk with
 // backpressure — and either side going away aborts the other; transport errors map to 502/504.
-// http-proxy is kept for websocket upgrades only, which undici does not relay.
+// Websocket upgrades, which undici does not relay, go through websocket-relay.ts.
 import http from 'node:http';
 import https from 'node:https';
 import type { Duplex, Readable } from 'node:stream';
-import { parse as urlParse } from 'node:url';
-import httpProxy from 'http-proxy';
-import type { Dispatcher } from 'undici';
+import { errors, type Dispatcher } from 'undici';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
 import {
   connectionTokens,
@@ -24,6 +22,7 @@ import { rawProblemAnswer } from '../http/malformed';
 import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
 import { type UpstreamPools, upstreamTlsOptions } from './protected';
 import { classifyTransportError } from './transport-errors';
+import { WebSocketRelay } from './websocket-relay';
 
 /**
  * A body at least this large (or chunked, length unknown) may still be arriving long after the
@@ -46,7 +45,7 @@ const SET_HERE: ReadonlySet<string> = new Set([
 ]);
 
 export class PassThrough {
-  private readonly wsProxies = new Map<string, UpstreamProxy>();
+  private readonly wsRelays = new Map<string, WebSocketRelay>();
   private readonly agents: http.Agent[] = [];
 
   constructor(
@@ -62,7 +61,7 @@ export class PassThrough {
           })
         : new http.Agent(settings);
       this.agents.push(agent);
-      this.wsProxies.set(upstream.name, createWebSocketProxy(upstream, agent));
+      this.wsRelays.set(upstream.name, new WebSocketRelay(upstream.origin, agent));
     }
   }
 
@@ -112,7 +111,7 @@ export class PassThrough {
     target: RequestTarget,
   ): void {
     prepareUpgrade(req, target);
-    this.proxyFor(route).ws(req, socket, head, (error) => {
+    this.relayFor(route).relay(req, socket, head, (error) => {
       const upstream = route.upstream;
       const failure = classifyTransportError(error, {
         upstream: upstream.name,
@@ -128,24 +127,24 @@ export class PassThrough {
 
   /** Closes the websocket side; the pools are closed with UpstreamPools. */
   close(): void {
-    for (const proxy of this.wsProxies.values()) proxy.close();
     for (const agent of this.agents) agent.destroy();
   }
 
-  private proxyFor(route: RouteConfig): UpstreamProxy {
-    const proxy = this.wsProxies.get(route.upstream.name);
-    if (!proxy) throw new Error(`no websocket proxy for upstream ${route.upstream.name}`);
-    return proxy;
+  private relayFor(route: RouteConfig): WebSocketRelay {
+    const relay = this.wsRelays.get(route.upstream.name);
+    if (!relay) throw new Error(`no websocket relay for upstream ${route.upstream.name}`);
+    return relay;
   }
 }
 
 /**
- * One forwarded request, as undici's dispatch handler. The callback form (onConnect, onHeaders,
- * onData, onComplete, onError) is the one undici runs internally: the controller form would cost an
- * adapter object and a parsed header object per request, and we copy the raw header list anyway.
+ * One forwarded request, as undici's dispatch handler (the controller form, the only one undici 8
+ * takes). The head is written from the raw header list the controller keeps, not from the object
+ * undici parses: names keep their spelling and order, repeats stay separate lines.
  */
 class Exchange implements Dispatcher.DispatchHandler {
-  private abortUpstream: ((error?: Error) => void) | undefined;
+  private controller: Dispatcher.DispatchController | undefined;
+  /** Made once, when the client first reads slower than the upstream sends. */
   private resumeUpstream: (() => void) | undefined;
   private settled = false;
   private clientGone = false;
@@ -167,20 +166,20 @@ class Exchange implements Dispatcher.DispatchHandler {
   private readonly onClientClose = (): void => {
     if (this.settled) return;
     this.clientGone = true;
-    this.abortUpstream?.();
+    this.controller?.abort(new errors.RequestAbortedError());
   };
 
   /** A method, not a bound property: only large uploads need it, so most requests allocate none. */
   private onUploadIdle(): void {
     const ms = this.uploadTimeoutMs;
-    this.abortUpstream?.(
+    this.controller?.abort(
       Object.assign(new Error(`upstream sent nothing for ${ms} ms`), { code: 'ETIMEDOUT' }),
     );
   }
 
-  onConnect(abort: (error?: Error) => void): void {
-    this.abortUpstream = abort;
-    if (this.clientGone) return abort();
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.clientGone) return controller.abort(new errors.RequestAbortedError());
     if (this.uploadTimeoutMs > 0 && !this.uploadTimer)
       this.uploadTimer = setTimeout(() => this.onUploadIdle(), this.uploadTimeoutMs);
   }
@@ -193,38 +192,41 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.uploadTimer?.refresh();
   }
 
-  onHeaders(status: number, raw: Buffer[], resume: () => void, statusText: string): boolean {
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    status: number,
+    parsed: http.IncomingHttpHeaders,
+    statusText: string,
+  ): void {
     // Informational answers (103) are not relayed, as with http-proxy; undici refuses a 100 itself.
-    if (status < 200) return true;
+    if (status < 200) return;
     if (this.uploadTimer) clearTimeout(this.uploadTimer);
     this.status = status;
-    this.resumeUpstream = resume;
     const res = this.res;
-    if (res.destroyed) return true;
-    const head = responseHeaders(raw, res.shouldKeepAlive);
+    if (res.destroyed) return;
+    const head = responseHeaders(rawHeaderList(controller.rawHeaders, parsed), res.shouldKeepAlive);
     res.writeHead(status, statusText, head.headers);
     // Node holds a head back until the first body write; an event stream's client is waiting for
     // it to know the stream is open, and the first event may be minutes away.
     if (head.eventStream) res.flushHeaders();
-    return true;
   }
 
-  onData(chunk: Buffer): boolean {
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     const res = this.res;
-    if (res.write(chunk) || res.destroyed) return true;
+    if (res.write(chunk) || res.destroyed) return;
     // The client reads slower than the upstream sends: undici stops reading until it drains.
-    res.once('drain', this.resumeUpstream!);
-    return false;
+    controller.pause();
+    res.once('drain', (this.resumeUpstream ??= () => controller.resume()));
   }
 
-  onComplete(): void {
+  onResponseEnd(): void {
     // Trailers are dropped, as http-proxy's pipe did (TE and Trailer are hop-by-hop here).
     this.settled = true;
     this.res.end();
     this.span?.end(this.status);
   }
 
-  onError(error: Error): void {
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     this.settled = true;
     this.span?.end(this.status, error);
     if (this.uploadTimer) clearTimeout(this.uploadTimer);
@@ -307,14 +309,28 @@ interface ResponseHead {
  * repeated, names keep their spelling), without hop-by-hop ones, including those its Connection
  * header names. Our hop's Connection header is ours to decide: `close` when the client asked for it.
  */
-function responseHeaders(raw: Buffer[], keepAlive: boolean): ResponseHead {
+/**
+ * The answer's header list as it came ([name, value, name, value, …]); undici keeps it on the
+ * controller for HTTP/1.1. Should it hold only the parsed object, the list is made from that.
+ */
+function rawHeaderList(
+  raw: Dispatcher.DispatchController['rawHeaders'],
+  parsed: http.IncomingHttpHeaders,
+): readonly (Buffer | string)[] {
+  if (Array.isArray(raw)) return raw;
+  return Object.entries(raw ?? parsed).flatMap(([name, value]) =>
+    value === undefined ? [] : (Array.isArray(value) ? value : [value]).flatMap((v) => [name, v]),
+  );
+}
+
+function responseHeaders(raw: readonly (Buffer | string)[], keepAlive: boolean): ResponseHead {
   const headers: string[] = [];
   let connection: string[] | undefined;
   let eventStream = false;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toString('latin1');
+    const name = latin1(raw[i]!);
     const lower = name.toLowerCase();
-    const value = raw[i + 1]!.toString('latin1');
+    const value = latin1(raw[i + 1]!);
     if (lower === 'connection') (connection ??= []).push(value);
     else if (!HOP_BY_HOP.has(lower)) {
       headers.push(name, value);
@@ -333,35 +349,11 @@ function responseHeaders(raw: Buffer[], keepAlive: boolean): ResponseHead {
   return { headers, eventStream };
 }
 
-// ---- websocket upgrades: http-proxy ----
-
-/**
- * http-proxy's ws() also takes (req, socket, head, callback) with no per-call options — then it
- * skips the per-request option merge — but its types do not say so.
- */
-interface UpstreamProxy {
-  close(): void;
-  ws(
-    req: http.IncomingMessage,
-    socket: Duplex,
-    head: Buffer,
-    callback: (error: Error) => void,
-  ): void;
+function latin1(text: Buffer | string): string {
+  return typeof text === 'string' ? text : text.toString('latin1');
 }
 
-function createWebSocketProxy(upstream: UpstreamConfig, agent: http.Agent): UpstreamProxy {
-  const proxy = httpProxy.createProxyServer({
-    target: urlParse(upstream.origin) as unknown as httpProxy.ProxyTargetUrl,
-    agent,
-    ws: true,
-    changeOrigin: true,
-    prependPath: false,
-    // req.url already holds the upstream path (prepareUpgrade): use it as is.
-    toProxy: true,
-  });
-  // Errors reach the per-request callback given to ws(), never this emitter.
-  return proxy as unknown as UpstreamProxy;
-}
+// ---- websocket upgrades ----
 
 /**
  * Gives a websocket handshake the headers it goes upstream with — a new object, without the

@@ -237,6 +237,15 @@ describe('docker-compose.yml agrees with config/proxy.yaml and the Dockerfile', 
 
   it('listens for client traffic on every interface in the container, so the published port reaches it', () => {
     expect(WILDCARD_HOSTS).toContain(config.listen.host);
+    expect(environmentOf(service('proxy')).PROXY_HOST).toBe('0.0.0.0');
+  });
+
+  it('config/proxy.yaml alone (`npm start`) listens on loopback: only the container opens it up', () => {
+    const plain = parseConfigText(fs.readFileSync(CONFIG_FILE, 'utf8'), CONFIG_FILE, {});
+    expect({ listen: plain.listen.host, admin: plain.admin.host }).toEqual({
+      listen: '127.0.0.1',
+      admin: '127.0.0.1',
+    });
   });
 
   it("publishes the proxy's admin.port, bound to the host's loopback only", () => {

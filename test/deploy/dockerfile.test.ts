@@ -81,8 +81,16 @@ describe('Dockerfile: base images and stages', () => {
     for (const stage of externalBases) expect(stage.from).not.toMatch(/:latest$/);
   });
 
-  it('pins the Node 20 line that package.json engines allow, on a slim Debian base', () => {
-    for (const stage of externalBases) expect(stage.from).toMatch(/^node:20\.\d+-bookworm-slim$/);
+  it('runs the newest Node line package.json engines name (the Active LTS), on a slim Debian base', () => {
+    const { engines } = JSON.parse(
+      fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8'),
+    ) as {
+      engines: { node: string };
+    };
+    const lines = [...engines.node.matchAll(/\^(\d+)/g)].map((m) => Number(m[1]));
+    expect(lines).toEqual([24, 26]);
+    for (const stage of externalBases)
+      expect(stage.from).toBe(`node:${Math.max(...lines)}-bookworm-slim`);
   });
 
   it('DL3024: gives every stage a unique name', () => {
@@ -105,16 +113,15 @@ describe('Dockerfile: base images and stages', () => {
     }
   });
 
-  it('is multi-stage: a named build stage compiles and packs, and the proxy image takes only the packed packages from it', () => {
+  it('is multi-stage: a named build stage compiles and packs, and the proxy image takes only the packed package from it', () => {
     const build = stageNamed(dockerfile, 'build');
     const steps = ofStage(build, 'RUN').flatMap((run) => run.args.split(/\s*&&\s*/));
     expect(steps).toContain('npm run build');
     expect(steps).toContain('npm pack --ignore-scripts --pack-destination /tmp');
-    expect(steps).toContain(
-      'npm pack --ignore-scripts --workspace=idempotency-proxy-client --pack-destination /tmp',
-    );
+    // The proxy's package alone: dist/client holds the client's build, so its package is not needed.
+    expect(steps.filter((step) => /^npm pack\b/.test(step))).toHaveLength(1);
     expect(steps.filter((step) => /^tar -xzf \/tmp\/.*\.tgz -C \/pkg\b/.test(step))).toHaveLength(
-      2,
+      1,
     );
     expect(copiesFromBuild(proxy)).toEqual(['/pkg ./']);
     expect(lineage(dockerfile, proxy)).not.toContain(build);
@@ -127,18 +134,25 @@ describe('Dockerfile: base images and stages', () => {
     ]);
   });
 
-  it('gives npm ci every workspace package.json, so node_modules links the client', () => {
+  it("gives the build's npm ci every workspace package.json, so it links and builds the client", () => {
     const { workspaces = [] } = JSON.parse(
       fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8'),
     ) as { workspaces?: string[] };
     expect(workspaces.length).toBeGreaterThan(0);
-    for (const name of ['deps', 'build']) {
-      const copied = ofStage(stageNamed(dockerfile, name), 'COPY').map(
-        (copy) => splitFlags(copy.args).rest,
-      );
-      for (const workspace of workspaces)
-        expect(copied).toContain(`${workspace}/package.json ./${workspace}/`);
-    }
+    const copied = ofStage(stageNamed(dockerfile, 'build'), 'COPY').map(
+      (copy) => splitFlags(copy.args).rest,
+    );
+    for (const workspace of workspaces)
+      expect(copied).toContain(`${workspace}/package.json ./${workspace}/`);
+  });
+
+  it('installs the production dependencies without the workspaces: no link to a client that is not in the image', () => {
+    const [install] = ofStage(stageNamed(dockerfile, 'deps'), 'RUN').map((run) => run.args);
+    expect(install).toBe('npm ci --omit=dev --omit=optional --ignore-scripts --workspaces=false');
+  });
+
+  it('the proxy image listens for client traffic on every interface (PROXY_HOST), as a published port needs', () => {
+    expect(configForImage(proxy).listen.host).toBe('0.0.0.0');
   });
 
   it('builds the proxy by default: the last stage runs node dist/main.js serve --config config/proxy.yaml', () => {
@@ -349,6 +363,7 @@ describe('.dockerignore and the build context', () => {
       'node_modules/pg/package.json',
       'dist/main.js',
       'packages/client/dist/cjs/index.js',
+      'packages/client/README.md',
       'packages/client/node_modules/.package-lock.json',
       '.data/postgres/PG_VERSION',
       '.git/HEAD',

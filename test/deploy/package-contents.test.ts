@@ -1,8 +1,15 @@
 // What `npm publish` would upload, read from `npm pack --dry-run --json`: the files the packages'
 // `bin`, `main`, `types` and `exports` name are in, and no tests, demos, benchmarks or sources are.
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { isAbsoluteLink, linkTargets } from '../support/markdown-links';
 import { CLIENT_DIR, pack, REPO_ROOT, type Packed } from '../support/npm-pack';
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { unpublishableReason } = require('../../src/launch/check-publishable.js') as {
+  unpublishableReason(file: string): string | undefined;
+};
 
 interface Manifest {
   readonly bin?: Record<string, string>;
@@ -10,7 +17,16 @@ interface Manifest {
   readonly types?: string;
   readonly exports?: unknown;
   readonly dependencies?: Record<string, string>;
+  readonly bundleDependencies?: unknown;
+  readonly bundledDependencies?: unknown;
   readonly private?: boolean;
+  readonly license?: string;
+  readonly homepage?: string;
+  readonly repository?: {
+    readonly type: string;
+    readonly url: string;
+    readonly directory?: string;
+  };
 }
 
 const manifest = (dir: string) =>
@@ -28,6 +44,32 @@ function namedFiles(pkg: Manifest): string[] {
   return [...Object.values(pkg.bin ?? {}), pkg.main, pkg.types, ...exportTargets(pkg.exports)]
     .filter((file): file is string => file !== undefined)
     .map((file) => path.posix.normalize(file));
+}
+
+/** Links of the packed READMEs that leave the package: a file it does not hold, as `README -> target`. */
+function linksOutOfPackage(dir: string, files: readonly string[]): string[] {
+  const held = new Set(files);
+  return files
+    .filter((file) => path.posix.basename(file) === 'README.md')
+    .flatMap((readme) =>
+      linkTargets(fs.readFileSync(path.join(dir, readme), 'utf8'))
+        .filter((target) => !isAbsoluteLink(target) && !target.startsWith('#'))
+        .map((target) =>
+          path.posix.normalize(path.posix.join(path.posix.dirname(readme), target.split('#')[0]!)),
+        )
+        .filter((target) => !held.has(target))
+        .map((target) => `${readme} -> ${target}`),
+    );
+}
+
+/** Homepage and repository: present, and refused by `npm publish` while they are placeholders. */
+function expectAddressesGuarded(dir: string, pkg: Manifest): void {
+  expect(pkg.homepage).toMatch(/^https:\/\//);
+  expect(pkg.repository?.type).toBe('git');
+  expect(pkg.repository?.url).toMatch(/^git\+https:\/\/.+\.git$/);
+  const placeholder = new URL(pkg.homepage!).hostname.endsWith('.invalid');
+  const reason = unpublishableReason(path.join(dir, 'package.json'));
+  expect(reason === undefined).toBe(!placeholder);
 }
 
 /**
@@ -66,10 +108,12 @@ describe('the idempotency-proxy package', () => {
     );
   });
 
-  it('leaves out sources (but the launcher), tests, demos, benchmarks and the repo-only generators', () => {
+  it('leaves out sources (but the launcher and the READMEs), tests, demos, benchmarks and the repo-only generators', () => {
     const unwanted = files.filter(
       (file) =>
-        (/^(src|test|packages|\.ci|\.config)\//.test(file) && file !== LAUNCHER) ||
+        (/^(src|test|packages|\.ci|\.config)\//.test(file) &&
+          file !== LAUNCHER &&
+          !file.endsWith('/README.md')) ||
         /^dist\/(demo|bench|soak)\//.test(file) ||
         /^dist\/config\/write-/.test(file) ||
         /(\.test|\.spec)\.(js|d\.ts|js\.map)$/.test(file) ||
@@ -98,9 +142,59 @@ describe('the idempotency-proxy package', () => {
     );
   });
 
-  it('depends on the client package at the version the workspace holds', () => {
-    const client = manifest(CLIENT_DIR) as Manifest & { version: string };
-    expect(pkg.dependencies?.['idempotency-proxy-client']).toBe(client.version);
+  it('depends on nothing the registry lacks: the client workspace is a dev dependency only', () => {
+    expect(Object.keys(pkg.dependencies ?? {})).not.toContain('idempotency-proxy-client');
+    expect(pkg.bundleDependencies ?? pkg.bundledDependencies).toBeUndefined();
+  });
+
+  it('holds the client build as idempotency-proxy/client: every module of the client package', async () => {
+    const client = (await pack(CLIENT_DIR)).files
+      .map((file) => file.path)
+      .filter((file) => /^dist\/cjs\/[^/]+\.(js|d\.ts)$/.test(file))
+      .map((file) => file.replace(/^dist\/cjs\//, 'dist/client/'));
+    expect(client).toContain('dist/client/index.js');
+    expect(files.filter((file) => file.startsWith('dist/client/')).sort()).toEqual(client.sort());
+    // The same bytes as the client's CommonJS build: a copy, not a re-export of another package.
+    for (const file of client)
+      expect(fs.readFileSync(path.join(REPO_ROOT, file), 'utf8')).toBe(
+        fs.readFileSync(
+          path.join(CLIENT_DIR, file.replace(/^dist\/client\//, 'dist/cjs/')),
+          'utf8',
+        ),
+      );
+  });
+
+  it('links from its READMEs only to files it holds: the pages they point to ship with it', () => {
+    expect(files).toEqual(expect.arrayContaining(['docs/operations.md', 'src/http/README.md']));
+    expect(linksOutOfPackage(REPO_ROOT, files)).toEqual([]);
+  });
+
+  it('names its homepage and repository, and npm publish refuses them while they are placeholders', () => {
+    expectAddressesGuarded(REPO_ROOT, pkg);
+    expect((pkg as { scripts?: Record<string, string> }).scripts?.prepublishOnly).toBe(
+      'node src/launch/check-publishable.js',
+    );
+    // A real address passes.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-publishable-'));
+    try {
+      const real = {
+        ...pkg,
+        homepage: 'https://proxy.example.org/',
+        repository: { type: 'git', url: 'git+https://git.example.org/proxy.git' },
+      };
+      fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify(real));
+      expect(unpublishableReason(path.join(dir, 'package.json'))).toBeUndefined();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('ships the licence its package.json names, in full', () => {
+    expect(pkg.license).toBe('Apache-2.0');
+    expect(files).toContain('LICENSE');
+    const text = fs.readFileSync(path.join(REPO_ROOT, 'LICENSE'), 'utf8');
+    expect(text).toContain('Apache License\n                           Version 2.0, January 2004');
+    expect(text).toContain('END OF TERMS AND CONDITIONS');
   });
 });
 
@@ -127,6 +221,21 @@ describe('the idempotency-proxy-client package', () => {
   });
 
   it('leaves out the sources and the build configs', () => {
-    expect(files.filter((file) => !/^dist\/|^(README\.md|package\.json)$/.test(file))).toEqual([]);
+    expect(
+      files.filter((file) => !/^dist\/|^(README\.md|LICENSE|package\.json)$/.test(file)),
+    ).toEqual([]);
+  });
+
+  it('ships the licence its package.json names', () => {
+    expect(files).toContain('LICENSE');
+  });
+
+  it('links from its README only to files it holds', () => {
+    expect(linksOutOfPackage(CLIENT_DIR, files)).toEqual([]);
+  });
+
+  it('names its homepage and repository (its folder in it), guarded like the proxy', () => {
+    expectAddressesGuarded(CLIENT_DIR, pkg);
+    expect(pkg.repository?.directory).toBe('packages/client');
   });
 });

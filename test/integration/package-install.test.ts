@@ -1,19 +1,25 @@
-// The proxy as a user gets it from npm: both tarballs packed, installed into an empty folder far from
-// this checkout with install scripts off (so nothing relies on one), then the CLI through npx:
-// --version, check, migrate, and serve — on the suite's PostgreSQL, and once on the embedded one,
-// whose platform package arrives without the library links its install script would have made.
+// The proxy as a user gets it from npm: its tarball alone, installed into an empty folder far from
+// this checkout with install scripts off (so nothing relies on one). Nothing of ours comes from the
+// registry (the client workspace is not published there: the proxy carries its build), so the
+// install stands alone. Then the CLI through npx: --version, check, migrate, and serve — on the
+// suite's PostgreSQL, and once on the embedded one, whose platform package arrives without the
+// library links its install script would have made.
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
+import { stepKey } from 'idempotency-proxy-client';
 import pg from 'pg';
 import { runCli, spawnServe, type ServeOptions, type ServeProcess } from '../support/cli-process';
 import { postJson } from '../support/http';
-import { CLIENT_DIR, installTarballs, npmEnv, pack, REPO_ROOT } from '../support/npm-pack';
+import { installTarballs, npmEnv, pack, REPO_ROOT } from '../support/npm-pack';
 import { databaseUrl, uniqueTable } from '../support/proxy';
 import { startUpstream, type TestUpstream } from '../support/upstream';
 
 // `--`: npx takes a --version after the package name as its own (it prints npm's version).
 const NPX = ['npx', '--no', '--', 'idempotency-proxy'];
+const run = promisify(execFile);
 const { version } = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as {
   version: string;
 };
@@ -28,9 +34,8 @@ beforeAll(async () => {
   // Reachable for the `postgres` user the embedded server runs as when the suite runs as root.
   fs.chmodSync(work, 0o755);
   const proxy = await pack(REPO_ROOT, work);
-  const client = await pack(CLIENT_DIR, work);
   app = path.join(work, 'app');
-  await installTarballs(app, [path.join(work, client.filename), path.join(work, proxy.filename)]);
+  await installTarballs(app, [path.join(work, proxy.filename)]);
   upstream = await startUpstream();
 });
 
@@ -123,7 +128,7 @@ const listedLinks = () =>
 
 const onLinuxX64 = process.platform === 'linux' && process.arch === 'x64' ? it : it.skip;
 
-it('installs from the tarballs alone: no checkout, no install script, the client beside it', () => {
+it('installs from its tarball alone: no checkout, no install script, no package of ours from the registry', () => {
   const installed = path.join(app, 'node_modules/idempotency-proxy');
   expect(fs.existsSync(path.join(installed, 'dist/main.js'))).toBe(true);
   expect(fs.readdirSync(path.join(installed, 'src'), { recursive: true })).toEqual([
@@ -131,9 +136,29 @@ it('installs from the tarballs alone: no checkout, no install script, the client
     'launch/idempotency-proxy.js',
   ]); // the bin, and no sources
   expect(fs.existsSync(path.join(installed, 'test'))).toBe(false);
-  expect(fs.existsSync(path.join(app, 'node_modules/idempotency-proxy-client/package.json'))).toBe(
-    true,
+  expect(fs.existsSync(path.join(installed, 'LICENSE'))).toBe(true);
+  // What npm resolved: the tarball, and no idempotency-proxy-client anywhere in the tree.
+  const lock = JSON.parse(fs.readFileSync(path.join(app, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, { resolved?: string }>;
+  };
+  expect(lock.packages['node_modules/idempotency-proxy']?.resolved).toMatch(/^file:/);
+  expect(Object.keys(lock.packages).filter((key) => /idempotency-proxy-client/.test(key))).toEqual(
+    [],
   );
+});
+
+it('serves idempotency-proxy/client from the proxy package itself, with require and import', async () => {
+  const script = `
+    const cjs = require('idempotency-proxy/client');
+    import('idempotency-proxy/client').then((esm) => {
+      const key = (c) => c.stepKey({ runId: 'run-1', step: 3, tool: 'refund' });
+      process.stdout.write(JSON.stringify({ file: require.resolve('idempotency-proxy/client'), cjs: key(cjs), esm: key(esm) }));
+    });`;
+  const { stdout } = await run(process.execPath, ['-e', script], { cwd: app });
+  const loaded = JSON.parse(stdout) as { file: string; cjs: string; esm: string };
+  expect(loaded.file).toBe(path.join(app, 'node_modules/idempotency-proxy/dist/client/index.js'));
+  expect(loaded.cjs).toBe(stepKey({ runId: 'run-1', step: 3, tool: 'refund' }));
+  expect(loaded.esm).toBe(loaded.cjs);
 });
 
 it('npx -- idempotency-proxy --version prints the version in package.json', async () => {

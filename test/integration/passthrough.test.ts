@@ -1,4 +1,4 @@
-// Pass-through routes: streamed both ways through undici (websockets through http-proxy), hop-by-hop
+// Pass-through routes: streamed both ways through undici (websockets through the relay), hop-by-hop
 // headers stripped, X-Forwarded-* added, base paths and stripPrefix applied, framing kept, either
 // side going away aborting the other, and 502/504 problems.
 import { createHash } from 'node:crypto';
@@ -12,6 +12,8 @@ import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 let upstream: TestUpstream;
 let proxy: TestProxy;
 let wss: WebSocketServer;
+/** The upgrade requests the upstream's websocket server accepted. */
+const upgrades: http.IncomingMessage[] = [];
 /** Requests the upstream holds without answering, as they arrive (before their body is read). */
 const holding: http.IncomingMessage[] = [];
 const BIG_BYTES = 8 * 1024 * 1024;
@@ -74,8 +76,13 @@ beforeAll(async () => {
   upstream.server.on('request', (raw: http.IncomingMessage) => {
     if (raw.url?.includes('hold')) holding.push(raw);
   });
-  wss = new WebSocketServer({ server: upstream.server });
+  // An upgrade to a path with "forbidden" in it is refused with 401, as an upstream's auth would.
+  wss = new WebSocketServer({
+    server: upstream.server,
+    verifyClient: (info: { req: http.IncomingMessage }) => !info.req.url?.includes('forbidden'),
+  });
   wss.on('connection', (socket, req) => {
+    upgrades.push(req);
     socket.on('message', (data) => socket.send(`echo:${data.toString()} from ${req.url}`));
   });
   proxy = await startProxy({
@@ -214,6 +221,37 @@ test('proxies websocket upgrades', async () => {
   });
   socket.close();
   expect(reply).toBe('echo:ping from /base/items/ws');
+});
+
+test('sends the upgrade with the upstream as Host, and relays frames both ways', async () => {
+  upgrades.length = 0;
+  const socket = new WebSocket(`ws://127.0.0.1:${proxy.port}/items/ws`);
+  const replies: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    socket.on('open', () => {
+      socket.send('one');
+      socket.send('two');
+    });
+    socket.on('message', (data) => {
+      replies.push(data.toString());
+      if (replies.length === 2) resolve();
+    });
+    socket.on('error', reject);
+  });
+  socket.close();
+  expect(replies).toEqual(['echo:one from /base/items/ws', 'echo:two from /base/items/ws']);
+  expect(upgrades.map((req) => req.headers.host)).toEqual([new URL(upstream.url).host]);
+});
+
+test("passes on an upstream's refusal to switch protocols as it came", async () => {
+  const socket = new WebSocket(`ws://127.0.0.1:${proxy.port}/items/forbidden`);
+  const status = await new Promise<number>((resolve, reject) => {
+    socket.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+    socket.on('open', () => reject(new Error('the upgrade went through')));
+  });
+  socket.on('error', () => undefined); // closing before an upgrade that never came is an error
+  socket.terminate();
+  expect(status).toBe(401);
 });
 
 test('refuses a websocket upgrade that matches no route', async () => {

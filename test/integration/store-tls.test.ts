@@ -13,7 +13,13 @@ import { runCli, startServe, logLines, type CliResult } from '../support/cli-pro
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
 import { describeUnless } from '../support/run-report';
-import { freePort, pgClusterUnavailable, serverCommand } from '../support/pg-cluster';
+import {
+  freePort,
+  pgClusterUnavailable,
+  serverCommand,
+  serverUserIds,
+} from '../support/pg-cluster';
+import { reachableCli } from '../support/reachable-cli';
 import { startProxy, uniqueTable, type TestProxy } from '../support/proxy';
 import {
   makeClientCertificate,
@@ -482,11 +488,15 @@ routes:
         '{ mode: verify-full, ca: certs/ca.crt, cert: certs/mtls.crt, key: certs/unreadable.key }',
       );
       fs.chmodSync(config, 0o644);
-      // As root every file is readable: run the CLI as the server user instead (pg-cluster's way).
+      // As root every file is readable: run the CLI as the server user instead (pg-cluster's way),
+      // from a copy it can enter when this checkout (or node) sits where it cannot (a 0700 home).
+      const asServer = serverUserIds();
+      const reachable = asServer ? reachableCli({ name: 'postgres', ...asServer }) : undefined;
       const result = await runCli(['check', '--config', config], {
         env: { DATABASE_URL: '' },
+        ...(reachable ? { launcher: reachable.launcher } : {}),
         wrap: (argv) => serverCommand(argv),
-      });
+      }).finally(() => reachable?.remove());
       expect(result.code).toBe(2);
       expect(result.stderr).toContain(
         `store.tls.key: cannot read ${key} (permission denied): make it readable by the user the proxy runs as\n`,

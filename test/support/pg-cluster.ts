@@ -25,7 +25,9 @@ export function pgClusterUnavailable(): string | undefined {
   return undefined;
 }
 
-function serverUserIds(): { uid: number; gid: number } | undefined {
+/** The `postgres` user's ids when the suite runs as root (the servers run as it); else undefined. */
+export function serverUserIds(): { uid: number; gid: number } | undefined {
+  if (process.getuid?.() !== 0) return undefined;
   const line = fs
     .readFileSync('/etc/passwd', 'utf8')
     .split('\n')

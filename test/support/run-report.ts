@@ -7,9 +7,20 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-/** Where figures are written: TEST_REPORT_DIR, or a folder in the temp dir. */
+/**
+ * Where figures are written: TEST_REPORT_DIR, or a folder of this user's in the temp dir. Named by
+ * uid: a shared /tmp holds one per user, so a run as root and a run as anybody else, one after the
+ * other, never meet a folder the other made (and cannot write).
+ */
 export function reportDir(): string {
-  return process.env.TEST_REPORT_DIR ?? path.join(os.tmpdir(), 'idempotency-proxy-test-reports');
+  if (process.env.TEST_REPORT_DIR) return process.env.TEST_REPORT_DIR;
+  const user = process.getuid?.() ?? os.userInfo().username;
+  return path.join(os.tmpdir(), `idempotency-proxy-test-reports-${user}`);
+}
+
+/** True when the person running the suite asked to see figures on the console (TEST_FIGURES=1). */
+export function figuresWanted(): boolean {
+  return Boolean(process.env.TEST_FIGURES);
 }
 
 /**
@@ -54,6 +65,6 @@ export function recordFigures(testFile: string, name: string, figures: unknown):
   }
   report[name] = { at: new Date().toISOString(), figures };
   fs.writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
-  if (process.env.TEST_FIGURES) process.stderr.write(`${name}: ${JSON.stringify(figures)}\n`);
+  if (figuresWanted()) process.stderr.write(`${name}: ${JSON.stringify(figures)}\n`);
   return file;
 }

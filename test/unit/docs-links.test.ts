@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { headingSlug } from '../../src/config/config-reference';
+import { isAbsoluteLink, linkTargets } from '../support/markdown-links';
 
 const ROOT = path.join(__dirname, '../..');
 const SKIP = new Set(['node_modules', 'dist', '.git', '.data', 'coverage', 'bench-results']);
@@ -13,11 +14,6 @@ function markdownFiles(dir: string): string[] {
     if (entry.isDirectory()) return SKIP.has(entry.name) ? [] : markdownFiles(full);
     return entry.name.endsWith('.md') ? [full] : [];
   });
-}
-
-/** The text outside fenced code blocks and code spans, where a `[x](y)` is a link. */
-function prose(markdown: string): string {
-  return markdown.replace(/^```[^\n]*\n[\s\S]*?^```[^\n]*$/gm, '').replace(/`[^`\n]*`/g, '');
 }
 
 /** GitHub's anchors of a file: one per heading, "-1", "-2" … for repeats. */
@@ -36,9 +32,9 @@ function anchorsOf(file: string): Set<string> {
 
 function brokenLinks(file: string): string[] {
   const broken: string[] = [];
-  for (const [, target] of prose(fs.readFileSync(file, 'utf8')).matchAll(/\]\(([^)\s]+)\)/g)) {
-    if (/^[a-z][a-z0-9+.-]*:/i.test(target!)) continue; // https:, mailto: …
-    const [filePart, anchor] = target!.split('#', 2) as [string, string | undefined];
+  for (const target of linkTargets(fs.readFileSync(file, 'utf8'))) {
+    if (isAbsoluteLink(target)) continue; // https:, mailto: …
+    const [filePart, anchor] = target.split('#', 2) as [string, string | undefined];
     const resolved = filePart === '' ? file : path.resolve(path.dirname(file), filePart);
     const where = `${path.relative(ROOT, file)}: (${target})`;
     if (!fs.existsSync(resolved)) broken.push(`${where} — no such file`);

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { formatWalk, walkRequest, type WalkOptions } from '../support/request-walk';
-import { recordFigures } from '../support/run-report';
+import { figuresWanted, recordFigures } from '../support/run-report';
 
 /** The real entries walked at the end (change them here). */
 export const REAL_ENTRIES: readonly (Omit<WalkOptions, 'root'> & { name: string })[] = [
@@ -461,7 +461,8 @@ describe('the real protected path', () => {
       files: report.files,
       trace: report.trace,
     });
-    console.log(formatWalk(report));
+    // The call tree is for a reader tracing the path: on the console only when asked for.
+    if (figuresWanted()) process.stderr.write(`${formatWalk(report)}\n`);
     expect(report.files[0]).toBe(entry.file);
     // Through its adapter: the walk reads the protocol's own file, not only the pipeline's.
     const adapter = entry.implementations!.Protocol!.split('#')[0]!;
