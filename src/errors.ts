@@ -11,6 +11,7 @@ export const ERROR_TABLE = {
   },
   METHOD_OVERRIDE_INVALID: { status: 400, title: 'Method override is invalid or unreadable' },
   TRANSFER_ENCODING_UNSUPPORTED: { status: 501, title: 'Transfer coding not supported' },
+  REQUEST_HEADERS_TOO_MANY: { status: 431, title: 'Too many request header lines' },
   JSON_DUPLICATE_KEY: { status: 400, title: 'JSON body has a duplicate object key' },
   IDEMPOTENCY_KEY_MISSING: { status: 400, title: 'Idempotency-Key header required' },
   IDEMPOTENCY_KEY_INVALID: { status: 400, title: 'Idempotency-Key header is invalid' },

@@ -23,6 +23,7 @@ export class Runtime {
     this.edge = {
       routesUseHost: config.routes.some((route) => route.match.host !== null),
       trustsPeer: compileTrustedPeers(config.trustedProxies),
+      maxRequestHeaders: config.listen.maxRequestHeaders,
     };
     this.upstreams = new UpstreamPools(config.upstreams.values());
     this.passThrough = new PassThrough(config.upstreams.values(), this.upstreams);

@@ -71,7 +71,12 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
   const { store, admin } = parsed;
   return deepFreeze({
     file,
-    listen: { host: parsed.listen.host, port: parsed.listen.port, tls: tls.listen },
+    listen: {
+      host: parsed.listen.host,
+      port: parsed.listen.port,
+      maxRequestHeaders: parsed.listen.maxRequestHeaders,
+      tls: tls.listen,
+    },
     shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),
     admin: { host: admin.host, port: admin.port, token: admin.token || undefined, tls: tls.admin },
     store: {

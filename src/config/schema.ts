@@ -523,9 +523,16 @@ export const configSchema = strict(
       {
         host: listenHost.default('0.0.0.0').describe('Address clients connect to.'),
         port: port.default(8080).describe('Port clients connect to.'),
+        // At most 500: Node's http server takes 1,000 lines by default (the proxy's own parser too),
+        // and the proxy adds its own (the key, X-Forwarded-*, trace headers) to what the client sent.
+        maxRequestHeaders: integer(16, 500, 'expected a number of header lines from 16 to 500')
+          .default(100)
+          .describe(
+            "Requests with more header lines than this get 431 REQUEST_HEADERS_TOO_MANY; keep it a few lines under the upstream's own limit: the proxy adds up to 8 (the key, X-Forwarded-*, trace headers).",
+          ),
         tls: listenerTls('proxy'),
       },
-      'listen settings (host, port, tls)',
+      'listen settings (host, port, maxRequestHeaders, tls)',
     )
       .prefault({})
       .describe('Where clients connect.'),

@@ -6,11 +6,16 @@ export type HttpMethod = 'GET' | 'HEAD' | 'OPTIONS' | 'POST' | 'PUT' | 'PATCH' |
 
 export const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-export interface ListenConfig {
+export interface ListenerAddress {
   readonly host: string;
   readonly port: number;
   /** Serve HTTPS with this material; undefined: plain HTTP. */
   readonly tls: ServerTlsConfig | undefined;
+}
+
+export interface ListenConfig extends ListenerAddress {
+  /** Client requests with more header lines than this get 431 (REQUEST_HEADERS_TOO_MANY). */
+  readonly maxRequestHeaders: number;
 }
 
 /** A PEM file as read when the config was compiled (config/tls-files.ts): its path and its text. */
@@ -50,7 +55,7 @@ export interface StoreTlsConfig {
   readonly key: PemFile | undefined;
 }
 
-export interface AdminConfig extends ListenConfig {
+export interface AdminConfig extends ListenerAddress {
   /** Bearer token for the /keys endpoints; undefined when empty (those endpoints are off). */
   readonly token: string | undefined;
 }

@@ -1,6 +1,7 @@
-// What is running on an embedded PostgreSQL data directory, read from two files in it:
+// What is running on an embedded PostgreSQL data directory, read from files in it:
 //   postmaster.pid            PostgreSQL's own lock file: the server's PID, port and status
 //   idempotency-proxy.owner   ours: the PID and command of the proxy process that started the server
+//   idempotency-proxy.state   ours: the port it last listened on, taken again at the next start
 // Together they tell the three cases apart at startup: nothing running; a server whose owner lives
 // (another proxy, or an operator command: leave it alone); a server whose owner died (kill -9, a
 // crash) — an orphan, which the next start stops before starting its own.
@@ -23,6 +24,31 @@ export interface Owner {
 }
 
 const OWNER_FILE = 'idempotency-proxy.owner';
+const STATE_FILE = 'idempotency-proxy.state';
+
+export function stateFile(dataDir: string): string {
+  return path.join(dataDir, STATE_FILE);
+}
+
+/** The port the server last listened on, if recorded. */
+export function rememberedPort(dataDir: string): number | undefined {
+  try {
+    const { port } = JSON.parse(fs.readFileSync(stateFile(dataDir), 'utf8')) as { port?: unknown };
+    return Number.isInteger(port) && (port as number) > 0 && (port as number) < 65536
+      ? (port as number)
+      : undefined;
+  } catch {
+    return undefined; // none yet (a first start, or an older version's data dir)
+  }
+}
+
+/** Records the port a server started on; a temp file renamed over the old one. */
+export function rememberPort(dataDir: string, port: number): void {
+  if (rememberedPort(dataDir) === port) return;
+  const staging = `${stateFile(dataDir)}.${process.pid}`;
+  fs.writeFileSync(staging, `${JSON.stringify({ port })}\n`, { mode: 0o600 });
+  fs.renameSync(staging, stateFile(dataDir));
+}
 
 /** The server running on `dataDir`, or undefined when none is (no lock file, or its PID is dead). */
 export function runningPostmaster(dataDir: string): Postmaster | undefined {

@@ -3,6 +3,8 @@
 // proxy, which drains its requests and then stops the server; recorded with its owner in the data
 // directory, so a server left behind by a proxy that died is recognised and stopped, another live
 // proxy's server is left alone, and operator commands can use the server a running proxy started.
+// Closed to the machine's other users (server-access.ts), on the same port at every start while it
+// is free, so a second proxy pointed at it keeps working across restarts of the first.
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -15,16 +17,23 @@ import {
   type Owner,
   type Postmaster,
   releaseOwner,
+  rememberedPort,
+  rememberPort,
   runningPostmaster,
+  stateFile,
 } from './embedded-state';
 import { installedPostgres, postgresBinaries } from './postgres-binaries';
+import { initialise, resetPassword, startPostmaster, stopPostmaster } from './postgres-process';
 import {
-  initialise,
-  PASSWORD,
-  startPostmaster,
-  stopPostmaster,
-  SUPERUSER,
-} from './postgres-process';
+  accessSettings,
+  embeddedUrl,
+  embeddedUrlHint,
+  newPassword,
+  passwordFile,
+  readPassword,
+  writeAuthConfig,
+  writePasswordFile,
+} from './server-access';
 import { placeDataDir } from './data-dir-placement';
 import {
   type EmbeddedStatus,
@@ -55,7 +64,7 @@ export interface EmbeddedDatabase {
 
 export interface EmbeddedOptions {
   dataDir: string;
-  /** 0 = pick a free port. */
+  /** 0 = the port it listened on last time if free, else a free one. */
   port?: number;
   /** PostgreSQL's own output (initdb's): detail for debug logs. */
   onLog?: (line: string) => void;
@@ -83,10 +92,6 @@ export interface EmbeddedOptions {
   supervise?: SupervisorEvents;
 }
 
-export function embeddedUrl(port: number): string {
-  return `postgres://${SUPERUSER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
-}
-
 /**
  * Initialises `dataDir` on first use and starts a server this process owns. A server another live
  * process owns is an error that says which; one whose owner is gone is stopped first.
@@ -110,7 +115,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     onNotice(`initialising the embedded PostgreSQL data directory ${dataDir}`);
     await initialise(binaries.initdb, dataDir, user, onLog);
   }
-  const port = options.port && options.port > 0 ? options.port : await findFreePort();
+  let port = 0;
   const detached = options.detached ?? true;
   const claim = {
     command: options.owner ?? `node ${process.argv.slice(1).join(' ')}`,
@@ -119,7 +124,14 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
 
   let server: ChildProcess | undefined;
   const launch = async (): Promise<ChildProcess> =>
-    (server = await startPostmaster(binaries.postgres, dataDir, port, user, detached));
+    (server = await startPostmaster(
+      binaries.postgres,
+      dataDir,
+      port,
+      accessSettings(dataDir, port).args,
+      user,
+      detached,
+    ));
   // A restart keeps our claim on the data dir, and leaves the dead server's postmaster.pid to
   // PostgreSQL, which refuses to start while a process of the old server still holds its memory.
   const supervisor = options.supervise
@@ -129,7 +141,13 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     await claimDataDir(dataDir, claim, setting, onNotice);
     try {
       await stopOrphan(dataDir, onNotice);
+      await closeToOthers(dataDir, binaries.postgres, user, onNotice);
+      // Chosen once, after an orphan let go of it: restarts and restart() keep it.
+      if (port === 0) port = await choosePort(dataDir, options.port, onNotice);
+      if (!accessSettings(dataDir, port).socket)
+        onLog(`${dataDir} is too long a path for a unix socket in it: TCP on 127.0.0.1 only`);
       const child = await launch();
+      rememberPort(dataDir, port);
       supervisor?.watch(child);
     } catch (error) {
       releaseOwner(dataDir);
@@ -145,7 +163,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   };
   await start();
   return {
-    url: embeddedUrl(port),
+    url: embeddedUrl(port, readPassword(dataDir)!),
     dataDir,
     port,
     get pid() {
@@ -177,7 +195,7 @@ export class EmbeddedInUseError extends StartupError {
   ) {
     const server = postmaster ? ` (port ${postmaster.port})` : '';
     const share = postmaster
-      ? `, point this one at it with DATABASE_URL=${embeddedUrl(postmaster.port)}`
+      ? `, point this one at it with DATABASE_URL=${embeddedUrlHint(dataDir, postmaster.port)}`
       : '';
     super(
       `the embedded PostgreSQL in ${dataDir}${server} belongs to another running idempotency-proxy, PID ${owner.pid} (${owner.command}, since ${owner.since}); stop that one (kill ${owner.pid})${share}, or give this one its own ${dataDirSetting}`,
@@ -209,7 +227,12 @@ export function findRunningEmbedded(
   const dataDir = placeDataDir(configured, existingServerUser()).dataDir;
   const postmaster = runningPostmaster(dataDir);
   if (!postmaster || postmaster.status !== 'ready') return undefined;
-  return { postmaster, owner: liveOwner(dataDir), url: embeddedUrl(postmaster.port) };
+  const password = readPassword(dataDir);
+  if (password === undefined)
+    throw new StartupError(
+      `the embedded PostgreSQL running in ${dataDir} (port ${postmaster.port}) was started by an older idempotency-proxy, which kept no password file: stop that proxy; the next start gives the server a password of its own`,
+    );
+  return { postmaster, owner: liveOwner(dataDir), url: embeddedUrl(postmaster.port, password) };
 }
 
 const SHORT_LIVED_WAIT_MS = 15_000;
@@ -246,6 +269,59 @@ async function stopOrphan(dataDir: string, onNotice: (message: string) => void):
     `stopping the embedded PostgreSQL (PID ${postmaster.pid}, port ${postmaster.port}) left running by a proxy that is gone`,
   );
   await stopPostmaster(postmaster.pid, undefined);
+}
+
+/**
+ * Rewrites pg_hba.conf and pg_ident.conf (server-access.ts), and gives a superuser without a password
+ * file — a data dir made by an older version, whose password was "postgres" — a new random one.
+ * Runs with no server on the data dir (after stopOrphan), at every start.
+ */
+async function closeToOthers(
+  dataDir: string,
+  postgres: string,
+  user: ServerUser | undefined,
+  onNotice: (message: string) => void,
+): Promise<void> {
+  writeAuthConfig(dataDir, user);
+  if (readPassword(dataDir) !== undefined) return;
+  const password = newPassword();
+  await resetPassword(postgres, dataDir, user, password);
+  // Written only once the role has it: a crash in between leaves no file, and the next start resets
+  // the password again.
+  writePasswordFile(dataDir, password);
+  onNotice(
+    `the embedded PostgreSQL in ${dataDir} had no password file (made by an older version, whose superuser password was "postgres"): it now has a random password, in ${passwordFile(dataDir)}, and accepts TCP logins on 127.0.0.1 only with it`,
+  );
+}
+
+/**
+ * The port to listen on: the configured one; else the one recorded last time while it is free (a
+ * second proxy or a DATABASE_URL pointed at it keeps working); else a free one, said in a notice
+ * when it replaces a recorded one.
+ */
+async function choosePort(
+  dataDir: string,
+  configured: number | undefined,
+  onNotice: (message: string) => void,
+): Promise<number> {
+  if (configured !== undefined && configured > 0) return configured;
+  const last = rememberedPort(dataDir);
+  if (last !== undefined && (await portIsFree(last))) return last;
+  const port = await findFreePort();
+  if (last !== undefined)
+    onNotice(
+      `port ${last}, where the embedded PostgreSQL in ${dataDir} listened last time (${stateFile(dataDir)}), is taken by another process: it listens on ${port} now; point anything that used ${last} at ${port}`,
+    );
+  return port;
+}
+
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.unref();
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+  });
 }
 
 /** As root the data directory belongs to the server's user; only it is chowned, nothing above it. */

@@ -1,7 +1,8 @@
 // Spawns and stops the PostgreSQL binaries for the embedded store: initdb into a data directory, the
 // postmaster (optionally in a session of its own) with its log in a file, readiness read from
-// postmaster.pid, and shutdown by signal. The policy — who owns a data directory, what to do with a
-// server found running — is embedded.ts's.
+// postmaster.pid, shutdown by signal, and a new superuser password set in single-user mode. The
+// policy — who owns a data directory, what to do with a server found running, when a password is
+// reset — is embedded.ts's; who may log in, server-access.ts's.
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -9,9 +10,8 @@ import path from 'node:path';
 import { StartupError } from '../startup-error';
 import { isRunning, runningPostmaster } from './embedded-state';
 import type { ServerUser } from './server-user';
+import { newPassword, SUPERUSER, writeAuthConfig, writePasswordFile } from './server-access';
 
-export const SUPERUSER = 'postgres';
-export const PASSWORD = 'postgres';
 const LOG_FILE = 'embedded-postgres.log';
 
 /** Where the postmaster's output goes: quoted in errors, so a person knows where to look. */
@@ -48,8 +48,9 @@ function spawnOptions(user: ServerUser | undefined) {
 
 /**
  * Runs initdb in a sibling directory and renames it over the (empty) data dir: the cluster appears
- * whole or not at all, so a command started meanwhile never sees a half-made one, and of two first
- * starts at once one cluster wins and the other is dropped.
+ * whole or not at all — its password file and pg_hba.conf included — so a command started meanwhile
+ * never sees a half-made one, and of two first starts at once one cluster wins and the other is
+ * dropped.
  */
 export async function initialise(
   binary: string,
@@ -62,7 +63,10 @@ export async function initialise(
   fs.mkdirSync(staging, { mode: 0o700 });
   if (user) fs.chownSync(staging, user.uid, user.gid);
   try {
-    await initdb(binary, staging, user, onLog);
+    const password = newPassword();
+    await initdb(binary, staging, user, password, onLog);
+    writeAuthConfig(staging, user);
+    writePasswordFile(staging, password);
     try {
       fs.renameSync(staging, dataDir); // replaces an empty directory
     } catch (error) {
@@ -79,12 +83,14 @@ async function initdb(
   binary: string,
   dataDir: string,
   user: ServerUser | undefined,
+  password: string,
   onLog: (line: string) => void,
 ): Promise<void> {
-  // initdb reads the superuser's password from a file; the server's user must be able to read it.
+  // initdb reads the superuser's password from a file; the server's user must be able to read it,
+  // nobody else (mkdtemp makes the directory 0700).
   const pwDir = fs.mkdtempSync(path.join(os.tmpdir(), 'idempotency-proxy-initdb-'));
   const pwFile = path.join(pwDir, 'password');
-  fs.writeFileSync(pwFile, `${PASSWORD}\n`, { mode: 0o600 });
+  fs.writeFileSync(pwFile, `${password}\n`, { mode: 0o600 });
   if (user) {
     fs.chownSync(pwDir, user.uid, user.gid);
     fs.chownSync(pwFile, user.uid, user.gid);
@@ -92,7 +98,8 @@ async function initdb(
   try {
     const args = [
       `--pgdata=${dataDir}`,
-      '--auth=password',
+      '--auth-host=scram-sha-256',
+      '--auth-local=peer',
       `--username=${SUPERUSER}`,
       `--pwfile=${pwFile}`,
       '--encoding=UTF8',
@@ -116,11 +123,41 @@ async function initdb(
   }
 }
 
+/**
+ * Gives the superuser `password` in single-user mode: no server running, no connection, no old
+ * password needed — how a data dir from an older version (or one whose password file was lost)
+ * gets its new password. The statement goes in on stdin, never on a command line.
+ */
+export async function resetPassword(
+  binary: string,
+  dataDir: string,
+  user: ServerUser | undefined,
+  password: string,
+): Promise<void> {
+  const args = ['--single', '-D', dataDir, '-c', 'password_encryption=scram-sha-256', 'postgres'];
+  const child = spawn(binary, args, { ...spawnOptions(user), cwd: dataDir, stdio: 'pipe' });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  // The password is base64url: nothing in it needs quoting inside the literal.
+  child.stdin.end(`ALTER ROLE ${SUPERUSER} WITH PASSWORD '${password}'\n`);
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', resolve);
+  });
+  // Single-user mode exits 0 after a failed statement: its ERROR line is the failure.
+  if (code !== 0 || /^(ERROR|FATAL|PANIC):/m.test(output))
+    throw new StartupError(
+      `could not set the embedded PostgreSQL's new password in ${dataDir} (single-user mode, exit ${code}): ${lastLines(output.replaceAll(password, '***'), 3)}`,
+    );
+}
+
 /** Spawns the postmaster, its output going to a log file in the data dir, and waits until it is ready. */
 export async function startPostmaster(
   binary: string,
   dataDir: string,
   port: number,
+  settings: readonly string[],
   user: ServerUser | undefined,
   detached: boolean,
 ): Promise<ChildProcess> {
@@ -129,7 +166,7 @@ export async function startPostmaster(
   const log = fs.openSync(logFile, 'w', 0o600);
   let child: ChildProcess;
   try {
-    child = spawn(binary, ['-D', dataDir, '-p', String(port)], {
+    child = spawn(binary, ['-D', dataDir, '-p', String(port), ...settings], {
       ...spawnOptions(user),
       cwd: dataDir,
       detached,

@@ -2,7 +2,8 @@
 // before it routes it, so routing, protection and forwarding all read one reading of the request,
 // and a request that has more than one reading is refused instead of passed on.
 //
-//   req ─► target (canonical-target.ts) ─► host: absolute-form authority, else the one Host line
+//   req ─► header lines counted (at most listen.maxRequestHeaders)
+//       ─► target (canonical-target.ts) ─► host: absolute-form authority, else the one Host line
 //       ─► Transfer-Encoding: chunked only ─► Connection may not name framing headers
 //       ─► method-override headers read (used only on routes with methodOverride: true)
 //       ─► EdgeRequest, or a ProxyError to answer with
@@ -49,6 +50,8 @@ export interface EdgeSettings {
   /** Some route matches on Host: a request without one (HTTP/1.0) cannot be routed safely. */
   readonly routesUseHost: boolean;
   readonly trustsPeer: (address: string | undefined) => boolean;
+  /** listen.maxRequestHeaders: more header lines than this are refused with 431. */
+  readonly maxRequestHeaders: number;
 }
 
 export const METHOD_OVERRIDE_HEADERS = [
@@ -75,6 +78,15 @@ const FRAMING_HEADERS: ReadonlySet<string> = new Set([
 ]);
 
 export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequest | ProxyError {
+  // Counted as sent (rawHeaders, repeated names included), before anything else is read: the
+  // upstream gets these lines plus the ones the proxy adds (the key last), and an upstream at its
+  // own limit refuses the request (Node: 1,000 lines) or drops the last lines, the key among them.
+  const lines = req.rawHeaders.length / 2;
+  if (lines > settings.maxRequestHeaders)
+    return new ProxyError(
+      'REQUEST_HEADERS_TOO_MANY',
+      `The request has ${lines} header lines; this proxy accepts at most ${settings.maxRequestHeaders} (listen.maxRequestHeaders). Send fewer headers.`,
+    );
   const url = req.url ?? '/';
   const target = canonicalTarget(url);
   if (isTargetProblem(target))

@@ -167,17 +167,23 @@ test('a proxy waits for an operator command that holds the data dir, and is refu
     `belongs to another running idempotency-proxy, PID ${starting.pid} (idempotency-proxy serve`,
   );
 
-  const command = holder(2_000);
-  const commandExited = new Promise<number>((resolve) =>
-    command.once('exit', () => resolve(Date.now())),
-  );
+  // The command ends once the proxy says it waits for it (not after a fixed time, which a loaded
+  // machine's slow start could outlast): the proxy then goes on and serves.
+  const command = holder(30_000);
+  const commandExited = new Promise((resolve) => command.once('exit', resolve));
   own(command.pid!, 'idempotency-proxy inspect', true);
-  const { proxy } = await serve();
-  const listening = Date.now();
+  const proxy = spawnServe(['--config', configFile], {
+    env: { DATABASE_URL: '', PROXY_PORT: String(await findFreePort()) },
+  });
+  running.push(proxy);
+  await proxy.waitFor('waiting for');
   expect(logLines(proxy.output(), 'waiting for')[0]?.msg).toBe(
     `waiting for "idempotency-proxy inspect" (PID ${command.pid}) to finish with ${dataDir}`,
   );
-  expect(listening).toBeGreaterThanOrEqual(await commandExited);
+  expect(proxy.output()).not.toContain('idempotency-proxy listening'); // it waits, holding off
+  command.kill();
+  await commandExited;
+  await proxy.waitFor('idempotency-proxy listening');
 }, 60_000);
 
 test('inspect, prune and migrate use the server of a proxy running on the embedded store', async () => {

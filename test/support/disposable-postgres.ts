@@ -7,6 +7,7 @@ import path from 'node:path';
 import { findFreePort } from '../../src/embedded/embedded';
 
 export interface DisposablePostgres {
+  /** Known once started: the password is made at the first start. */
   readonly url: string;
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -28,11 +29,14 @@ export async function createDisposablePostgres(): Promise<DisposablePostgres> {
       );
       child.send({ cmd });
     });
-  const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  let url: string | undefined;
   return {
-    url,
+    get url() {
+      if (url === undefined) throw new Error('the disposable PostgreSQL was never started');
+      return url;
+    },
     start: async () => {
-      await call('start');
+      url = (await call('start')).url;
     },
     stop: async () => {
       await call('stop');
