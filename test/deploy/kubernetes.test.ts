@@ -18,6 +18,7 @@ import {
   kustomizationOf,
   type Manifest,
   render,
+  type SchemaVerdict,
   resourcesOf,
   unknownFields,
 } from './kubernetes-manifests';
@@ -201,11 +202,22 @@ describe('every manifest validates against the Kubernetes API schemas', () => {
     ...(kustomizationOf(COMPONENT).resources ?? []).map((file) => `${COMPONENT}/${file}`),
   ];
 
+  // One child process for every file's documents (each start loads the models anew).
+  let verdicts: Map<Manifest, SchemaVerdict> | undefined;
+  const verdictOf = (manifest: Manifest): SchemaVerdict => {
+    if (!verdicts) {
+      const all = [...documentsByFile.values()].flat();
+      const found = checkSchemas(all);
+      verdicts = new Map(all.map((each, i) => [each, found[i]!]));
+    }
+    return verdicts.get(manifest)!;
+  };
+  const documentsByFile = new Map(everyFile.map((file) => [file, documentsOf(file)]));
+
   it.each(everyFile)('%s', (file) => {
-    const documents = documentsOf(file);
-    const verdicts = checkSchemas(documents);
-    documents.forEach((manifest, i) => {
-      const verdict = verdicts[i]!;
+    const documents = documentsByFile.get(file)!;
+    documents.forEach((manifest) => {
+      const verdict = verdictOf(manifest);
       // A custom resource has no schema in kubernetes-models; its fields are checked below.
       if (manifest.kind === 'ServiceMonitor') expect(verdict).toEqual({ schema: false });
       else expect({ kind: manifest.kind, ...verdict }).toEqual({ kind: manifest.kind, errors: [] });
@@ -221,7 +233,7 @@ describe('every manifest validates against the Kubernetes API schemas', () => {
   );
 
   it('names no field the API does not know, in any file (and the check finds one that it does not)', () => {
-    const documents = everyFile.flatMap((file) => documentsOf(file));
+    const documents = [...documentsByFile.values()].flat();
     const misspelt = structuredClone(deployment) as Manifest & { spec: { template: unknown } };
     const podSpec = (misspelt.spec.template as { spec: Record<string, unknown> }).spec;
     podSpec.topologySpreadConstraint = podSpec.topologySpreadConstraints;
