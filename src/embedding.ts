@@ -3,12 +3,15 @@
 // that wants the proxy inside it (a test harness, a larger service) instead of as its own process.
 // Signals, exit codes and the config file's reload are the caller's: this never exits the process.
 import type { AddressInfo } from 'node:net';
+import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import pino from 'pino';
 import { type OpenDatabase, openDatabase } from './cli/database';
 import { composeProxy, type ProxyInstance } from './compose';
 import type { ProxyConfig } from './config/types';
 import { migrate } from './db/migrate';
+import { checkSchema } from './db/schema-check';
+import { migrationRefusedError } from './cli/database-errors';
 import { type Listener, schemeOf } from './listener';
 import { ProxyMetrics } from './observability/metrics';
 
@@ -20,8 +23,9 @@ export interface OpenProxy {
 
 /**
  * What `serve` and createProxy both do before they listen: open the store (a URL, or the embedded
- * PostgreSQL, supervised, its restarts counted), migrate its table once the database answers, and
- * compose one instance on it. Nothing is left open when a step fails.
+ * PostgreSQL, supervised, its restarts counted), migrate its table once the database answers (or,
+ * with store.migrate false, check that someone did), and compose one instance on it. Nothing is
+ * left open when a step fails.
  */
 export async function openProxy(
   config: ProxyConfig,
@@ -33,11 +37,7 @@ export async function openProxy(
     onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
   });
   try {
-    const migration = await database.whenReady(
-      () => migrate(database.pool, config.store.table),
-      storeWaitMs,
-    );
-    logger.info({ table: config.store.table, ...migration }, 'store schema is up to date');
+    await database.whenReady(() => prepareSchema(config, database.pool, logger), storeWaitMs);
     const instance = await composeProxy({
       config,
       pool: database.pool,
@@ -52,6 +52,23 @@ export async function openProxy(
     await database.close().catch(() => undefined);
     throw error;
   }
+}
+
+/** Migrates the table, or with store.migrate false only checks it; a refusal says what to do. */
+async function prepareSchema(config: ProxyConfig, pool: Pool, logger: Logger): Promise<void> {
+  const table = config.store.table;
+  if (!config.store.migrate) {
+    const { version } = await checkSchema(pool, table);
+    logger.info(
+      { table, version },
+      'store schema checked (store.migrate is false: migrations are run by `idempotency-proxy migrate`)',
+    );
+    return;
+  }
+  const migration = await migrate(pool, table).catch((error: unknown) => {
+    throw migrationRefusedError(error) ?? error;
+  });
+  logger.info({ table, ...migration }, 'store schema is up to date');
 }
 
 export interface CreateProxyOptions {
@@ -78,7 +95,7 @@ export interface EmbeddedProxy {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Opens the store, migrates its table and composes one proxy instance; nothing listens yet. */
+/** Opens the store, migrates (or checks) its table and composes one proxy instance; nothing listens yet. */
 export async function createProxy(
   config: ProxyConfig,
   options: CreateProxyOptions = {},

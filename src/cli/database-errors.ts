@@ -80,3 +80,15 @@ export function databaseStartupError(
   }
   return new StartupError(message, { cause: error });
 }
+
+/**
+ * Migrating as a role that may not create (or alter) the table: what to do instead of a stack.
+ * Undefined for any other error.
+ */
+export function migrationRefusedError(error: unknown): StartupError | undefined {
+  if (codeOf(error) !== SQLSTATE.INSUFFICIENT_PRIVILEGE) return undefined;
+  return new StartupError(
+    `PostgreSQL refused to migrate the store's table (${reasonOf(error)}): the role in DATABASE_URL (or store.url) must own the table or be allowed to create it in the schema; or run \`idempotency-proxy migrate\` as such a role and serve with store.migrate: false (docs/operations.md#database-roles)`,
+    { cause: error },
+  );
+}

@@ -87,6 +87,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       pruneIntervalMs: parseDurationMs(store.pruneInterval),
       replayCacheBytes: parseSizeBytes(store.replayCache),
       synchronousCommit: store.synchronousCommit,
+      migrate: store.migrate,
       tls: tls.store,
     },
     upstreams,

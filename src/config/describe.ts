@@ -32,7 +32,7 @@ export function describeConfig(config: ProxyConfig, embeddedDataDir?: string): s
     `admin: ${scheme(admin.tls)}${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
     ...describeServerTls(admin.tls),
     `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${placed}`}`,
-    `  table ${store.table}, pool ${store.poolSize}, prune every ${formatDuration(store.pruneIntervalMs)}`,
+    `  table ${store.table}, pool ${store.poolSize}, prune every ${formatDuration(store.pruneIntervalMs)}, ${store.migrate ? 'migrated by serve at start' : 'not migrated by serve (store.migrate: false; run idempotency-proxy migrate)'}`,
     ...describeStoreTls(store.tls),
     'upstreams:',
     ...[...config.upstreams.values()].flatMap((u) => [

@@ -575,12 +575,17 @@ export const configSchema = strict(
         synchronousCommit: bool
           .default(true)
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
+        migrate: bool
+          .default(true)
+          .describe(
+            "true: serve migrates the table at start. false: serve only checks that the schema is at this build's version and its role may use the table, and refuses to start otherwise (run `idempotency-proxy migrate` first, with a role that may create tables).",
+          ),
         tls: opt(
           storeTls,
           "TLS to PostgreSQL (pool, LISTEN, migrate, check); the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning; prefer/allow are refused).",
         ),
       },
-      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, tls)',
+      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, migrate, tls)',
     )
       .prefault({})
       .describe('The PostgreSQL holding the idempotency records.'),

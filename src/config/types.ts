@@ -73,6 +73,11 @@ export interface StoreConfig {
   readonly replayCacheBytes: number;
   /** false sets synchronous_commit=off on the store's connections (faster, less durable). */
   readonly synchronousCommit: boolean;
+  /**
+   * true: serve (and createProxy) migrate the table at start. false: they only check the schema's
+   * version and the role's privileges (db/schema-check.ts), for a role that may not create tables.
+   */
+  readonly migrate: boolean;
   /** undefined: plain (no store.tls, and the URL has no sslmode or sets sslmode=disable). */
   readonly tls: StoreTlsConfig | undefined;
 }

@@ -20,4 +20,6 @@ export const SQLSTATE = {
   INVALID_PASSWORD: '28P01',
   INVALID_AUTHORIZATION: '28000',
   INVALID_CATALOG_NAME: '3D000',
+  /** The role may not do it: migrating without CREATE on the schema, or serving without a GRANT. */
+  INSUFFICIENT_PRIVILEGE: '42501',
 } as const;

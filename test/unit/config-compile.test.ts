@@ -58,6 +58,7 @@ describe('defaults', () => {
       pruneIntervalMs: 300_000,
       replayCacheBytes: 32 * 1024 * 1024,
       synchronousCommit: true,
+      migrate: true,
     });
     expect(config.upstreams.get('app')).toEqual({
       name: 'app',
