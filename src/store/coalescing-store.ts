@@ -14,6 +14,10 @@
 // answered. As in AWS Powertools' persistence layer, the cache belongs to the store, not to the
 // pipeline.
 //
+// Memory is keyed by memoryKey (record.ts): the record and the fingerprint policy the request was
+// fingerprinted under, so a route of a group that fingerprints otherwise, or the route after a
+// reload changed its policy, never gets an answer learnt for another policy.
+//
 // Two subtleties keep a memory answer exactly what the database would say: a repeat with another
 // fingerprint is answered 422 only while the leader holds the claim (only then is the row's
 // fingerprint known to be the leader's), and a leader that waits for a claim held elsewhere
