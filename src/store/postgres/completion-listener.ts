@@ -11,7 +11,7 @@
 //
 //   connect ── LISTEN ── proof: another session NOTIFYs, it must arrive ─► proven: cache on
 //      ▲                                                                      │
-//      │                  every probeIntervalMs after the last probe ended:   ▼
+//      │          probeIntervalMs after the last probe was sent (once it ended): ▼
 //      │                  NOTIFY ourselves on this connection, raced against probeTimeoutMs
 //      │                     arrived in time ─► still proven, next probe in probeIntervalMs
 //      └── reconnect ◄────── late, or failed ─► cache off (and emptied), connection dropped
@@ -188,6 +188,7 @@ export class CompletionListener implements CompletionWaiter {
       this.onLost(client, undefined);
     });
     let delivered: boolean;
+    let proofSentAt: number;
     try {
       await client.connect();
       await within(client.query(`LISTEN "${this.channel}"`), CONNECT_TIMEOUT_MS, 'LISTEN');
@@ -197,6 +198,7 @@ export class CompletionListener implements CompletionWaiter {
           CONNECT_TIMEOUT_MS,
           'LISTEN',
         );
+      proofSentAt = performance.now();
       delivered = await this.proveFromAnotherSession();
     } catch (error) {
       this.onLost(client, error as Error);
@@ -224,7 +226,7 @@ export class CompletionListener implements CompletionWaiter {
     this.stats.polling = false;
     this.proven();
     this.reconnectDelayMs = RECONNECT_MIN_MS;
-    this.scheduleProbe(client);
+    this.scheduleProbe(client, proofSentAt);
     if (wasReconnect) this.wakeAll();
   }
 
@@ -271,10 +273,16 @@ export class CompletionListener implements CompletionWaiter {
     }
   }
 
-  /** The heartbeat: one probe at a time, the next only once the last has ended (a chained timer). */
-  private scheduleProbe(client: Client): void {
+  /**
+   * The heartbeat: one probe at a time, the next only once the last has ended (a chained timer, no
+   * pile-up), and probeIntervalMs after the last one was sent: a probe that arrived proves every
+   * clear committed before its sending, so a clear is heard or the cache off within
+   * probeIntervalMs + probeTimeoutMs of its commit, however long that probe took.
+   */
+  private scheduleProbe(client: Client, lastSentAt: number): void {
     clearTimeout(this.probeTimer);
-    this.probeTimer = setTimeout(() => void this.heartbeat(client), this.probing.intervalMs);
+    const delayMs = Math.max(0, lastSentAt + this.probing.intervalMs - performance.now());
+    this.probeTimer = setTimeout(() => void this.heartbeat(client), delayMs);
     this.probeTimer.unref();
   }
 
@@ -282,6 +290,7 @@ export class CompletionListener implements CompletionWaiter {
     if (this.closed || this.client !== client) return;
     let delivered: boolean;
     let failure: unknown;
+    const sentAt = performance.now();
     try {
       delivered = await this.probeVia(client);
     } catch (error) {
@@ -291,7 +300,7 @@ export class CompletionListener implements CompletionWaiter {
     if (this.closed || this.client !== client) return;
     if (delivered) {
       this.proven();
-      return this.scheduleProbe(client);
+      return this.scheduleProbe(client, sentAt);
     }
     // Off at once: a clear may be committed and not heard. The connection goes, and a new one
     // must pass the first proof again before the cache is back.
