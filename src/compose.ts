@@ -4,6 +4,8 @@
 // run the wiring production runs. It does not listen and does not own the pool.
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
+import { performance } from 'node:perf_hooks';
+import type { ReplayCacheStatus } from './admin/admin-deps';
 import { createAdminServer } from './admin/admin-server';
 import { type App, createApp } from './app';
 import type { ProxyConfig } from './config/types';
@@ -82,6 +84,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
   });
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
+  cache?.keepPolicies(fingerprintEpochs(config));
   const server = serverAddress(options.databaseUrl);
   const listener = new CompletionListener(
     storeConnection(
@@ -91,6 +94,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     completionChannel(table),
     logger,
     cache && evictionsOf(cache, table),
+    {
+      intervalMs: config.store.listenProbeIntervalMs,
+      timeoutMs: config.store.listenProbeTimeoutMs,
+    },
   );
   const caching = new CoalescingStore(store, cache, {
     waiter: listener,
@@ -117,6 +124,8 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     beforeScrape: () => metrics.waiting(listener.stats.waiting),
     logger,
     embedded: options.embedded,
+    forgetRecord: cache && ((id) => cache.forget(id)),
+    replayCache: () => replayCacheStatus(cache, listener),
   });
   const pruner = options.prune
     ? startPruner(pool, table, config.store.pruneIntervalMs, {
@@ -145,6 +154,8 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     flushCounters: () => caching.flushAnswered(),
     reload(next) {
       app.reload(next);
+      // What memory learnt under a fingerprint policy the new config no longer has is dropped.
+      cache?.keepPolicies(fingerprintEpochs(next));
       reloadListenerTls(admin, next.admin.tls);
     },
     async close(graceMs) {
@@ -158,6 +169,23 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       await tracing?.shutdown();
     },
   };
+}
+
+/** The fingerprint policies of a config's protected routes (config/types.ts fingerprintEpoch). */
+function fingerprintEpochs(config: ProxyConfig): Set<string> {
+  return new Set(config.routes.flatMap((route) => route.idempotency?.fingerprintEpoch ?? []));
+}
+
+/** The cache's own switch, and why the listener keeps it off when it does. */
+function replayCacheStatus(
+  cache: ReplayCache | undefined,
+  listener: CompletionListener,
+): ReplayCacheStatus {
+  if (!cache) return { state: 'disabled' };
+  const { provenAt, unproven } = listener.stats;
+  if (cache.live && provenAt !== undefined)
+    return { state: 'on', provenMsAgo: Math.round(performance.now() - provenAt) };
+  return { state: 'off', reason: unproven ?? 'the LISTEN connection is not proven yet' };
 }
 
 /** Operator clears reach the cache through NOTIFY; while they cannot, the cache is off. */

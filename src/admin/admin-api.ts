@@ -107,7 +107,14 @@ async function record(
   const table = config.store.table;
   const missing = `Nothing is stored for scope "${scope}", this tenant and key "${key}". A tenanted scope needs ?tenant= (the raw value, one per tenant part) or ?tenantHash= (as listed by /api/records).`;
   if (method === 'DELETE') {
-    const deleted = await clearRecord(deps.pool, config, id, deps.logger, 'admin');
+    const deleted = await clearRecord(
+      deps.pool,
+      config,
+      id,
+      deps.logger,
+      'admin',
+      deps.forgetRecord,
+    );
     if (!deleted) return problem(res, 404, 'No such record', missing);
     return json(res, 200, { deleted: true, scope, tenant: id.tenant, key });
   }

@@ -4,6 +4,13 @@ import type { Pool } from 'pg';
 import type { ProxyConfig } from '../config/types';
 import type { EmbeddedStatus } from '../embedded/embedded-supervisor';
 import type { ProxyMetrics } from '../observability/metrics';
+import type { RecordId } from '../store/record';
+
+/** Whether the replay cache answers now, for /readyz (docs/admin-and-console.md). */
+export type ReplayCacheStatus =
+  | { readonly state: 'on'; readonly provenMsAgo: number }
+  | { readonly state: 'off'; readonly reason: string }
+  | { readonly state: 'disabled' };
 
 export interface AdminDeps {
   /** The config in force (it changes on reload). */
@@ -15,6 +22,10 @@ export interface AdminDeps {
   readonly beforeScrape?: () => void;
   /** Where operator actions (a clear) are logged; never with the token. */
   readonly logger?: Pick<Logger, 'info'>;
+  /** Drops a cleared record from this process's memory, before the clear is answered. */
+  readonly forgetRecord?: (id: RecordId) => void;
+  /** The replay cache's state, shown by /readyz. */
+  readonly replayCache?: () => ReplayCacheStatus;
   /** The embedded PostgreSQL serve started and watches; undefined with a store URL. */
   readonly embedded?: (() => EmbeddedStatus) | undefined;
 }

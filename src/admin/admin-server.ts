@@ -87,12 +87,16 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   if (embedded && embedded.state !== 'running')
     checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
   const ready = Object.keys(checks).length === 0;
+  // Shown, not checked: a cache that is off costs round trips, not correctness, and behind a
+  // transaction pooler it is off for good; taking the instance out of rotation would not help.
+  const replayCache = deps.replayCache?.();
   // Where the table lives (docs/store-topologies.md), for whoever checks a rollout onto Citus or a new
   // primary.
   json(res, ready ? 200 : 503, {
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),
     ...(embedded ? { embeddedPostgres: embedded } : {}),
+    ...(replayCache ? { replayCache } : {}),
     ...(ready ? {} : { checks }),
   });
 }
@@ -141,7 +145,14 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await clearRecord(deps.pool, config, id, deps.logger, 'admin');
+    const deleted = await clearRecord(
+      deps.pool,
+      config,
+      id,
+      deps.logger,
+      'admin',
+      deps.forgetRecord,
+    );
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
     return json(res, 200, { deleted: true, scope, key });

@@ -1,6 +1,9 @@
 // Clearing a key, the one operator action that changes a record: the admin API's DELETE (/keys and
 // /api/records) and `idempotency-proxy clear` all come here, so each deletes the same way, tells
-// every replay cache through NOTIFY (record-queries.ts), and logs the same line.
+// every replay cache through NOTIFY (record-queries.ts), and logs the same line. The admin API's
+// own instance forgets the record before the clear is answered (`forget`), so its next request
+// executes; the others forget it when the NOTIFY reaches them (docs/store-topologies.md says how
+// soon).
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { hashKey } from '../app';
@@ -15,8 +18,12 @@ export async function clearRecord(
   id: RecordId,
   logger: Pick<Logger, 'info'> | undefined,
   via: 'admin' | 'cli',
+  /** This process's memory of the record (the replay cache), dropped once the delete committed. */
+  forget?: (id: RecordId) => void,
 ): Promise<boolean> {
   const deleted = await deleteRecord(pool, config.store.table, id);
+  // Even when no row was there: memory must not hold what the database does not.
+  forget?.(id);
   if (!deleted) return false;
   const route = config.routes.find((r) => r.idempotency?.scope === id.scope);
   logger?.info(

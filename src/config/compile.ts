@@ -5,6 +5,7 @@
 import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
+import { fingerprintEpoch } from '../idempotency/fingerprint';
 import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
 import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
 import type {
@@ -86,6 +87,8 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       poolSize: store.poolSize,
       pruneIntervalMs: parseDurationMs(store.pruneInterval),
       replayCacheBytes: parseSizeBytes(store.replayCache),
+      listenProbeIntervalMs: parseDurationMs(store.listenProbeInterval),
+      listenProbeTimeoutMs: parseDurationMs(store.listenProbeTimeout),
       synchronousCommit: store.synchronousCommit,
       migrate: store.migrate,
       tls: tls.store,
@@ -314,6 +317,10 @@ function resolvePolicy(
   const parts = mcp ? [] : fingerprint.parts.map(compilePart);
   const derive = mcp ? null : (key.derive?.map(compilePart) ?? null);
   const window = block.mcp?.window ?? key.window;
+  const fingerprintPolicy = {
+    parts,
+    ignore: mcp ? [] : fingerprint.ignore.map((field) => field.split('.').slice(1)),
+  };
   return {
     scope: pick('group') ?? route.name,
     key: {
@@ -333,10 +340,8 @@ function resolvePolicy(
     onConcurrent: pick('onConcurrent') ?? (mcp ? 'wait' : BUILT_IN.onConcurrent),
     waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
     maxWaitersPerKey: pick('maxWaitersPerKey') ?? BUILT_IN.maxWaitersPerKey,
-    fingerprint: {
-      parts,
-      ignore: mcp ? [] : fingerprint.ignore.map((field) => field.split('.').slice(1)),
-    },
+    fingerprint: fingerprintPolicy,
+    fingerprintEpoch: fingerprintEpoch(fingerprintPolicy, mcp?.ignore),
     tenant,
     storesStatus: compileStoresStatus(
       pick('store') ?? BUILT_IN.store,

@@ -572,6 +572,16 @@ export const configSchema = strict(
           .describe(
             'Memory for completed records answered without a round trip (admitted on their first repeat); 0b turns it off.',
           ),
+        listenProbeInterval: timer
+          .default('5s')
+          .describe(
+            'How often the LISTEN connection proves it still delivers (a NOTIFY to itself); the replay cache is off while it does not.',
+          ),
+        listenProbeTimeout: timer
+          .default('2s')
+          .describe(
+            'How long that probe may take to come back before the cache goes off and the connection is replaced.',
+          ),
         synchronousCommit: bool
           .default(true)
           .describe('false: faster claims, but a PostgreSQL crash can lose the newest ones.'),
@@ -585,7 +595,7 @@ export const configSchema = strict(
           "TLS to PostgreSQL (pool, LISTEN, migrate, check); the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning; prefer/allow are refused).",
         ),
       },
-      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, synchronousCommit, migrate, tls)',
+      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, listenProbeInterval, listenProbeTimeout, synchronousCommit, migrate, tls)',
     )
       .prefault({})
       .describe('The PostgreSQL holding the idempotency records.'),

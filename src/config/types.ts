@@ -71,6 +71,10 @@ export interface StoreConfig {
   readonly pruneIntervalMs: number;
   /** Bytes of completed records kept in memory for replays without a round trip; 0 = off. */
   readonly replayCacheBytes: number;
+  /** How often the LISTEN connection is proven to deliver (completion-listener.ts). */
+  readonly listenProbeIntervalMs: number;
+  /** How long a probe may take before the connection counts as lost and the cache goes off. */
+  readonly listenProbeTimeoutMs: number;
   /** false sets synchronous_commit=off on the store's connections (faster, less durable). */
   readonly synchronousCommit: boolean;
   /**
@@ -148,6 +152,13 @@ export interface IdempotencyPolicy {
   /** Repeats of one key an instance holds waiting on its first request (local-keys.ts); more get 409. */
   readonly maxWaitersPerKey: number;
   readonly fingerprint: FingerprintPolicy;
+  /**
+   * Names the policy the request fingerprint is computed under (`fingerprint` and, on an MCP route,
+   * `mcp.ignore`): equal for equal policies, in every config and process. What memory answers by
+   * carries it (store/record.ts memoryKey), so a reload that changes a route's policy leaves its
+   * cached answers behind, and the routes of a group share them only when they fingerprint alike.
+   */
+  readonly fingerprintEpoch: string;
   /** Tenant parts: `header:<name>` entries (lower-case names); empty = not tenanted. */
   readonly tenant: readonly string[];
   /** True when the upstream status should be stored (in `store`, not in `release`). */

@@ -42,6 +42,24 @@ export function computeFingerprint(input: FingerprintInput, policy: FingerprintP
   return hashRequestParts('fingerprint/v1', policy.parts, input, policy.ignore);
 }
 
+/**
+ * Names a fingerprint policy (config/types.ts fingerprintEpoch): a short digest of everything the
+ * fingerprint of a request depends on besides the request — the parts and ignored fields, or on an
+ * MCP route (`mcpIgnore` set) the arguments it leaves out — and the framing's version.
+ */
+export function fingerprintEpoch(
+  policy: FingerprintPolicy,
+  mcpIgnore?: readonly (readonly string[])[],
+): string {
+  const described = JSON.stringify({
+    v: 'fingerprint/v1',
+    parts: policy.parts,
+    ignore: policy.ignore,
+    mcp: mcpIgnore ?? null,
+  });
+  return hash('sha256', described, 'base64url').slice(0, 16);
+}
+
 /** From this size on a body is hashed as it arrives (http/body.ts): its raw fingerprint frames that digest. */
 export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
 

@@ -254,6 +254,7 @@ class CallClaim implements ClaimRequest {
   readonly leaseMs: number;
   readonly claimExpiryMs: number;
   readonly raw: Buffer | undefined;
+  readonly fingerprintEpoch: string;
 
   constructor(
     private readonly call: Call,
@@ -265,6 +266,7 @@ class CallClaim implements ClaimRequest {
     this.leaseMs = policy.lockTimeoutMs;
     this.claimExpiryMs = policy.lockTimeoutMs + policy.ttlMs;
     this.raw = call.raw;
+    this.fingerprintEpoch = policy.fingerprintEpoch;
   }
 
   get fingerprint(): Buffer {

@@ -14,6 +14,10 @@
 // answered. As in AWS Powertools' persistence layer, the cache belongs to the store, not to the
 // pipeline.
 //
+// Memory is keyed by memoryKey (record.ts): the record and the fingerprint policy the request was
+// fingerprinted under, so a route of a group that fingerprints otherwise, or the route after a
+// reload changed its policy, never gets an answer learnt for another policy.
+//
 // Two subtleties keep a memory answer exactly what the database would say: a repeat with another
 // fingerprint is answered 422 only while the leader holds the claim (only then is the row's
 // fingerprint known to be the leader's), and a leader that waits for a claim held elsewhere
@@ -27,6 +31,7 @@ import {
   type CompletionWaiter,
   type CounterDelta,
   type KeyStore,
+  memoryKey,
   type PeekResult,
   type RecordId,
   recordDigest,
@@ -73,39 +78,39 @@ export class CoalescingStore implements RequestStore {
     const leader = claimant && this.leaders.get(claimant);
     // No claimant (shadow mode: every repeat is forwarded anyway), or the leader claiming again.
     if (claimant === undefined || leader !== undefined) return this.claimInStore(request, leader);
-    const text = recordText(id);
+    // One key for all memory: the replay cache and this process's repeats (memoryKey says why).
+    const key = memoryKey(id, request.fingerprintEpoch);
     if (raw !== undefined) {
       // Bytes seen before are answered by their raw fingerprint, without canonical JSON: it costs a
       // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
-      const cached = this.cache?.lookupRaw(id, raw, text);
-      if (cached) return this.answered(id, text, completedFrom('cache', cached));
+      const cached = this.cache?.lookupRaw(key, raw);
+      if (cached) return this.answered(id, completedFrom('cache', cached));
       // Only a key another request here is working on has a leader to ask: a new key (nearly
       // every claim) goes on without a turn of the event loop.
-      if (this.local.has(text)) {
-        const followed = await this.follow(text, claimant, request, undefined);
-        if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+      if (this.local.has(key)) {
+        const followed = await this.follow(key, claimant, request, undefined);
+        if (followed.kind !== 'ask-store') return this.followerAnswer(id, claimant, followed);
       }
     }
     const fingerprint = request.fingerprint;
-    const cached = this.cache?.lookup(id, fingerprint, raw, text);
+    const cached = this.cache?.lookup(key, fingerprint, raw);
     if (cached)
       return this.answered(
         id,
-        text,
         cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE,
       );
     for (let round = 0; round < MAX_LOCAL_ROUNDS; round++) {
-      const leading = this.local.lead(text, fingerprint, raw);
+      const leading = this.local.lead(key, fingerprint, raw);
       if (leading !== undefined) {
         this.leaders.set(claimant, leading);
         claimant.onEnd(() => leading.settle({ kind: 'ask-store' }));
-        return this.claimInStore(request, leading);
+        return this.claimInStore(request, leading, key);
       }
-      const followed = await this.follow(text, claimant, request, fingerprint);
-      if (followed.kind !== 'ask-store') return this.followerAnswer(id, text, claimant, followed);
+      const followed = await this.follow(key, claimant, request, fingerprint);
+      if (followed.kind !== 'ask-store') return this.followerAnswer(id, claimant, followed);
       if (!followed.lead) break;
     }
-    return this.claimInStore(request, undefined);
+    return this.claimInStore(request, undefined, key);
   }
 
   async complete(
@@ -241,17 +246,22 @@ export class CoalescingStore implements RequestStore {
   private async claimInStore(
     request: ClaimRequest,
     leader: Leader | undefined,
+    key = memoryKey(request.id, request.fingerprintEpoch),
   ): Promise<ClaimResult> {
     const fingerprint = request.fingerprint;
+    // Before the statement is sent: its expiry is counted from here, and an eviction meanwhile
+    // keeps what it found out of the cache (replay-cache.ts).
+    const asked = this.cache?.asked();
     const result = await this.withLeader(leader, () => this.store.claim(request));
-    if (result.kind === 'completed')
-      this.cache?.remember(
-        request.id,
+    if (result.kind === 'completed' && asked)
+      this.cache?.remember(key, asked, {
+        id: request.id,
+        epoch: request.fingerprintEpoch ?? '',
         fingerprint,
-        result.response,
-        result.expiresInMs,
-        request.raw,
-      );
+        response: result.response,
+        expiresInMs: result.expiresInMs,
+        raw: request.raw,
+      });
     if (leader === undefined) return result;
     switch (result.kind) {
       case 'claimed':
@@ -274,12 +284,12 @@ export class CoalescingStore implements RequestStore {
 
   /** A repeat behind this process's first request of its key: answered from what that one learns. */
   private follow(
-    text: string,
+    key: string,
     claimant: Claimant,
     request: ClaimRequest,
     fingerprint: Buffer | undefined,
   ): Promise<Followed> {
-    return this.local.follow(text, {
+    return this.local.follow(key, {
       fingerprint,
       raw: request.raw,
       mode: claimant.onConcurrent,
@@ -292,28 +302,27 @@ export class CoalescingStore implements RequestStore {
 
   private followerAnswer(
     id: RecordId,
-    text: string,
     claimant: Claimant,
     followed: Exclude<Followed, { kind: 'ask-store' }>,
   ): ClaimResult {
     switch (followed.kind) {
       case 'store-down':
-        this.countAnswered(id, false, text);
+        this.countAnswered(id, false);
         throw new LeaderLostStore();
       case 'completed':
-        return this.answered(id, text, completedFrom('leader', followed.response));
+        return this.answered(id, completedFrom('leader', followed.response));
       case 'mismatch':
-        return this.answered(id, text, MISMATCH_FROM_LEADER);
+        return this.answered(id, MISMATCH_FROM_LEADER);
       case 'in-flight': {
         const result: ClaimResult = { ...followed, attempts: 0, from: 'leader' };
         // A follower whose client left is not answered: nothing to count.
-        return claimant.clientLeft ? result : this.answered(id, text, result);
+        return claimant.clientLeft ? result : this.answered(id, result);
       }
     }
   }
 
-  private answered(id: RecordId, text: string, result: ClaimResult): ClaimResult {
-    this.countAnswered(id, result.kind === 'completed', text);
+  private answered(id: RecordId, result: ClaimResult): ClaimResult {
+    this.countAnswered(id, result.kind === 'completed');
     return result;
   }
 

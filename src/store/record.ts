@@ -84,6 +84,11 @@ export interface ClaimRequest {
   /** The request's raw fingerprint (fingerprint.ts), when it has one: a cache remembers it with a replay. */
   readonly raw?: Buffer;
   /**
+   * The route's fingerprint policy (config/types.ts fingerprintEpoch): what memory answers the
+   * request by goes with it (memoryKey). The pipeline always sets it; a store's own tests may not.
+   */
+  readonly fingerprintEpoch?: string;
+  /**
    * The request behind the claim, when its repeats in this process may be coalesced with it
    * (coalescing-store.ts); absent in shadow mode, where every repeat is forwarded anyway.
    */
@@ -201,6 +206,17 @@ export interface RequestStore extends KeyStore {
 /** A record's identity as one string, for maps on the request path (no hashing). */
 export function recordText(id: RecordId): string {
   return `${id.scope}\u0000${id.tenant}\u0000${id.key}`;
+}
+
+/**
+ * What memory answers a repeat by (the replay cache and local-keys.ts, through coalescing-store.ts):
+ * the record, and the fingerprint policy the request was fingerprinted under. The database compares
+ * a repeat's fingerprint, computed under the policy of the route it came through, with the row's;
+ * memory must not answer a request fingerprinted otherwise (another route of the group, or the
+ * route before a reload changed its `fingerprint` or `ignore`) from what it learnt for this one.
+ */
+export function memoryKey(id: RecordId, fingerprintEpoch = ''): string {
+  return `${fingerprintEpoch}\u0000${id.scope}\u0000${id.tenant}\u0000${id.key}`;
 }
 
 /** A record's identity in a completion NOTIFY payload: short, fixed-size, and free of the raw key. */

@@ -53,6 +53,8 @@ test('healthz and readyz answer 200 while the store is reachable', async () => {
       process.env.CITUS_URL === process.env.DATABASE_URL && process.env.CITUS_URL
         ? expect.objectContaining({ kind: 'citus' })
         : { kind: 'postgres' },
+    // Shown, not checked (docs/admin-and-console.md): on once the LISTEN connection is proven.
+    replayCache: { state: 'on', provenMsAgo: expect.any(Number) },
   });
 });
 

@@ -1,10 +1,13 @@
 // The replay cache answers repeats of completed keys from memory, and stays correct: operator clears
-// reach every instance, nothing is served while clears cannot be heard, expiry is respected, and the
-// audit counters still add up.
+// reach every instance (the clearing one before it answers), nothing is served while clears cannot
+// be heard, expiry is respected, routes that fingerprint differently share nothing, a reload that
+// changes a route's fingerprint policy leaves nothing behind, and the audit counters still add up.
+import fs from 'node:fs';
 import * as fingerprints from '../../src/idempotency/fingerprint';
 import { eventually, until } from '../support/eventually';
 import { postJson, send } from '../support/http';
-import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { startProxyProcess } from '../support/proxy-process';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 
 let upstream: TestUpstream;
@@ -27,6 +30,15 @@ upstreams: { api: { url: ${upstream.url} } }
 routes:
   - { name: orders, match: { path: /orders }, upstream: api, idempotency: {} }
   - { name: brief, match: { path: /brief }, upstream: api, idempotency: { ttl: 1500ms } }
+  # One group, two fingerprint policies: the lenient route leaves sent_at out, the strict one not.
+  - name: lenient
+    match: { path: /lenient }
+    upstream: api
+    idempotency: { group: shared, fingerprint: { parts: [method, body], ignore: [body.sent_at] } }
+  - name: strict
+    match: { path: /strict }
+    upstream: api
+    idempotency: { group: shared, fingerprint: { parts: [method, body] } }
 `;
   // Two instances on one table, as behind a load balancer.
   a = await startProxy({ yaml, table });
@@ -38,6 +50,18 @@ afterAll(async () => {
   await b?.close();
   await upstream?.close();
 });
+
+/**
+ * How long after a clear commits another instance may still answer the cleared record from memory:
+ * its listener's probe period plus deadline (docs/store-topologies.md), defaults 5 s + 2 s.
+ */
+const CLEAR_BOUND_MS = 7_000;
+
+const clear = (proxy: TestProxy, route: string, key: string) =>
+  send(`${proxy.adminUrl}/keys/${route}/${key}`, {
+    method: 'DELETE',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
 
 const lastLine = (proxy: TestProxy, key: string) =>
   proxy.logs.filter((l) => l.msg === 'request' && l.key === key).at(-1);
@@ -152,3 +176,82 @@ test('a cached record is not served past its expiry', async () => {
   expect(after.headers['idempotent-replayed']).toBeUndefined();
   expect(lastLine(a, 'brief-1')).toMatchObject({ outcome: 'executed' });
 });
+
+test('a clear is answered only once this instance has forgotten the record: the next request executes', async () => {
+  for (let round = 0; round < 20; round++) {
+    const key = `clear-here-${round}`;
+    await postJson(`${a.url}/orders`, key, {});
+    await postJson(`${a.url}/orders`, key, {}); // admitted
+    await postJson(`${a.url}/orders`, key, {});
+    expect(lastLine(a, key)).toMatchObject({ cached: true });
+    expect((await clear(a, 'orders', key)).status).toBe(200);
+    const next = await postJson(`${a.url}/orders`, key, {});
+    expect(next.headers['idempotent-replayed']).toBeUndefined();
+    expect(lastLine(a, key)).toMatchObject({ outcome: 'executed' });
+  }
+});
+
+test('another instance forgets a cleared record within the documented bound', async () => {
+  await postJson(`${b.url}/orders`, 'clear-there', {});
+  await postJson(`${b.url}/orders`, 'clear-there', {}); // admitted on b
+  await postJson(`${b.url}/orders`, 'clear-there', {});
+  expect(lastLine(b, 'clear-there')).toMatchObject({ cached: true });
+  expect((await clear(a, 'orders', 'clear-there')).status).toBe(200);
+  await sleep(CLEAR_BOUND_MS);
+  const next = await postJson(`${b.url}/orders`, 'clear-there', {});
+  expect(next.headers['idempotent-replayed']).toBeUndefined();
+  expect(lastLine(b, 'clear-there')).toMatchObject({ outcome: 'executed' });
+}, 20_000);
+
+test('routes of one group that fingerprint differently never answer each other from memory', async () => {
+  const sent = (path: string, sentAt: number) =>
+    postJson(`${a.url}${path}`, 'grouped-1', { amount: 10, sent_at: sentAt });
+  expect((await sent('/lenient', 1)).status).toBe(201);
+  await sent('/lenient', 2); // the same request to the lenient route: replayed, and admitted
+  const cached = await sent('/lenient', 2);
+  expect(cached.headers['idempotent-replayed']).toBe('true');
+  expect(lastLine(a, 'grouped-1')).toMatchObject({ cached: true });
+  // The strict route reads sent_at: the database holds another fingerprint for this key.
+  for (let i = 0; i < 2; i++) {
+    const strict = await sent('/strict', 2);
+    expect(strict.status).toBe(422);
+    expect(lastLine(a, 'grouped-1')?.cached).toBeUndefined();
+  }
+});
+
+test('a SIGHUP that removes an ignore entry leaves no cached answer the database would refuse', async () => {
+  const table = uniqueTable('reload');
+  const config = (ignore: string) => `
+listen:
+  host: 127.0.0.1
+  port: \${PROXY_PORT}
+admin:
+  port: \${ADMIN_PORT}
+store: { table: ${table} }
+upstreams: { api: { url: ${upstream.url} } }
+routes:
+  - { name: orders, match: { path: /orders }, upstream: api, idempotency: { fingerprint: { ignore: [${ignore}] } } }
+`;
+  const yaml = config('body.sent_at');
+  const proxy = await startProxyProcess({ yaml, env: { DATABASE_URL: databaseUrl() } });
+  try {
+    const sent = (sentAt: number) =>
+      postJson(`${proxy.url}/orders`, 'reloaded-1', { amount: 10, sent_at: sentAt });
+    expect((await sent(1)).status).toBe(201);
+    await sent(2); // replayed from the database, and admitted with its bytes
+    await eventually(async () => {
+      expect((await sent(2)).status).toBe(201);
+      expect(proxy.output()).toMatch(/"key":"reloaded-1".*"cached":true/);
+    });
+    fs.writeFileSync(proxy.configFile, config(''));
+    proxy.child.kill('SIGHUP');
+    await eventually(() => expect(proxy.output()).toContain('configuration reloaded'));
+    // sent_at now counts: the stored fingerprint (without it) no longer matches this request.
+    const after = await sent(2);
+    expect(after.status).toBe(422);
+    const original = await sent(1);
+    expect(original.status).toBe(422);
+  } finally {
+    await proxy.kill();
+  }
+}, 60_000);

@@ -53,6 +53,8 @@ export interface StartProxyOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Use this pool instead of one on DATABASE_URL (e.g. a database that a test stops). */
   readonly databaseUrl?: string;
+  /** The completion listener's URL, when not the pool's (e.g. through a forwarder a test freezes). */
+  readonly listenerDatabaseUrl?: string;
 }
 
 export async function startProxy(options: StartProxyOptions): Promise<TestProxy> {
@@ -81,7 +83,7 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
   const instance = await composeProxy({
     config,
     pool,
-    databaseUrl: url,
+    databaseUrl: options.listenerDatabaseUrl ?? url,
     logger,
     metrics: new ProxyMetrics({ defaultMetrics: false }),
     env: options.env ?? {},

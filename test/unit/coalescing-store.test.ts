@@ -291,3 +291,118 @@ describe('counters', () => {
     expect(inner.row(ID)!.attempts).toBe(2);
   });
 });
+
+/** A memory store whose claims read the row at once and answer only at `open()`: a slow reply. */
+class LateAnswerStore extends MemoryKeyStore {
+  private gate: Promise<void> | undefined;
+  private opener: (() => void) | undefined;
+
+  hold(): void {
+    this.gate = new Promise((resolve) => (this.opener = resolve));
+  }
+
+  open(): void {
+    this.opener?.();
+    this.gate = undefined;
+  }
+
+  override async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const result = await super.claim(request);
+    await this.gate;
+    return result;
+  }
+}
+
+describe('memory answers only what the database would', () => {
+  /** Two routes of one group: `lenient` ignores a field that `strict` fingerprints. */
+  const RAW = Buffer.alloc(32, 7);
+  const viaRoute = (
+    epoch: 'lenient' | 'strict',
+    who: Claimant,
+    fingerprint = epoch === 'lenient' ? FINGERPRINT : OTHER,
+  ): ClaimRequest => ({
+    ...claimOf(who, { raw: RAW, fingerprint }),
+    route: epoch,
+    fingerprintEpoch: epoch,
+  });
+
+  test('routes of a group that fingerprint differently share no cached answer', async () => {
+    const inner = new MemoryKeyStore();
+    const store = new CoalescingStore(inner, liveCache());
+    inner.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    await store.claim(viaRoute('lenient', claimant())); // admitted, with its bytes
+    expect(await store.claim(viaRoute('lenient', claimant()))).toMatchObject({ from: 'cache' });
+    // The same bytes through the strict route fingerprint otherwise: the database says 422.
+    const strict = await store.claim(viaRoute('strict', claimant()));
+    expect(strict).toMatchObject({ kind: 'mismatch' });
+    expect(strict.from).toBeUndefined();
+  });
+
+  test("routes of a group that fingerprint differently do not follow each other's first request", async () => {
+    const inner = new GatedStore();
+    const store = new CoalescingStore(inner, undefined);
+    inner.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    inner.close();
+    const leading = store.claim(viaRoute('lenient', claimant()));
+    const other = store.claim(viaRoute('strict', claimant()));
+    await settle();
+    inner.open();
+    expect(await leading).toMatchObject({ kind: 'completed' });
+    expect(await other).toMatchObject({ kind: 'mismatch' });
+    expect((await other).from).toBeUndefined();
+    expect(inner.calls).toEqual(['claim', 'claim']);
+  });
+
+  test('a reload that changes the policy leaves nothing cached under the old one', async () => {
+    const inner = new MemoryKeyStore();
+    const cache = liveCache();
+    cache.keepPolicies(new Set(['lenient']));
+    const store = new CoalescingStore(inner, cache);
+    inner.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    await store.claim(viaRoute('lenient', claimant()));
+    expect(cache.size).toBe(1);
+    cache.keepPolicies(new Set(['strict'])); // the route's ignore entry removed
+    expect(cache.size).toBe(0);
+    expect(await store.claim(viaRoute('strict', claimant()))).toMatchObject({ kind: 'mismatch' });
+  });
+
+  test('a record cleared while a claim that read it was on its way back is not cached', async () => {
+    const inner = new LateAnswerStore();
+    const cache = liveCache();
+    const store = new CoalescingStore(inner, cache);
+    inner.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    inner.hold();
+    const late = store.claim(claimOf(claimant())); // reads the completed row …
+    await settle();
+    inner.rows.clear(); // … an operator clears it, and this instance forgets it …
+    cache.forget(ID);
+    inner.open(); // … then the claim's answer arrives
+    expect(await late).toMatchObject({ kind: 'completed' });
+    expect(cache.size).toBe(0);
+    expect(await store.claim(claimOf(claimant()))).toMatchObject({ kind: 'claimed' });
+  });
+
+  test("a cached record is never replayed once the database's expiry has passed, however slow its claim's reply", async () => {
+    const clock = { t: 0 };
+    const inner = new LateAnswerStore(() => clock.t);
+    const cache = new ReplayCache(1_000_000, () => clock.t);
+    cache.setLive(true);
+    const store = new CoalescingStore(inner, cache);
+    inner.seed(ID, {
+      fingerprint: FINGERPRINT,
+      state: 'completed',
+      response: STORED,
+      expiresAt: 5_000,
+    });
+    inner.hold();
+    const slow = store.claim(claimOf(claimant())); // read at t=0: 5000 ms left
+    await settle();
+    clock.t = 1_600; // its reply took 1.6 s (a queue, a stalled event loop)
+    inner.open();
+    await slow;
+    clock.t = 4_900;
+    expect(await store.claim(claimOf(claimant()))).toMatchObject({ from: 'cache' });
+    clock.t = 5_000; // the database's expires_at: the record is absent there
+    expect(await store.claim(claimOf(claimant()))).toMatchObject({ kind: 'claimed' });
+  });
+});

@@ -57,8 +57,11 @@ describe('defaults', () => {
       poolSize: 10,
       pruneIntervalMs: 300_000,
       replayCacheBytes: 32 * 1024 * 1024,
+      listenProbeIntervalMs: 5_000,
+      listenProbeTimeoutMs: 2_000,
       synchronousCommit: true,
       migrate: true,
+      tls: undefined,
     });
     expect(config.upstreams.get('app')).toEqual({
       name: 'app',
@@ -69,7 +72,8 @@ describe('defaults', () => {
   });
 
   it('fills every idempotency field of a protected route from the built-in defaults', () => {
-    const { storesStatus, ...policy } = config.routes[0]!.idempotency!;
+    const { storesStatus, fingerprintEpoch, ...policy } = config.routes[0]!.idempotency!;
+    expect(fingerprintEpoch).toMatch(/^[\w-]{16}$/);
     expect(policy).toEqual({
       scope: 'orders',
       key: {
@@ -242,6 +246,25 @@ describe('merging defaults into routes', () => {
 
   it('uses the group as the scope, and the route name without one', () => {
     expect(policyOf(routeYaml('    idempotency: { group: billing }\n')).scope).toBe('billing');
+  });
+
+  it('names the fingerprint policy: alike for alike policies, apart for anything the fingerprint reads', () => {
+    const epoch = (block: string) =>
+      policyOf(routeYaml(`    idempotency: ${block}\n`)).fingerprintEpoch;
+    const base = epoch('{ fingerprint: { ignore: [body.sent_at] } }');
+    // What the fingerprint does not read leaves the name alone: a reload keeps the cache's entries.
+    expect(epoch('{ fingerprint: { ignore: [body.sent_at] }, ttl: 1h, group: billing }')).toBe(
+      base,
+    );
+    for (const other of [
+      '{}',
+      '{ fingerprint: { ignore: [body.sent_at, body.trace] } }',
+      '{ fingerprint: { ignore: [body.trace] } }',
+      '{ fingerprint: { parts: [method, path, body], ignore: [body.sent_at] } }',
+      '{ mcp: { ignore: [arguments.sent_at] } }',
+    ])
+      expect(epoch(other)).not.toBe(base);
+    expect(epoch('{ mcp: {} }')).not.toBe(epoch('{ mcp: { ignore: [arguments.trace] } }'));
   });
 
   it('strips the key upstream with forwardKeyAs: false', () => {
