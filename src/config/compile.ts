@@ -83,6 +83,12 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       replayCacheBytes: parseSizeBytes(store.replayCache),
       synchronousCommit: store.synchronousCommit,
       tls: tls.store,
+      outbox: {
+        maxWrites: store.outbox.maxWrites,
+        maxBytes: parseSizeBytes(store.outbox.maxBytes),
+        holdMs: parseDurationMs(store.outbox.holdAnswer),
+        drainTimeoutMs: parseDurationMs(store.outbox.drainTimeout),
+      },
     },
     upstreams,
     trustedProxies: [...parsed.trustedProxies],

@@ -58,6 +58,12 @@ describe('defaults', () => {
       pruneIntervalMs: 300_000,
       replayCacheBytes: 32 * 1024 * 1024,
       synchronousCommit: true,
+      outbox: {
+        maxWrites: 10_000,
+        maxBytes: 64 * 1024 * 1024,
+        holdMs: 2_000,
+        drainTimeoutMs: 5_000,
+      },
     });
     expect(config.upstreams.get('app')).toEqual({
       name: 'app',
