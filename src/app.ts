@@ -270,6 +270,7 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
   entry.cached = outcome.from === 'cache' || undefined;
   entry.coalesced = outcome.from === 'leader' || undefined;
   entry.outcomeUnknown = outcome.outcomeUnknown;
+  entry.landing = outcome.landing;
   entry.shadow = outcome.shadow;
   entry.storeMs = timings.store;
   entry.upstreamMs = timings.upstream;

@@ -7,10 +7,15 @@ import type { Logger } from 'pino';
 import { performance } from 'node:perf_hooks';
 import type { ReplayCacheStatus } from './admin/admin-deps';
 import { createAdminServer } from './admin/admin-server';
-import { type App, createApp } from './app';
+import { type App, createApp, hashKey } from './app';
 import type { ProxyConfig } from './config/types';
 import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
-import { PostgresKeyStore } from './store/postgres/key-store';
+import {
+  type PendingWrite,
+  PostgresKeyStore,
+  type WriteObserver,
+} from './store/postgres/key-store';
+import type { DropReason } from './store/postgres/write-outbox';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { startPruner } from './store/postgres/pruner';
 import { storeConnection } from './db/pool';
@@ -81,7 +86,10 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
         { code: (error as { code?: unknown }).code },
         'store: a named statement did not survive between transactions (PgBouncer in transaction mode?); statements are sent unnamed from now on',
       ),
+    outbox: config.store.outbox,
+    writes: pendingWriteReports(metrics, logger),
   });
+  metrics.watchPendingWrites(() => store.pendingWrites);
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
   cache?.keepPolicies(fingerprintEpochs(config));
@@ -160,6 +168,16 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     },
     async close(graceMs) {
       await app.close(graceMs);
+      // The drained requests' completions that are still pending, before the pool goes.
+      const left = await store.drainWrites(config.store.outbox.drainTimeoutMs);
+      if (left.length > 0)
+        logger.error(
+          {
+            writes: left.length,
+            records: left.slice(0, 20).map(writeFields),
+          },
+          'shutdown: these completions and releases could not be stored; their claims stay in progress until their lease ends',
+        );
       admin.closeAllConnections();
       await new Promise<void>((resolve) => admin.close(() => resolve()));
       await pruner?.stop();
@@ -186,6 +204,59 @@ function replayCacheStatus(
   if (cache.live && provenAt !== undefined)
     return { state: 'on', provenMsAgo: Math.round(performance.now() - provenAt) };
   return { state: 'off', reason: unproven ?? 'the LISTEN connection is not proven yet' };
+}
+
+/**
+ * Counts the store's pending writes, and logs every one given up (an error line each: an answer a
+ * client may have, lost with it) and every one that landed after a retry.
+ */
+function pendingWriteReports(metrics: ProxyMetrics, logger: Logger): WriteObserver {
+  return {
+    retried: (write) => metrics.writeRetried(write.kind),
+    settled(write, settlement) {
+      metrics.writeSettled(write.kind, settlement);
+      const fields = {
+        ...writeFields(write),
+        attempts: 'attempts' in settlement ? settlement.attempts : undefined,
+      };
+      if (settlement.kind === 'landed') {
+        logger.info(
+          fields,
+          write.kind === 'release_claim'
+            ? 'store: released a claim whose reply was lost (nothing was forwarded under it)'
+            : `store: a failed ${write.kind === 'complete' ? 'completion' : 'release'} landed on a retry`,
+        );
+      } else if (settlement.kind === 'stale') {
+        if (write.kind === 'complete')
+          logger.warn(
+            fields,
+            'store: a pending completion was not stored: its claim had been taken over',
+          );
+      } else if (settlement.reason !== 'shutdown') {
+        // What shutdown could not land is one line of its own (close).
+        logger.error(
+          {
+            ...fields,
+            reason: settlement.reason,
+            ...(settlement.error === undefined ? {} : databaseErrorFields(settlement.error)),
+          },
+          `store: gave up a pending ${write.kind === 'complete' ? 'completion: the answer its client got is not stored' : 'release: its claim stays in progress until its lease ends'} (${DROP_REASONS[settlement.reason]})`,
+        );
+      }
+    },
+  };
+}
+
+const DROP_REASONS: Record<DropReason, string> = {
+  bound: 'store.outbox is full; the oldest write goes',
+  expired: 'its record has expired',
+  failed: 'PostgreSQL refused it for good',
+  shutdown: 'the proxy stopped',
+};
+
+/** A pending write in a log line: its operation, scope and key (hashed: a log is no place for keys). */
+function writeFields(write: PendingWrite): Record<string, unknown> {
+  return { operation: write.kind, scope: write.id.scope, key: hashKey(write.id.key) };
 }
 
 /** Operator clears reach the cache through NOTIFY; while they cannot, the cache is off. */

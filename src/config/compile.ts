@@ -92,6 +92,12 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       synchronousCommit: store.synchronousCommit,
       migrate: store.migrate,
       tls: tls.store,
+      outbox: {
+        maxWrites: store.outbox.maxWrites,
+        maxBytes: parseSizeBytes(store.outbox.maxBytes),
+        holdMs: parseDurationMs(store.outbox.holdAnswer),
+        drainTimeoutMs: parseDurationMs(store.outbox.drainTimeout),
+      },
     },
     upstreams,
     trustedProxies: [...parsed.trustedProxies],

@@ -13,6 +13,7 @@ import {
   SIZE_HINT,
   SIZE_PATTERN,
   tryParseDurationMs,
+  tryParseSizeBytes,
 } from './units';
 import { parseAddressOrCidr } from './addresses';
 
@@ -594,8 +595,38 @@ export const configSchema = strict(
           storeTls,
           "TLS to PostgreSQL (pool, LISTEN, migrate, check); the URL's sslmode/sslrootcert/sslcert/sslkey are read the same way (libpq's meaning; prefer/allow are refused).",
         ),
+        outbox: strict(
+          {
+            maxWrites: integer(1, 10_000_000)
+              .default(10_000)
+              .describe(
+                'Completions and releases kept in memory while their statement fails; past it the oldest is dropped (an error line).',
+              ),
+            maxBytes: size
+              .refine((text) => (tryParseSizeBytes(text) ?? 0) > 0, {
+                error: 'expected a size greater than 0b',
+              })
+              .default('64mb')
+              .describe('Memory those pending answers may hold; past it the oldest are dropped.'),
+            holdAnswer: duration({ timer: true })
+              .default('2s')
+              .describe(
+                "How long a client's answer waits for its failed completion to land before it is sent anyway (the proxy keeps trying).",
+              ),
+            drainTimeout: duration({ timer: true })
+              .default('5s')
+              .describe(
+                'How long shutdown keeps sending pending writes, after draining requests; what is left is logged.',
+              ),
+          },
+          'store.outbox settings (maxWrites, maxBytes, holdAnswer, drainTimeout)',
+        )
+          .prefault({})
+          .describe(
+            'Completions and releases whose statement failed (a connection cut, a restart), sent again until they land.',
+          ),
       },
-      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, listenProbeInterval, listenProbeTimeout, synchronousCommit, migrate, tls)',
+      'store settings (url, dataDir, table, poolSize, pruneInterval, replayCache, listenProbeInterval, listenProbeTimeout, synchronousCommit, migrate, tls, outbox)',
     )
       .prefault({})
       .describe('The PostgreSQL holding the idempotency records.'),

@@ -84,6 +84,15 @@ export interface StoreConfig {
   readonly migrate: boolean;
   /** undefined: plain (no store.tls, and the URL has no sslmode or sets sslmode=disable). */
   readonly tls: StoreTlsConfig | undefined;
+  /** Completions and releases whose statement failed, sent again until they land (store.outbox). */
+  readonly outbox: {
+    readonly maxWrites: number;
+    readonly maxBytes: number;
+    /** How long a client's answer waits for its failed completion before it is sent anyway. */
+    readonly holdMs: number;
+    /** How long shutdown keeps sending what is pending. */
+    readonly drainTimeoutMs: number;
+  };
 }
 
 export interface UpstreamConfig {

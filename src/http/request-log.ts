@@ -49,6 +49,11 @@ export interface RequestLogEntry {
   clientClosedEarly?: boolean;
   /** Set when the answer says the upstream may or may not have acted (Idempotency-Outcome: unknown). */
   outcomeUnknown?: boolean;
+  /**
+   * The completion or release after the forward was not simply stored: queued (being sent again in
+   * the background), stale (the claim was taken over), failed (given up).
+   */
+  landing?: 'queued' | 'stale' | 'failed';
   /** The tool of a protected MCP tools/call. */
   tool?: string;
   /** The target's path as sent (loggedPath: no query, `;` values masked), when the edge rewrote it. */
@@ -79,6 +84,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     coalesced: undefined,
     outcomeUnknown: undefined,
     clientClosedEarly: undefined,
+    landing: undefined,
     rawTarget: undefined,
     tool: undefined,
   };

@@ -3,6 +3,8 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestLogEntry } from '../http/request-log';
 import type { ProtectedObserver } from '../protected/protocol';
+import type { WriteKind } from '../store/postgres/key-store';
+import type { Settlement } from '../store/postgres/write-outbox';
 import { OutcomeRing } from './outcome-ring';
 
 const PREFIX = 'idempotency_proxy_';
@@ -25,6 +27,15 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly inFlightClaims: Gauge;
   private readonly pruned: Counter;
   private readonly embeddedRestarts: Counter;
+  private readonly writeRetries: Counter<'operation'>;
+  private readonly writesLanded: Counter<'operation'>;
+  private readonly writesDropped: Counter<'operation' | 'reason'>;
+  private readonly backgroundReleases: Counter<'result'>;
+  /** What the store's outbox holds now (key-store.ts pendingWrites), read when scraped. */
+  private pendingWrites: () => { readonly writes: number; readonly bytes: number } = () => ({
+    writes: 0,
+    bytes: 0,
+  });
   private readonly waitingRequests: Gauge;
   private readonly toolCalls: Counter<'route' | 'tool' | 'outcome'>;
   /** Tool names seen as labels; past MAX_TOOL_LABELS they count as OTHER_TOOL. */
@@ -115,6 +126,47 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Times the embedded PostgreSQL exited on its own and was started again (0 with a store URL).',
       registers,
     });
+    const pending = (): { readonly writes: number; readonly bytes: number } => this.pendingWrites();
+    new Gauge({
+      name: `${PREFIX}store_pending_writes`,
+      help: 'Completions and releases whose statement failed, kept in memory and sent again until they land.',
+      registers,
+      collect() {
+        this.set(pending().writes);
+      },
+    });
+    new Gauge({
+      name: `${PREFIX}store_pending_write_bytes`,
+      help: 'Memory held by the pending writes (answers’ bodies and headers).',
+      registers,
+      collect() {
+        this.set(pending().bytes);
+      },
+    });
+    this.writeRetries = new Counter({
+      name: `${PREFIX}store_write_retries_total`,
+      help: 'Completions and releases sent again after a failed statement, by operation (complete, release, release_claim).',
+      labelNames: ['operation'],
+      registers,
+    });
+    this.writesLanded = new Counter({
+      name: `${PREFIX}store_writes_landed_after_retry_total`,
+      help: 'Completions and releases stored by a retry after their first statement failed.',
+      labelNames: ['operation'],
+      registers,
+    });
+    this.writesDropped = new Counter({
+      name: `${PREFIX}store_writes_dropped_total`,
+      help: 'Pending completions and releases given up, by operation and reason (bound, taken_over, expired, failed, shutdown).',
+      labelNames: ['operation', 'reason'],
+      registers,
+    });
+    this.backgroundReleases = new Counter({
+      name: `${PREFIX}store_background_releases_total`,
+      help: 'Claims whose reply was lost, released by their token in the background: released, not_claimed (the claim had not committed), dropped.',
+      labelNames: ['result'],
+      registers,
+    });
   }
 
   /**
@@ -186,6 +238,37 @@ export class ProxyMetrics implements ProtectedObserver {
 
   storeError(operation: string): void {
     this.storeErrors.inc({ operation });
+  }
+
+  /** Where the pending-write gauges read from (the key store's outbox). */
+  watchPendingWrites(read: () => { readonly writes: number; readonly bytes: number }): void {
+    this.pendingWrites = read;
+  }
+
+  writeRetried(operation: WriteKind): void {
+    this.writeRetries.inc({ operation });
+  }
+
+  /** A pending write left the outbox. */
+  writeSettled(operation: WriteKind, settlement: Settlement): void {
+    if (operation === 'release_claim') {
+      const result =
+        settlement.kind === 'landed'
+          ? 'released'
+          : settlement.kind === 'stale'
+            ? 'not_claimed'
+            : 'dropped';
+      this.backgroundReleases.inc({ result });
+      if (settlement.kind === 'dropped')
+        this.writesDropped.inc({ operation, reason: settlement.reason });
+      return;
+    }
+    if (settlement.kind === 'landed') this.writesLanded.inc({ operation });
+    else
+      this.writesDropped.inc({
+        operation,
+        reason: settlement.kind === 'stale' ? 'taken_over' : settlement.reason,
+      });
   }
 }
 

@@ -10,10 +10,17 @@
 //
 // The response is stored before the client sees its last byte, so once a client has a whole answer,
 // every retry replays it. A store failure before the forward is a 503 (fail closed), or in shadow
-// mode a forward anyway; after it, the client still gets the upstream's answer and the claim is
-// left to its lease.
+// mode a forward anyway; after it, the client still gets the upstream's answer: the store keeps
+// sending a failed completion or release in the background (it says `queued`), and one it gives up
+// on leaves the claim to its lease. There is no retry loop here: the store owns its writes.
 import { performance } from 'node:perf_hooks';
-import { Claimant, type ClaimRequest, type ClaimResult, type RecordId } from '../store/record';
+import {
+  Claimant,
+  type ClaimRequest,
+  type ClaimResult,
+  type Landing,
+  type RecordId,
+} from '../store/record';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
 import { clientGone, sendUpstream, transportFailure } from './outgoing';
 import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
@@ -27,8 +34,8 @@ import {
 } from './protocol';
 import { forwardUnstored } from './shadow';
 import {
-  bestEffortStoreCall,
   claimCall,
+  settleStoreCall,
   storeCall,
   StoreUnavailable,
   storeUnavailableError,
@@ -178,20 +185,28 @@ async function forward<C extends Call>(
   attempts: number,
 ): Promise<Outcome> {
   const { id, policy } = call;
+  // What the store said of the completion or release, when it was not simply stored.
+  let landing: Outcome['landing'];
   const done = (label: Outcome['label'], outcomeUnknown?: boolean): Outcome => ({
     ...outcomeOf(call, label),
     attempts,
     outcomeUnknown,
+    landing,
   });
-  // Both complete and release are best effort: the upstream has answered, so the client gets its
-  // answer, and a claim the store did not settle stays in progress until its lease ends.
+  // The upstream has answered, so the client gets its answer whatever the store says: a write the
+  // store could not make at once it keeps sending (queued), and one it gives up on (failed) leaves
+  // the claim in progress until its lease ends.
   const settle = async (settlement: Settlement): Promise<void> => {
     if (settlement.kind === 'complete')
-      await bestEffortStoreCall(deps, request, 'complete', () =>
-        deps.store.complete(id, fence, settlement.response, policy.ttlMs, claimant),
+      landing = notStored(
+        await settleStoreCall(deps, request, 'complete', () =>
+          deps.store.complete(id, fence, settlement.response, policy.ttlMs, claimant),
+        ),
       );
     else if (settlement.kind === 'release')
-      await bestEffortStoreCall(deps, request, 'release', () => deps.store.release(id, fence));
+      landing = notStored(
+        await settleStoreCall(deps, request, 'release', () => deps.store.release(id, fence)),
+      );
   };
   /** The upstream may have acted: at most once, so under `fail` the answer is stored for good. */
   const unknownOutcome = async (
@@ -272,6 +287,11 @@ class CallClaim implements ClaimRequest {
   get fingerprint(): Buffer {
     return this.call.fingerprint;
   }
+}
+
+/** A settlement's landing as the log shows it: nothing when stored, as most are. */
+function notStored(landing: Landing | 'failed'): Outcome['landing'] {
+  return landing === 'stored' ? undefined : landing;
 }
 
 /** What the log says of a call answered with `label`, and of the claim that decided it. */

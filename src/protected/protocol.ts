@@ -95,6 +95,12 @@ export interface Outcome {
   readonly from?: 'cache' | 'leader';
   readonly outcomeUnknown?: boolean;
   readonly shadow?: ShadowVerdict;
+  /**
+   * The completion or release was not simply stored: `queued` (the store keeps sending it; an answer
+   * went to the client before it was in the record), `stale` (the claim had been taken over), or
+   * `failed` (the store gave up on it).
+   */
+  readonly landing?: 'queued' | 'stale' | 'failed';
 }
 
 /**

@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { isPoolExhausted } from '../db/store-failure';
 import { ProxyError } from '../errors';
 import { LeaderLostStore } from '../store/coalescing-store';
-import type { ClaimResult } from '../store/record';
+import type { ClaimResult, Landing } from '../store/record';
 import { type ProtectedDeps, type ProtectedRequest, UnreadableCall } from './protocol';
 
 const STORE_RETRY_AFTER_SECONDS = 1;
@@ -85,20 +85,20 @@ async function timed<T>(
 }
 
 /**
- * A store operation after the upstream has acted (complete, release): its failure is logged and
- * leaves the claim to its lease, and the client still gets the upstream's answer. True when it
- * succeeded.
+ * A store write after the upstream has answered (complete, release): what became of it (the store
+ * sends a failed one again in the background: `queued`), or `failed` when the store gave up on it,
+ * which is logged. Either way the client still gets the upstream's answer.
  */
-export async function bestEffortStoreCall(
+export async function settleStoreCall(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   operation: string,
-  call: () => Promise<unknown>,
-): Promise<boolean> {
+  call: () => Promise<Landing>,
+): Promise<Landing | 'failed'> {
   try {
-    return (await storeCall(deps, request, operation, call)) !== false;
+    return await storeCall(deps, request, operation, call);
   } catch (error) {
-    if (error instanceof StoreUnavailable) return false;
+    if (error instanceof StoreUnavailable) return 'failed';
     throw error;
   }
 }

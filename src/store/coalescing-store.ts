@@ -31,6 +31,7 @@ import {
   type CompletionWaiter,
   type CounterDelta,
   type KeyStore,
+  type Landing,
   memoryKey,
   type PeekResult,
   type RecordId,
@@ -119,14 +120,15 @@ export class CoalescingStore implements RequestStore {
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<boolean> {
+  ): Promise<Landing> {
     // Not cached on completion: most keys are never repeated; the first repeat's claim admits it.
-    const completed = await this.store.complete(id, fence, response, ttlMs);
-    if (completed) this.leaderOf(claimant)?.settle({ kind: 'completed', response });
-    return completed;
+    // Only a stored answer is told to the repeats: one still queued is not the database's yet.
+    const landing = await this.store.complete(id, fence, response, ttlMs);
+    if (landing === 'stored') this.leaderOf(claimant)?.settle({ kind: 'completed', response });
+    return landing;
   }
 
-  release(id: RecordId, fence: string): Promise<boolean> {
+  release(id: RecordId, fence: string): Promise<Landing> {
     return this.store.release(id, fence);
   }
 

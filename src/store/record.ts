@@ -148,21 +148,29 @@ export type PeekResult =
   | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number };
 
 /**
+ * What became of a completion or a release: `stored` (it is in the record), `queued` (its statement
+ * failed and this process keeps sending it in the background, postgres/write-outbox.ts: an answer
+ * is not in the record yet), or `stale` (the record no longer carries the claim's token: taken
+ * over, released, or gone; nothing was written).
+ */
+export type Landing = 'stored' | 'queued' | 'stale';
+
+/**
  * The store. `claimant`, where a method takes one, is the request doing it (see Claimant); a store
  * that keeps nothing in memory ignores it.
  */
 export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
-  /** False when the fence is stale (another holder took over): the result was not stored. */
+  /** Stores the answer under the claim with `fence` (see Landing). */
   complete(
     id: RecordId,
     fence: string,
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<boolean>;
-  /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
-  release(id: RecordId, fence: string, claimant?: Claimant): Promise<boolean>;
+  ): Promise<Landing>;
+  /** Drops an in-progress claim so a retry executes again (see Landing). */
+  release(id: RecordId, fence: string, claimant?: Claimant): Promise<Landing>;
   /** Adds attempts/replays of requests answered without the store to their records. */
   flushCounters(deltas: readonly CounterDelta[]): Promise<void>;
   /** Reads a record's state without counting an attempt (for waiters). */

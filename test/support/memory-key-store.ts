@@ -7,6 +7,7 @@ import type {
   ClaimResult,
   CounterDelta,
   KeyStore,
+  Landing,
   PeekResult,
   RecordId,
   StoredResponse,
@@ -88,24 +89,29 @@ export class MemoryKeyStore implements KeyStore {
     return { kind: 'in-flight', fence: row.token, leaseRemainingMs, attempts };
   }
 
-  async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
+  async complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<Landing> {
     this.enter('complete');
     const row = this.current(id, fence);
-    if (row === undefined) return false;
+    if (row === undefined) return 'stale';
     // As a bytea NULL reads back: an omitted body is empty.
     const stored =
       response.bodyOmitted && response.body.length > 0
         ? { ...response, body: Buffer.alloc(0) }
         : response;
     Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
-    return true;
+    return 'stored';
   }
 
-  async release(id: RecordId, fence: string) {
+  async release(id: RecordId, fence: string): Promise<Landing> {
     this.enter('release');
-    if (this.current(id, fence) === undefined) return false;
+    if (this.current(id, fence) === undefined) return 'stale';
     this.rows.delete(recordText(id));
-    return true;
+    return 'stored';
   }
 
   /** Adds the counts to the rows, as the PostgreSQL store does to completed ones. */

@@ -13,6 +13,7 @@ import { ProxyMetrics } from '../../src/observability/metrics';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import type { ReplayCache } from '../../src/store/replay-cache';
+import type { PostgresKeyStore } from '../../src/store/postgres/key-store';
 
 export interface TestProxy {
   readonly url: string;
@@ -25,6 +26,8 @@ export interface TestProxy {
   readonly listener: CompletionListener;
   readonly metrics: ProxyMetrics;
   readonly cache: ReplayCache | undefined;
+  /** The PostgreSQL key store behind the request path (its pending writes, for fault tests). */
+  readonly store: PostgresKeyStore;
   /** Adds replay-cache hits to the records now (production does it every second). */
   flushCounters(): Promise<void>;
   /** The admin listener (health, readiness, metrics, keys) on its own port. */
@@ -104,6 +107,7 @@ export async function startProxy(options: StartProxyOptions): Promise<TestProxy>
     listener,
     metrics,
     cache: instance.cache,
+    store: instance.store,
     flushCounters: () => instance.flushCounters(),
     adminUrl: `http://127.0.0.1:${adminPort}`,
     async close() {

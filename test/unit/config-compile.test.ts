@@ -62,6 +62,12 @@ describe('defaults', () => {
       synchronousCommit: true,
       migrate: true,
       tls: undefined,
+      outbox: {
+        maxWrites: 10_000,
+        maxBytes: 64 * 1024 * 1024,
+        holdMs: 2_000,
+        drainTimeoutMs: 5_000,
+      },
     });
     expect(config.upstreams.get('app')).toEqual({
       name: 'app',

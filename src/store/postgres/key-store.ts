@@ -1,12 +1,16 @@
 // The PostgreSQL KeyStore: claims and completions batched naturally under load (natural-batcher.ts),
-// each operation one named, parameterised statement (statements.ts) whose rows rows.ts reads.
+// each operation one named, parameterised statement (statements.ts) whose rows rows.ts reads. The
+// writes that must land — completions, releases, and the release of a claim whose reply was lost —
+// are kept and sent again by one outbox (write-outbox.ts) when their statement fails.
 import { createHash, randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
   ClaimRequest,
   ClaimResult,
   CounterDelta,
   KeyStore,
+  Landing,
   PeekResult,
   RecordId,
   StoredResponse,
@@ -14,6 +18,8 @@ import type {
 import { recordDigest, recordText } from '../record';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 import { SQLSTATE } from '../../db/sqlstate';
+import { isRetryableWriteError, mayHaveCommitted } from '../../db/write-failure';
+import { type AttemptResult, type OutboxWrite, type Settlement, WriteOutbox } from './write-outbox';
 import { ShardMap } from '../../db/shard-map';
 import { isDistributed } from '../../db/topology';
 import {
@@ -52,6 +58,45 @@ export interface KeyStoreOptions {
    * (one query, sent when it is made).
    */
   readonly distributed?: boolean;
+  /** The bounds of the writes kept after a failed attempt (store.outbox), and what the caller waits. */
+  readonly outbox?: Partial<OutboxSettings>;
+  /** Told of every write sent again, and of every write leaving the outbox (metrics, logs). */
+  readonly writes?: WriteObserver;
+}
+
+export interface OutboxSettings {
+  /** Writes kept at most; past it the oldest is dropped. */
+  readonly maxWrites: number;
+  /** Bytes (answers' bodies and headers) kept at most; past it the oldest writes are dropped. */
+  readonly maxBytes: number;
+  /**
+   * How long complete() and release() wait for a write whose first attempt failed before they
+   * return `queued` (the outbox keeps trying).
+   */
+  readonly holdMs: number;
+}
+
+export const DEFAULT_OUTBOX: OutboxSettings = {
+  maxWrites: 10_000,
+  maxBytes: 64 * 1024 * 1024,
+  holdMs: 2_000,
+};
+
+/**
+ * A write the outbox holds: a completion, the release of a claim whose forward reached nobody, or
+ * the release of a claim whose statement's reply was lost (`release_claim`).
+ */
+export type WriteKind = 'complete' | 'release' | 'release_claim';
+
+export interface PendingWrite extends OutboxWrite<WriteKind> {
+  readonly id: RecordId;
+}
+
+export interface WriteObserver {
+  /** An attempt after the first. */
+  retried?(write: PendingWrite): void;
+  /** A write left the outbox: landed, stale (the token moved on), or dropped (with why). */
+  settled?(write: PendingWrite, settlement: Settlement): void;
 }
 
 /**
@@ -143,6 +188,7 @@ function layout(tableName: string, distributed: boolean): Layout {
       takeOver: statementName('take_over', sql.takeOver),
       settleUnknown: statementName('settle_unknown', sql.settleUnknown),
       peek: statementName('peek', sql.peek),
+      completedWith: statementName('completed_with', sql.completedWith),
       flushCounters: statementName('flush_counters', sql.flushCounters),
     },
     rows: {
@@ -168,6 +214,8 @@ export class PostgresKeyStore implements KeyStore {
   private shards: ShardMap | undefined;
   private shardsLoadedAt = 0;
   private shardsLoading: Promise<void> | undefined;
+  private readonly outbox: WriteOutbox<PendingWrite>;
+  private readonly holdMs: number;
 
   constructor(
     private readonly pool: Pool,
@@ -198,6 +246,15 @@ export class PostgresKeyStore implements KeyStore {
     this.channel = completionChannel(tableName);
     this.named = options.namedStatements ?? true;
     this.onNamedStatementsLost = options.onNamedStatementsLost;
+    const outbox = { ...DEFAULT_OUTBOX, ...options.outbox };
+    this.holdMs = outbox.holdMs;
+    this.outbox = new WriteOutbox<PendingWrite>({
+      maxWrites: outbox.maxWrites,
+      maxBytes: outbox.maxBytes,
+      retryable: isRetryableWriteError,
+      onRetry: options.writes?.retried?.bind(options.writes),
+      onSettled: options.writes?.settled?.bind(options.writes),
+    });
     // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
     if (!this.layout) this.loadLayout().catch(() => undefined);
     else if (this.layout.distributed) void this.loadShards();
@@ -296,8 +353,49 @@ export class PostgresKeyStore implements KeyStore {
    * to that shard: a statement over keys on several shards would be a distributed transaction, with
    * a two-phase commit on every worker it touches. Likewise completions.
    */
-  claim(request: ClaimRequest): Promise<ClaimResult> {
-    return this.claims.submit({ request, token: randomUUID() });
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    // The token is made before the statement is sent: if its reply is lost, this is what the row
+    // carries if the claim committed, and what releases it.
+    const token = randomUUID();
+    try {
+      return await this.claims.submit({ request, token });
+    } catch (error) {
+      if (mayHaveCommitted(error)) this.releaseLostClaim(request, token);
+      throw error;
+    }
+  }
+
+  /**
+   * A claim whose statement may have committed, though its caller answers that nothing was
+   * forwarded (503): released by its token in the background, so that its key is never left in
+   * progress to end as an unknown outcome. A claim that never committed leaves no row with the
+   * token: the release finds nothing and is done.
+   */
+  private releaseLostClaim(request: ClaimRequest, token: string): void {
+    const { id } = request;
+    void this.outbox.add(
+      {
+        kind: 'release_claim',
+        id,
+        bytes: RELEASE_BYTES,
+        expiresAt: performance.now() + Math.max(request.claimExpiryMs, request.leaseMs),
+        attempt: async () => ((await this.releaseOnce(id, token)) ? 'landed' : 'stale'),
+      },
+      0,
+    );
+  }
+
+  /** Writes kept after a failed attempt, not yet landed. */
+  get pendingWrites(): { readonly writes: number; readonly bytes: number } {
+    return this.outbox.pending;
+  }
+
+  /**
+   * Sends what the outbox holds until it has landed or `timeoutMs` has passed (shutdown); returns
+   * what could not be landed, which is given up. No write is kept afterwards.
+   */
+  drainWrites(timeoutMs: number): Promise<PendingWrite[]> {
+    return this.outbox.drain(timeoutMs);
   }
 
   /** How claims and completions were batched so far (statements vs calls carried). */
@@ -356,9 +454,71 @@ export class PostgresKeyStore implements KeyStore {
     });
   }
 
-  /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
-  complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
-    return this.completions.submit({ id, fence, response, ttlMs });
+  /**
+   * Completions go through the natural batcher: alone when the store keeps up, together when not.
+   * One whose statement failed (a whole batch fails together: each of its completions comes here
+   * alone) goes to the outbox, sent again on its own statement until it lands; the caller waits
+   * up to holdMs for that, then learns `queued`.
+   */
+  async complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<Landing> {
+    const completion: Completion = { id, fence, response, ttlMs };
+    try {
+      return (await this.completions.submit(completion)) ? 'stored' : 'stale';
+    } catch (error) {
+      if (!isRetryableWriteError(error)) throw error;
+      return this.held(error, {
+        kind: 'complete',
+        id,
+        bytes: responseBytes(response),
+        // An in-progress row lives at least ttl past its lease; after that a completion is moot.
+        expiresAt: performance.now() + ttlMs,
+        attempt: () => this.completeAgain(completion),
+      });
+    }
+  }
+
+  /**
+   * A completion sent again: it may have been stored by an attempt whose reply was lost, which
+   * leaves the row completed with this token and answer, so a sent-again UPDATE changes nothing.
+   */
+  private async completeAgain(completion: Completion): Promise<AttemptResult> {
+    const [changed] = await this.completeBatch([completion]);
+    if (changed) return 'landed';
+    const { sql, names } = this.layout ?? (await this.loadLayout());
+    const { id, fence, response } = completion;
+    const { rows } = await this.sendStatement({
+      name: names.completedWith,
+      text: sql.completedWith,
+      values: [id.scope, id.tenant, id.key, fence, response.status, response.outcomeUnknown],
+    });
+    return rows.length > 0 ? 'landed' : 'stale';
+  }
+
+  /**
+   * Hands a write whose first attempt failed to the outbox and waits for it up to holdMs: what it
+   * became, or `queued` while the outbox keeps sending it. A write the outbox had to drop in that
+   * time fails with the first attempt's error (or its own).
+   */
+  private async held(error: unknown, write: PendingWrite): Promise<Landing> {
+    const settled = this.outbox.add(write);
+    let timer: NodeJS.Timeout | undefined;
+    const holding = new Promise<'held'>((resolve) => {
+      timer = setTimeout(() => resolve('held'), this.holdMs);
+    });
+    try {
+      const settlement = await Promise.race([settled, holding]);
+      if (settlement === 'held') return 'queued';
+      if (settlement.kind === 'landed') return 'stored';
+      if (settlement.kind === 'stale') return 'stale';
+      throw settlement.error ?? error;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
@@ -429,7 +589,30 @@ export class PostgresKeyStore implements KeyStore {
     return results;
   }
 
-  async release(id: RecordId, fence: string): Promise<boolean> {
+  /**
+   * Releases a claim whose forward reached nobody, so that a retry runs it. One whose statement
+   * failed goes to the outbox like a completion (a release is idempotent: one sent again after a
+   * lost reply finds no row with the token, and is done).
+   */
+  async release(id: RecordId, fence: string): Promise<Landing> {
+    try {
+      return (await this.releaseOnce(id, fence)) ? 'stored' : 'stale';
+    } catch (error) {
+      if (!isRetryableWriteError(error)) throw error;
+      return this.held(error, {
+        kind: 'release',
+        id,
+        bytes: RELEASE_BYTES,
+        // Bounded by count: a release never does harm, however late (a row claimed anew carries
+        // another token).
+        expiresAt: Infinity,
+        attempt: async () => ((await this.releaseOnce(id, fence)) ? 'landed' : 'stale'),
+      });
+    }
+  }
+
+  /** The release statement, once: true when it deleted the claim carrying `fence`. */
+  private async releaseOnce(id: RecordId, fence: string): Promise<boolean> {
     const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
     const values = [id.scope, id.tenant, id.key, fence];
     const { rows } = await this.sendStatement<{ attempts: number }>({
@@ -521,6 +704,16 @@ export class PostgresKeyStore implements KeyStore {
     if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row ? toResponse(row) : null;
   }
+}
+
+/** What a release holds in memory, about: its key and token. */
+const RELEASE_BYTES = 256;
+
+/** What a completion holds in memory: its body and headers, and about as much again for the rest. */
+function responseBytes(response: StoredResponse): number {
+  let bytes = response.body.length + 256;
+  for (const [name, value] of response.headers) bytes += name.length + value.length;
+  return bytes;
 }
 
 /** One claim's values, in the order of statements.ts's claim input columns. */

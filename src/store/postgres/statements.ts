@@ -297,6 +297,12 @@ export function buildStatements(tableName: string, distributed = false) {
         RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
       notify('$9', '$10'),
     ),
+    // After a completion sent again changed nothing: whether an earlier attempt, whose reply was
+    // lost with its connection, had stored this answer (the row carries the token, completed with
+    // this status and outcome). Not a settled-unknown answer under the same token, which differs.
+    completedWith: `
+      SELECT 1 FROM ${t} WHERE ${where} AND claim_token::text = $4::text AND state = 'completed'
+        AND status = $5::smallint AND outcome_unknown = $6::boolean`,
     // Counter increments gathered by the replay cache, one statement per flush.
     flushCounters: `
       UPDATE ${t} AS r SET attempts = r.attempts + d.attempts, replays = r.replays + d.replays,

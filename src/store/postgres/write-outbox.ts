@@ -1,0 +1,224 @@
+// The writes that must land after a failed attempt: a completion whose client has (or will have) the
+// answer, a release that lets a retry run, a claim whose reply was lost. Each is kept in memory and
+// tried again, one statement per write, on whatever connection the pool gives (a broken one is not
+// given again), until it lands, the row no longer carries its claim token, or its record expires.
+//
+//   add ──► pending ──► round: each write once, in age order ──┬─ landed ─────────────► settled
+//              ▲                                               ├─ stale (token moved) ─► settled
+//              │                                               ├─ refused for good ───► dropped
+//              └──── jittered backoff after a round that ──────┴─ store failing: stop the round
+//                    met a retryable failure
+//
+// Bounded by count and bytes: past either bound the oldest write is dropped, loudly. A round stops
+// at a retryable failure (the store is down: the rest would fail the same way, and a waiting round
+// keeps the pool free for claims); a write refused for good is dropped and the round goes on, so one
+// bad write never holds up the others. The backoff is the outbox's, not each write's: the writes wait
+// for the same PostgreSQL.
+import { performance } from 'node:perf_hooks';
+
+/** What an attempt found: the write is in, or the row no longer carries the claim's token. */
+export type AttemptResult = 'landed' | 'stale';
+
+export type DropReason = 'bound' | 'expired' | 'failed' | 'shutdown';
+
+/** How a write left the outbox. */
+export type Settlement =
+  | { readonly kind: 'landed'; readonly attempts: number }
+  | { readonly kind: 'stale'; readonly attempts: number }
+  | { readonly kind: 'dropped'; readonly reason: DropReason; readonly error?: unknown };
+
+export interface OutboxWrite<Kind extends string = string> {
+  readonly kind: Kind;
+  /** What it holds in memory (an answer's body and headers). */
+  readonly bytes: number;
+  /** performance.now() after which its record has expired and the write is given up. */
+  readonly expiresAt: number;
+  /** Sends the write once. Throws when the statement failed. */
+  attempt(): Promise<AttemptResult>;
+}
+
+export interface OutboxOptions<W extends OutboxWrite> {
+  /** Writes kept at most; past it the oldest is dropped. */
+  readonly maxWrites: number;
+  /** Bytes kept at most; past it the oldest writes are dropped. */
+  readonly maxBytes: number;
+  /** Whether a failed attempt may succeed later; a write whose attempt fails otherwise is dropped. */
+  readonly retryable: (error: unknown) => boolean;
+  /** The first backoff after a failed round, doubled each failed round up to maxDelayMs; jittered. */
+  readonly firstDelayMs?: number;
+  readonly maxDelayMs?: number;
+  /** Writes sent at once in a round. */
+  readonly concurrency?: number;
+  /** Each attempt after the first, counted. */
+  readonly onRetry?: (write: W) => void;
+  /** Every write leaving the outbox, with how. */
+  readonly onSettled?: (write: W, settlement: Settlement) => void;
+  /** For tests: [0, 1). */
+  readonly random?: () => number;
+}
+
+interface Entry<W> {
+  readonly write: W;
+  attempts: number;
+  readonly settle: (settlement: Settlement) => void;
+}
+
+const DEFAULT_FIRST_DELAY_MS = 50;
+const DEFAULT_MAX_DELAY_MS = 5_000;
+const DEFAULT_CONCURRENCY = 4;
+/** The longest pause between rounds while draining: shutdown has no time for the backoff's. */
+const DRAIN_PAUSE_MS = 200;
+
+export class WriteOutbox<W extends OutboxWrite> {
+  /** In age order (a Map keeps insertion order): the oldest is dropped first. */
+  private readonly entries = new Map<number, Entry<W>>();
+  private nextId = 0;
+  private bytes = 0;
+  private running: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private failedRounds = 0;
+  private closed = false;
+
+  constructor(private readonly options: OutboxOptions<W>) {
+    if (!(options.maxWrites >= 1 && options.maxBytes >= 1))
+      throw new Error('an outbox keeps at least one write and one byte');
+  }
+
+  /** Writes waiting to land, and what they hold. */
+  get pending(): { readonly writes: number; readonly bytes: number } {
+    return { writes: this.entries.size, bytes: this.bytes };
+  }
+
+  /** The writes waiting to land, oldest first. */
+  writes(): W[] {
+    return [...this.entries.values()].map((entry) => entry.write);
+  }
+
+  /**
+   * Takes a write whose first attempt failed (`attempts` made so far); resolves once it has left
+   * the outbox. Never rejects. It is tried at once unless a round is backing off.
+   */
+  add(write: W, attempts = 1): Promise<Settlement> {
+    if (this.closed) return Promise.resolve({ kind: 'dropped', reason: 'shutdown' });
+    const settled = new Promise<Settlement>((resolve) => {
+      const id = this.nextId++;
+      this.entries.set(id, {
+        write,
+        attempts,
+        settle: (settlement) => {
+          if (!this.entries.delete(id)) return;
+          this.bytes -= write.bytes;
+          this.options.onSettled?.(write, settlement);
+          resolve(settlement);
+        },
+      });
+      this.bytes += write.bytes;
+    });
+    this.enforceBounds();
+    this.schedule();
+    return settled;
+  }
+
+  /**
+   * Tries what is pending until it has landed or `timeoutMs` has passed, without the backoff's long
+   * pauses; what is left is dropped (reason shutdown) and returned. No write is taken afterwards.
+   */
+  async drain(timeoutMs: number): Promise<W[]> {
+    const deadline = performance.now() + timeoutMs;
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.entries.size > 0) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      // An attempt that hangs (a server gone without a reset) must not hold the shutdown up.
+      await within(this.running ?? this.round(), left);
+      if (this.entries.size === 0 || this.running) continue;
+      if (this.failedRounds > 0)
+        await sleep(Math.min(this.delayMs(), DRAIN_PAUSE_MS, deadline - performance.now()));
+    }
+    const left = [...this.entries.values()];
+    for (const entry of left) entry.settle({ kind: 'dropped', reason: 'shutdown' });
+    return left.map((entry) => entry.write);
+  }
+
+  private enforceBounds(): void {
+    const { maxWrites, maxBytes } = this.options;
+    for (const entry of this.entries.values()) {
+      if (this.entries.size <= maxWrites && this.bytes <= maxBytes) return;
+      entry.settle({ kind: 'dropped', reason: 'bound' });
+    }
+  }
+
+  /** Starts a round now, unless one is running or the outbox is backing off. */
+  private schedule(): void {
+    if (this.running || this.timer || this.closed) return;
+    void this.round();
+  }
+
+  private round(): Promise<void> {
+    this.running = this.runRound().finally(() => {
+      this.running = undefined;
+      if (this.entries.size === 0 || this.closed) return;
+      if (this.failedRounds === 0) return this.schedule();
+      // Backing off: a chained timer, never one per write.
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        this.schedule();
+      }, this.delayMs());
+      this.timer.unref();
+    });
+    return this.running;
+  }
+
+  /** Each pending write once, oldest first, `concurrency` at a time; stops at a retryable failure. */
+  private async runRound(): Promise<void> {
+    const queue = [...this.entries.values()];
+    let failed = false;
+    const next = (): Entry<W> | undefined => (failed ? undefined : queue.shift());
+    const worker = async (): Promise<void> => {
+      for (let entry = next(); entry; entry = next()) {
+        if (performance.now() >= entry.write.expiresAt) {
+          entry.settle({ kind: 'dropped', reason: 'expired' });
+          continue;
+        }
+        // A write added before any attempt (a lost claim's release) is not a retry on its first.
+        if (++entry.attempts > 1) this.options.onRetry?.(entry.write);
+        try {
+          const result = await entry.write.attempt();
+          entry.settle({ kind: result, attempts: entry.attempts });
+        } catch (error) {
+          if (this.options.retryable(error)) failed = true;
+          else entry.settle({ kind: 'dropped', reason: 'failed', error });
+        }
+      }
+    };
+    await Promise.all(
+      Array.from({ length: this.options.concurrency ?? DEFAULT_CONCURRENCY }, worker),
+    );
+    this.failedRounds = failed ? this.failedRounds + 1 : 0;
+  }
+
+  /** Full jitter over an exponential backoff: between half and all of first × 2^(failed rounds - 1). */
+  private delayMs(): number {
+    const first = this.options.firstDelayMs ?? DEFAULT_FIRST_DELAY_MS;
+    const max = this.options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
+    const ceiling = Math.min(max, first * 2 ** Math.max(0, this.failedRounds - 1));
+    const random = this.options.random ?? Math.random;
+    return ceiling / 2 + (random() * ceiling) / 2;
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/** Waits for `promise`, or `ms` at most (its timer cleared either way). */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
