@@ -10,7 +10,7 @@ import type { ProxyConfig } from './config/types';
 import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
 import { PostgresKeyStore } from './store/postgres/key-store';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
-import { startPruner } from './store/postgres/pruner';
+import { type BackgroundPruner, startPruner } from './store/postgres/pruner';
 import { storeConnection } from './db/pool';
 import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
@@ -119,19 +119,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     embedded: options.embedded,
   });
   const pruner = options.prune
-    ? startPruner(pool, table, config.store.pruneIntervalMs, {
-        pruned: (result) => {
-          if (result.deleted > 0) metrics.prunedRows(result.deleted);
-          if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
-        },
-        failed: (error) => {
-          metrics.storeError('prune');
-          logger.warn(
-            databaseErrorFields(error, server),
-            'pruning expired records failed; will retry next round',
-          );
-        },
-      })
+    ? startLoggedPruner(pool, config, options.databaseUrl, metrics, logger)
     : undefined;
   return {
     app,
@@ -158,6 +146,30 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       await tracing?.shutdown();
     },
   };
+}
+
+/** The pruner of one serving process (a cluster's primary, or the one instance), counted and logged. */
+export function startLoggedPruner(
+  pool: Pool,
+  config: ProxyConfig,
+  databaseUrl: string,
+  metrics: ProxyMetrics,
+  logger: Logger,
+): BackgroundPruner {
+  const server = serverAddress(databaseUrl);
+  return startPruner(pool, config.store.table, config.store.pruneIntervalMs, {
+    pruned: (result) => {
+      if (result.deleted > 0) metrics.prunedRows(result.deleted);
+      if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
+    },
+    failed: (error) => {
+      metrics.storeError('prune');
+      logger.warn(
+        databaseErrorFields(error, server),
+        'pruning expired records failed; will retry next round',
+      );
+    },
+  });
 }
 
 /** Operator clears reach the cache through NOTIFY; while they cannot, the cache is off. */

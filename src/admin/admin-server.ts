@@ -86,6 +86,10 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   const embedded = deps.embedded?.();
   if (embedded && embedded.state !== 'running')
     checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
+  const workers = deps.workers?.();
+  // One worker serving serves every client (more slowly): only none serving is "not ready".
+  if (workers && workers.serving === 0)
+    checks.workers = `no worker is serving (0 of ${workers.configured}): they are being replaced`;
   const ready = Object.keys(checks).length === 0;
   // Where the table lives (docs/store-topologies.md), for whoever checks a rollout onto Citus or a new
   // primary.
@@ -93,6 +97,7 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
     status: ready ? 'ready' : 'not ready',
     ...(topology ? { store: topology } : {}),
     ...(embedded ? { embeddedPostgres: embedded } : {}),
+    ...(workers ? { workers } : {}),
     ...(ready ? {} : { checks }),
   });
 }
