@@ -7,7 +7,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from 'pino';
 import { StartupError } from '../startup-error';
-import { type FromWorker, isFromWorker, messageType, type ToWorker } from './messages';
+import { isFromWorker, messageType, type ToWorker } from './messages';
 import { WorkerQuestions } from './questions';
 import { MAX_EXITS, RespawnPolicy, WINDOW_MS } from './respawn-policy';
 
@@ -145,7 +145,9 @@ export class WorkerSupervisor {
     if (this.stopping || slot?.draining) return;
     const how = signal === null ? `exit code ${code}` : `signal ${signal}`;
     if (!this.started) {
-      this.giveUp(new StartupError(`a worker exited while starting (${how}): read the lines above`));
+      this.giveUp(
+        new StartupError(`a worker exited while starting (${how}): read the lines above`),
+      );
       return;
     }
     const decision = this.policy.afterExit();

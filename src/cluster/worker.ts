@@ -12,13 +12,7 @@ import { storePool } from '../cli/database';
 import { listenAll } from '../cli/serve';
 import { ProxyMetrics } from '../observability/metrics';
 import { StartupError } from '../startup-error';
-import {
-  type FromWorker,
-  isToWorker,
-  messageType,
-  type Question,
-  type ToWorker,
-} from './messages';
+import { type FromWorker, isToWorker, messageType, type Question, type ToWorker } from './messages';
 
 type Start = Extract<ToWorker, { type: typeof messageType.start }>;
 
@@ -28,7 +22,8 @@ export async function serveWorker(logger: Logger): Promise<number> {
   process.on('SIGHUP', () => undefined);
   let drain!: (why: string) => void;
   const drained = new Promise<string>((resolve) => (drain = resolve));
-  let serving: ProxyInstance | undefined;
+  /** Set once it listens: questions are answered and a drain waits for requests from then on. */
+  const state: { serving?: ProxyInstance } = {};
   // Before it serves there is nothing in flight: a drain or a signal stops it at once.
   const stopStarting = (): void => process.exit(0);
   process.once('SIGTERM', stopStarting);
@@ -38,10 +33,10 @@ export async function serveWorker(logger: Logger): Promise<number> {
       if (!isToWorker(message)) return;
       if (message.type === messageType.start) resolve(message);
       else if (message.type === messageType.drain) {
-        if (serving) drain('the primary');
+        if (state.serving) drain('the primary');
         else stopStarting();
-      } else if (message.type === messageType.ask && serving)
-        void answer(serving, message.id, message.question, logger);
+      } else if (message.type === messageType.ask && state.serving)
+        void answer(state.serving, message.id, message.question, logger);
     });
     send({ type: messageType.hello });
   });
@@ -74,7 +69,7 @@ export async function serveWorker(logger: Logger): Promise<number> {
     });
     return error instanceof StartupError ? error.exitCode : 1;
   }
-  serving = instance;
+  state.serving = instance;
   process.off('SIGTERM', stopStarting);
   process.off('SIGINT', stopStarting);
   process.once('SIGTERM', () => drain('SIGTERM'));

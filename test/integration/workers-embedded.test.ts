@@ -70,7 +70,11 @@ test('a port in use stops the cluster at startup: one line, exit 1, the embedded
     });
     fixture.running.push(proxy);
     expect(await proxy.exited()).toBe(1);
-    const lines = proxy.stderr().trim().split('\n').filter((line) => line.startsWith('idempotency-proxy:'));
+    const lines = proxy
+      .stderr()
+      .trim()
+      .split('\n')
+      .filter((line) => line.startsWith('idempotency-proxy:'));
     expect(lines).toEqual([
       `idempotency-proxy: port ${held.port} on 127.0.0.1 is already in use, so the idempotency-proxy server cannot listen: stop the process that holds it, or set listen.port (PROXY_PORT) to a free port`,
     ]);

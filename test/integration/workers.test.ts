@@ -191,7 +191,9 @@ test('SIGTERM drains every worker: requests in flight complete, then all exit, c
   const run = `drain-${Date.now()}`;
   // One slow request on each worker (two connections, taken in turn).
   const inFlight = [0, 1].map((i) => postJson(`${proxy.url}/slow`, `${run}-${i}`, {}));
-  await eventually(() => expect(upstream.received.filter((r) => r.url === '/slow').length).toBeGreaterThanOrEqual(2));
+  await eventually(() =>
+    expect(upstream.received.filter((r) => r.url === '/slow').length).toBeGreaterThanOrEqual(2),
+  );
   const exit = proxy.kill('SIGTERM');
   const responses = await Promise.all(inFlight);
   expect(responses.map((r) => r.status)).toEqual([201, 201]);
@@ -213,6 +215,8 @@ describe('config', () => {
       env: { PROXY_PORT: '0', ADMIN_PORT: '0' },
     });
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain(`${file}:1:10 workers: expected "auto" (one per core) or a number of processes from 1 to 1024`);
+    expect(result.stderr).toContain(
+      `${file}:1:10 workers: expected "auto" (one per core) or a number of processes from 1 to 1024`,
+    );
   });
 });
