@@ -10,6 +10,7 @@ import { startLoggedPruner } from '../compose';
 import { loadConfigSource } from '../config/load';
 import type { ProxyConfig } from '../config/types';
 import { configWarnings } from '../config/warnings';
+import { settingName } from '../config/env-sources';
 import { openStore } from '../embedding';
 import { reloadListenerTls } from '../listener';
 import { ProxyMetrics } from '../observability/metrics';
@@ -74,6 +75,11 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
   }
   process.off('SIGTERM', interrupted);
   process.off('SIGINT', interrupted);
+  if (current.config.admin.token === undefined) {
+    logger.info(
+      `admin /keys is off: set ${settingName(current.config, 'admin.token')} to inspect and clear keys over HTTP`,
+    );
+  }
 
   const onReload = (): void => {
     let next: typeof current;
