@@ -111,20 +111,29 @@ test('duplicates sent together to both workers execute once, and every one gets 
   });
 });
 
-test('/metrics on the admin listener sums the counters of both workers', async () => {
+test("/metrics and the console's counters on the admin listener sum both workers'", async () => {
   const count = async (): Promise<number> => {
     const text = (await send(`${proxy.adminUrl}/metrics`, { method: 'GET' })).text();
     return [...text.matchAll(/^idempotency_proxy_requests_total\{route="jobs"[^}]*\} (\d+)$/gm)]
       .map((match) => Number(match[1]))
       .reduce((a, b) => a + b, 0);
   };
+  const executed = async (): Promise<number> => {
+    const counters = await send(`${proxy.adminUrl}/api/counters`, {
+      method: 'GET',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    return counters.json<{ totals: Record<string, number> }>().totals.executed ?? 0;
+  };
   const before = await count();
+  const executedBefore = await executed();
   let sent = 0;
   await acrossBothWorkers(async (run) => {
     sent += 10;
     return newKeys('/jobs', `metrics-${run}`, 10);
   });
   expect((await count()) - before).toBe(sent);
+  expect((await executed()) - executedBefore).toBe(sent);
 });
 
 test('SIGHUP reaches every worker: a route added to the file answers on both', async () => {
