@@ -17,7 +17,7 @@ import {
 } from './store/postgres/key-store';
 import type { DropReason } from './store/postgres/write-outbox';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
-import { startPruner } from './store/postgres/pruner';
+import { type BackgroundPruner, startPruner } from './store/postgres/pruner';
 import { storeConnection } from './db/pool';
 import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
@@ -136,19 +136,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     replayCache: () => replayCacheStatus(cache, listener),
   });
   const pruner = options.prune
-    ? startPruner(pool, table, config.store.pruneIntervalMs, {
-        pruned: (result) => {
-          if (result.deleted > 0) metrics.prunedRows(result.deleted);
-          if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
-        },
-        failed: (error) => {
-          metrics.storeError('prune');
-          logger.warn(
-            databaseErrorFields(error, server),
-            'pruning expired records failed; will retry next round',
-          );
-        },
-      })
+    ? startLoggedPruner(pool, config, options.databaseUrl, metrics, logger)
     : undefined;
   return {
     app,
@@ -257,6 +245,30 @@ const DROP_REASONS: Record<DropReason, string> = {
 /** A pending write in a log line: its operation, scope and key (hashed: a log is no place for keys). */
 function writeFields(write: PendingWrite): Record<string, unknown> {
   return { operation: write.kind, scope: write.id.scope, key: hashKey(write.id.key) };
+}
+
+/** The pruner of one serving process (a cluster's primary, or the one instance), counted and logged. */
+export function startLoggedPruner(
+  pool: Pool,
+  config: ProxyConfig,
+  databaseUrl: string,
+  metrics: ProxyMetrics,
+  logger: Logger,
+): BackgroundPruner {
+  const server = serverAddress(databaseUrl);
+  return startPruner(pool, config.store.table, config.store.pruneIntervalMs, {
+    pruned: (result) => {
+      if (result.deleted > 0) metrics.prunedRows(result.deleted);
+      if (result.deleted > 0) logger.info({ ...result }, 'pruned expired records');
+    },
+    failed: (error) => {
+      metrics.storeError('prune');
+      logger.warn(
+        databaseErrorFields(error, server),
+        'pruning expired records failed; will retry next round',
+      );
+    },
+  });
 }
 
 /** Operator clears reach the cache through NOTIFY; while they cannot, the cache is off. */

@@ -33,11 +33,8 @@ export async function openProxy(
   storeWaitMs?: number,
 ): Promise<OpenProxy> {
   const metrics = new ProxyMetrics();
-  const database = await openDatabase(config, logger, 'serve', {
-    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
-  });
+  const database = await openStore(config, logger, metrics, storeWaitMs);
   try {
-    await database.whenReady(() => prepareSchema(config, database.pool, logger), storeWaitMs);
     const instance = await composeProxy({
       config,
       pool: database.pool,
@@ -48,6 +45,30 @@ export async function openProxy(
       prune: true,
     });
     return { database, instance };
+  } catch (error) {
+    await database.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/**
+ * The store a serving process opens: the configured PostgreSQL or the embedded one (started and
+ * supervised, its restarts counted in `metrics`), its table migrated once the database answers (or,
+ * with store.migrate false, checked).
+ * Nothing is left open when a step fails.
+ */
+export async function openStore(
+  config: ProxyConfig,
+  logger: Logger,
+  metrics: ProxyMetrics,
+  storeWaitMs?: number,
+): Promise<OpenDatabase> {
+  const database = await openDatabase(config, logger, 'serve', {
+    onEmbeddedRestart: () => metrics.embeddedPostgresRestarted(),
+  });
+  try {
+    await database.whenReady(() => prepareSchema(config, database.pool, logger), storeWaitMs);
+    return database;
   } catch (error) {
     await database.close().catch(() => undefined);
     throw error;

@@ -2,6 +2,7 @@
 // Process entry: runs the command and turns its result or error into the exit code: 0 success, 2 bad
 // config or usage, 1 runtime failure. `serve` also exits on its own for a signal during startup and
 // for a second signal while it drains (cli/serve.ts).
+import cluster from 'node:cluster';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describeConfig } from './config/describe';
@@ -14,6 +15,8 @@ import { StartupError } from './startup-error';
 import { runClear, runInspect, runPrune } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
+import { servePrimary } from './cluster/primary';
+import { serveWorker } from './cluster/worker';
 import { describeStoreTopology } from './cli/check-store';
 import { tuneHeapForServing } from './heap-tuning';
 import { embeddedDataDir } from './embedded/data-dir-placement';
@@ -30,6 +33,11 @@ async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   checkLogSettings();
+  if (cluster.isWorker) {
+    // A cluster worker (`workers` > 1): the primary hands it the config it checked (cluster/).
+    tuneHeapForServing();
+    return serveWorker(createLogger({ base: { worker: cluster.worker!.id, pid: process.pid } }));
+  }
   const config = loadConfigFile(args.configFile);
   if (args.command === 'check') {
     const embedded =
@@ -48,7 +56,7 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'clear') return runClear(config, args, logger);
   if (args.command === 'clean') return runClean(config, args);
   tuneHeapForServing();
-  return serve(config, logger);
+  return config.workers > 1 ? servePrimary(config, logger) : serve(config, logger);
 }
 
 /** From package.json, one folder above dist/ (and src/). */

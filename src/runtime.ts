@@ -73,6 +73,7 @@ export function restartOnlyChanges(current: ProxyConfig, next: ProxyConfig): str
     else if (was.tls && now.tls && was.tls.clientAuth !== now.tls.clientAuth)
       changes.push(`${section}.tls.clientAuth`);
   }
+  if (current.workers !== next.workers) changes.push('workers');
   // Each field by name (`store.poolSize`), so the operator knows what to put back.
   const fields = new Set([...Object.keys(current.store), ...Object.keys(next.store)]);
   for (const field of fields) {

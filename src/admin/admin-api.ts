@@ -37,7 +37,7 @@ export async function handleApi(
   const path = url.pathname;
   if (path === '/api/records' && method === 'GET') return list(deps, res, url);
   if (path === '/api/counters' && method === 'GET')
-    return json(res, 200, deps.metrics.recentOutcomes.snapshot());
+    return json(res, 200, await deps.metrics.recentOutcomes.snapshot());
   if (path === '/api/scopes' && method === 'GET') return json(res, 200, scopes(config));
   const one = /^\/api\/records\/([^/]+)\/([^/]+)$/.exec(path);
   if (one && (method === 'GET' || method === 'DELETE')) {

@@ -11,12 +11,13 @@ export type ReplayCacheStatus =
   | { readonly state: 'on'; readonly provenMsAgo: number }
   | { readonly state: 'off'; readonly reason: string }
   | { readonly state: 'disabled' };
+import type { OutcomeCounters } from '../observability/outcome-ring';
 
 export interface AdminDeps {
   /** The config in force (it changes on reload). */
   readonly config: () => ProxyConfig;
   readonly pool: Pool;
-  readonly metrics: ProxyMetrics;
+  readonly metrics: AdminMetrics;
   readonly draining: () => boolean;
   /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
   readonly beforeScrape?: () => void;
@@ -28,4 +29,21 @@ export interface AdminDeps {
   readonly replayCache?: () => ReplayCacheStatus;
   /** The embedded PostgreSQL serve started and watches; undefined with a store URL. */
   readonly embedded?: (() => EmbeddedStatus) | undefined;
+  /** A cluster's workers (workers > 1): how many serve, for /readyz; undefined for one process. */
+  readonly workers?: (() => WorkersStatus) | undefined;
+}
+
+/**
+ * What /metrics and the console's counters read: one process's ProxyMetrics, or a cluster's primary
+ * gathering every worker's (cluster/cluster-metrics.ts).
+ */
+export interface AdminMetrics {
+  readonly registry: { metrics(): Promise<string>; readonly contentType: string };
+  readonly recentOutcomes: { snapshot(): OutcomeCounters | Promise<OutcomeCounters> };
+}
+
+export interface WorkersStatus {
+  readonly configured: number;
+  /** Workers listening now (a replaced one counts once its successor listens). */
+  readonly serving: number;
 }

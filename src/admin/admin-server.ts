@@ -86,6 +86,10 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
   const embedded = deps.embedded?.();
   if (embedded && embedded.state !== 'running')
     checks.embeddedPostgres = `the embedded PostgreSQL is ${embedded.state}${embedded.lastExit ? ` (it exited: ${embedded.lastExit})` : ''}`;
+  const workers = deps.workers?.();
+  // One worker serving serves every client (more slowly): only none serving is "not ready".
+  if (workers && workers.serving === 0)
+    checks.workers = `no worker is serving (0 of ${workers.configured}): they are being replaced`;
   const ready = Object.keys(checks).length === 0;
   // Shown, not checked: a cache that is off costs round trips, not correctness, and behind a
   // transaction pooler it is off for good; taking the instance out of rotation would not help.
@@ -97,6 +101,7 @@ async function readiness(deps: AdminDeps, res: http.ServerResponse): Promise<voi
     ...(topology ? { store: topology } : {}),
     ...(embedded ? { embeddedPostgres: embedded } : {}),
     ...(replayCache ? { replayCache } : {}),
+    ...(workers ? { workers } : {}),
     ...(ready ? {} : { checks }),
   });
 }

@@ -52,17 +52,7 @@ export async function openDatabase(
   }
   const tls = config.store.url === undefined ? undefined : config.store.tls;
   const connectionUrl = url;
-  const pool = createPool({
-    url,
-    tls,
-    size: config.store.poolSize,
-    synchronousCommit: config.store.synchronousCommit,
-    onError: (error) =>
-      logger.warn(
-        databaseErrorFields(error, serverAddress(connectionUrl)),
-        'idle database connection failed',
-      ),
-  });
+  const pool = storePool(config, url, logger);
   return {
     pool,
     url,
@@ -75,6 +65,24 @@ export async function openDatabase(
       await embedded?.stop?.();
     },
   };
+}
+
+/**
+ * The store's pool on `url` (the configured one, or the embedded server's): what every process that
+ * serves opens, a cluster's workers included (they are handed the primary's URL).
+ */
+export function storePool(config: ProxyConfig, url: string, logger: Logger): Pool {
+  return createPool({
+    url,
+    tls: config.store.url === undefined ? undefined : config.store.tls,
+    size: config.store.poolSize,
+    synchronousCommit: config.store.synchronousCommit,
+    onError: (error) =>
+      logger.warn(
+        databaseErrorFields(error, serverAddress(url)),
+        'idle database connection failed',
+      ),
+  });
 }
 
 interface EmbeddedHandle {

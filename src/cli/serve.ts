@@ -119,16 +119,21 @@ function reload(running: Running, file: string, logger: Logger): void {
       logger.warn({ route: warning.route }, warning.message);
     logger.info({ config: file, routes: next.routes.length }, 'configuration reloaded');
   } catch (error) {
-    const issues =
-      error instanceof ConfigError ? error.message.split('\n') : [(error as Error).message];
-    logger.error(
-      { config: file, issues },
-      'configuration reload rejected; keeping the running configuration',
-    );
+    logReloadRejected(error, file, logger);
   }
 }
 
-interface ListenerSpec {
+/** A config that did not load, or changes what needs a restart: nothing changes, and the log says why. */
+export function logReloadRejected(error: unknown, file: string, logger: Logger): void {
+  const issues =
+    error instanceof ConfigError ? error.message.split('\n') : [(error as Error).message];
+  logger.error(
+    { config: file, issues },
+    'configuration reload rejected; keeping the running configuration',
+  );
+}
+
+export interface ListenerSpec {
   readonly server: Listener;
   readonly section: 'listen' | 'admin';
   readonly what: string;
@@ -138,7 +143,7 @@ interface ListenerSpec {
  * Every listener is tried before any failure is reported, so a person who frees one busy port is
  * not sent back for the next: all the ports in use are named in one message.
  */
-async function listenAll(
+export async function listenAll(
   specs: readonly ListenerSpec[],
   config: ProxyConfig,
   logger: Logger,

@@ -2,6 +2,7 @@
 // (each issue at its own YAML path), then defaults merged into every protected route, units
 // converted, upstream URLs split, and `storesStatus` built as a lookup table. Nothing on the
 // request path re-checks any of this.
+import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
@@ -79,6 +80,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       tls: tls.listen,
     },
     shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),
+    workers: parsed.workers === 'auto' ? os.availableParallelism() : parsed.workers,
     admin: { host: admin.host, port: admin.port, token: admin.token || undefined, tls: tls.admin },
     store: {
       url: env.DATABASE_URL || store.url || undefined,

@@ -29,6 +29,9 @@ export function describeConfig(config: ProxyConfig, embeddedDataDir?: string): s
     `config: ${config.file}`,
     `listen: ${scheme(listen.tls)}${listen.host}:${listen.port} (shutdown grace ${formatDuration(config.shutdownGraceMs)})`,
     ...describeServerTls(listen.tls),
+    ...(config.workers > 1
+      ? [`workers: ${config.workers} processes (node:cluster), one admin listener in the primary`]
+      : []),
     `admin: ${scheme(admin.tls)}${admin.host}:${admin.port}, /keys ${admin.token ? 'on (bearer token set)' : 'off (no admin.token)'}`,
     ...describeServerTls(admin.tls),
     `store: ${store.url ? maskPassword(store.url) : `embedded PostgreSQL at ${placed}`}`,

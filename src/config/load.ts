@@ -18,6 +18,17 @@ import { configSchema, knownKeysOf } from './schema';
 import type { ProxyConfig } from './types';
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): ProxyConfig {
+  return loadConfigSource(file, env).config;
+}
+
+/**
+ * The file's text with the config it compiles to: a cluster's primary hands its workers the text it
+ * checked, so a worker never runs an edit that was not reloaded (or did not load).
+ */
+export function loadConfigSource(
+  file: string,
+  env: NodeJS.ProcessEnv = process.env,
+): { readonly text: string; readonly config: ProxyConfig } {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -34,7 +45,7 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
       cause: error,
     });
   }
-  return parseConfigText(text, file, env);
+  return { text, config: parseConfigText(text, file, env) };
 }
 
 export function parseConfigText(

@@ -64,6 +64,8 @@ function duration(options: { positive?: boolean; timer?: boolean }) {
 }
 /** Durations that end up in setTimeout: > 0 and within Node's timer range. */
 const timer = duration({ positive: true, timer: true });
+const MAX_WORKERS = 1024;
+const WORKERS_HINT = `expected "auto" (one per core) or a number of processes from 1 to ${MAX_WORKERS}`;
 const size = pattern(SIZE_PATTERN, SIZE_HINT, 'size');
 
 // RFC 9110 §5.1: field names are tokens.
@@ -540,6 +542,24 @@ export const configSchema = strict(
     shutdownGrace: duration({ timer: true })
       .default('10s')
       .describe('How long SIGTERM waits for in-flight requests.'),
+    workers: z
+      .preprocess(
+        toNumber,
+        z.union(
+          [
+            z.literal('auto'),
+            z
+              .int({ error: WORKERS_HINT })
+              .min(1, { error: WORKERS_HINT })
+              .max(MAX_WORKERS, { error: WORKERS_HINT }),
+          ],
+          { error: WORKERS_HINT },
+        ),
+      )
+      .default(1)
+      .describe(
+        'Processes serving the listener (node:cluster); "auto" = one per core. 1 = no cluster.',
+      ),
     admin: strict(
       {
         host: listenHost.default('127.0.0.1').describe('Address of the admin listener.'),
@@ -647,7 +667,7 @@ export const configSchema = strict(
       .min(1, { error: 'expected at least one route' })
       .describe('Routes in match order; the first match wins.'),
   },
-  'config sections (listen, shutdownGrace, admin, store, upstreams, trustedProxies, defaults, routes)',
+  'config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, defaults, routes)',
 );
 
 export type ParsedConfig = z.output<typeof configSchema>;

@@ -222,6 +222,8 @@ export interface ProxyConfig {
   readonly file: string;
   readonly listen: ListenConfig;
   readonly shutdownGraceMs: number;
+  /** Processes serving the listener (`auto` resolved to this machine's cores); 1 = no cluster. */
+  readonly workers: number;
   readonly admin: AdminConfig;
   readonly store: StoreConfig;
   readonly upstreams: ReadonlyMap<string, UpstreamConfig>;

@@ -9,6 +9,8 @@ export interface LoggerOptions {
   /** 1 = stdout (serve), 2 = stderr (one-shot commands whose stdout is their result). */
   readonly fd?: 1 | 2;
   readonly env?: NodeJS.ProcessEnv;
+  /** Fields on every line besides `service`: a cluster worker's `worker` and `pid`. */
+  readonly base?: Readonly<Record<string, string | number>>;
 }
 
 let cachedAt = 0;
@@ -67,7 +69,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const format = env.LOG_FORMAT || (stream.isTTY ? 'pretty' : 'json');
   const settings = {
     level: env.LOG_LEVEL || 'info',
-    base: { service: 'idempotency-proxy' },
+    base: { service: 'idempotency-proxy', ...options.base },
     timestamp: isoTimeCachedPerMillisecond,
   };
   if (format === 'pretty') {

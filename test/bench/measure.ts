@@ -304,7 +304,8 @@ export function snapshot(pids: SnapshotPids): Snapshot {
   return {
     atUs: Number(process.hrtime.bigint() / 1000n),
     cpu: {
-      proxy: cpu(pids.proxy),
+      // With `workers` > 1 the proxy is a primary and its workers: the tree (one process otherwise).
+      proxy: pids.proxy === undefined ? undefined : treeCpuMicros(pids.proxy),
       upstream: cpu(pids.upstream),
       postgres,
       load: cpu(pids.load),

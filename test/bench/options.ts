@@ -29,6 +29,8 @@ export interface BenchOptions {
   readonly baseline: string | undefined;
   /** A Citus coordinator (--citus-url, else CITUS_URL) for the new-key-citus scenario. */
   readonly citusUrl: string | undefined;
+  /** --workers 1,2: the proxy scenarios again on a proxy per `workers:` count, side by side. */
+  readonly workers: readonly number[];
 }
 
 export const USAGE = `Usage: npm run bench -- [options]
@@ -61,6 +63,9 @@ export const USAGE = `Usage: npm run bench -- [options]
   --baseline <ref>     also measure that git ref's build of the proxy (built in a temporary
                        worktree, cached by commit): each proxy scenario runs on the baseline, then
                        on the current build, and the ratios current/baseline are printed
+  --workers <a,b>      after the runs, pass-through, new key and replay (those of them --scenarios
+                       names, if any) once more on a proxy per \`workers:\` count, unpinned (any
+                       core), and req/s and CPU per request (primary and workers) side by side
   --citus-url <url>    a Citus coordinator (default: env CITUS_URL): new-key-citus runs the new-key
                        scenario on a second proxy whose table (its own) is distributed there
   -h, --help
@@ -92,6 +97,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       tracing: { type: 'boolean', default: false },
       baseline: { type: 'string' },
       'citus-url': { type: 'string' },
+      workers: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -135,6 +141,10 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
     tracing: values.tracing === true,
     baseline: values.baseline,
     citusUrl: values['citus-url'] ?? (process.env.CITUS_URL || undefined),
+    workers: (values.workers ?? '')
+      .split(',')
+      .filter((count) => count.trim() !== '')
+      .map((count) => Math.round(positive('--workers', count, 1))),
   };
 }
 

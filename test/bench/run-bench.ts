@@ -46,6 +46,12 @@ import { prepareBaseline } from './baseline';
 import { type BuildComparison, compareRuns, formatComparison, sideBySide } from './compare';
 import { CONFIG_VARIANTS, type ConfigVariant, SCENARIOS } from './scenarios';
 import {
+  compareWorkers,
+  formatWorkers,
+  type WorkersRun,
+  workersScenarios,
+} from './workers-compare';
+import {
   BENCH_DIR,
   type Build,
   cleanup,
@@ -376,6 +382,22 @@ async function main(): Promise<number> {
   const baselineBigBody = baseline ? await withOtherBuild(bigBodies) : undefined;
   const bigBody = await bigBodies();
 
+  let workers: WorkersRun[] | { failed: string } | undefined;
+  if (options.workers.length > 0) {
+    try {
+      workers = await compareWorkers(
+        options,
+        pinning,
+        options.workers,
+        workersScenarios(options.scenarios),
+      );
+      process.stdout.write(`\n${formatWorkers(workers, options)}\n`);
+    } catch (error) {
+      workers = { failed: error instanceof Error ? error.message : String(error) };
+      process.stdout.write(`\nWorkers: failed: ${workers.failed}\n`);
+    }
+  }
+
   const last = runs[runs.length - 1] as RunResult;
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
   fs.writeFileSync(
@@ -392,6 +414,7 @@ async function main(): Promise<number> {
         targets: targetsByRun[targetsByRun.length - 1] ?? checkTargets(last, runs),
         targetsByRun,
         targetSummary,
+        ...(workers ? { workers } : {}),
         ...(baseline
           ? {
               baseline: {

@@ -117,6 +117,7 @@ describe('config JSON Schema', () => {
     expect(Object.keys(top)).toEqual([
       'listen',
       'shutdownGrace',
+      'workers',
       'admin',
       'store',
       'upstreams',

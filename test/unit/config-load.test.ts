@@ -456,7 +456,7 @@ describe('files', () => {
 
   it('rejects a document that is not a mapping', () => {
     expect(issuesOf('- a\n- b\n')[0]?.message).toBe(
-      'expected a mapping of config sections (listen, shutdownGrace, admin, store, upstreams, trustedProxies, defaults, routes)',
+      'expected a mapping of config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, defaults, routes)',
     );
   });
 });
