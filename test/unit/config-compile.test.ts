@@ -47,7 +47,7 @@ describe('defaults', () => {
   );
 
   it('fills the server settings from the built-in defaults', () => {
-    expect(config.listen).toEqual({ host: '0.0.0.0', port: 8080 });
+    expect(config.listen).toEqual({ host: '0.0.0.0', port: 8080, maxRequestHeaders: 100 });
     expect(config.shutdownGraceMs).toBe(10_000);
     expect(config.admin).toEqual({ host: '127.0.0.1', port: 9090, token: undefined });
     expect(config.store).toEqual({
