@@ -25,6 +25,7 @@ import {
   type Protocol,
   UnreadableCall,
 } from './protocol';
+import { readPrincipal } from './principal';
 import { forwardUnstored } from './shadow';
 import {
   bestEffortStoreCall,
@@ -39,6 +40,8 @@ export async function runProtected<C extends Call>(
   protocol: Protocol<C>,
   request: ProtectedRequest,
 ): Promise<Outcome> {
+  const refused = await readPrincipal(deps, request);
+  if (refused !== undefined) return refused;
   const read = await protocol.read(deps, request);
   if (!('id' in read)) return read;
   const call = read;
@@ -185,11 +188,21 @@ async function forward<C extends Call>(
   });
   // Both complete and release are best effort: the upstream has answered, so the client gets its
   // answer, and a claim the store did not settle stays in progress until its lease ends.
+  /** When the stored answer expires, once it is stored (its Idempotency-Expires). */
+  let expiresAt: number | undefined;
   const settle = async (settlement: Settlement): Promise<void> => {
     if (settlement.kind === 'complete')
-      await bestEffortStoreCall(deps, request, 'complete', () =>
-        deps.store.complete(id, fence, settlement.response, policy.ttlMs, claimant),
-      );
+      await bestEffortStoreCall(deps, request, 'complete', async () => {
+        const stored = await deps.store.complete(
+          id,
+          fence,
+          settlement.response,
+          policy.ttlMs,
+          claimant,
+        );
+        expiresAt = stored?.expiresAt;
+        return stored;
+      });
     else if (settlement.kind === 'release')
       await bestEffortStoreCall(deps, request, 'release', () => deps.store.release(id, fence));
   };
@@ -204,7 +217,7 @@ async function forward<C extends Call>(
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);
-    else protocol.replay(request, call, stored, false);
+    else protocol.replay(request, call, { ...stored, expiresAt }, false);
     return done('upstream_error', true);
   };
 
@@ -225,7 +238,7 @@ async function forward<C extends Call>(
       }
       if (receiver.settled) {
         // The result is stored and on its way; only what came after it broke off.
-        receiver.end();
+        receiver.end(expiresAt);
         return done('executed');
       }
       return await unknownOutcome({ kind: 'unknown', error: failure.error }, receiver.streaming);
@@ -237,7 +250,7 @@ async function forward<C extends Call>(
         return await unknownOutcome(settlement, receiver.streaming);
       await settle(settlement);
     }
-    receiver.end();
+    receiver.end(expiresAt);
     return done('executed');
   } finally {
     receiver.close();

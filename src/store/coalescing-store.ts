@@ -114,11 +114,11 @@ export class CoalescingStore implements RequestStore {
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<boolean> {
+  ): Promise<StoredResponse | null> {
     // Not cached on completion: most keys are never repeated; the first repeat's claim admits it.
-    const completed = await this.store.complete(id, fence, response, ttlMs);
-    if (completed) this.leaderOf(claimant)?.settle({ kind: 'completed', response });
-    return completed;
+    const stored = await this.store.complete(id, fence, response, ttlMs);
+    if (stored) this.leaderOf(claimant)?.settle({ kind: 'completed', response: stored });
+    return stored;
   }
 
   release(id: RecordId, fence: string): Promise<boolean> {

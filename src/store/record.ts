@@ -39,6 +39,11 @@ export interface StoredResponse {
   readonly body: Buffer;
   readonly bodyOmitted: boolean;
   readonly outcomeUnknown: boolean;
+  /**
+   * When the record expires (epoch ms, the database's clock): set on an answer read from or written
+   * to the store, so every delivery of it says how long a retry stays safe (Idempotency-Expires).
+   */
+  readonly expiresAt?: number;
 }
 
 export type ClaimResult = ClaimState & {
@@ -148,14 +153,17 @@ export type PeekResult =
  */
 export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
-  /** False when the fence is stale (another holder took over): the result was not stored. */
+  /**
+   * Stores the answer; returns it as stored (with its expiresAt), or null when the fence is stale
+   * (another holder took over): the result was not stored.
+   */
   complete(
     id: RecordId,
     fence: string,
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<boolean>;
+  ): Promise<StoredResponse | null>;
   /** Drops an in-progress claim so a retry executes again. False when the fence is stale. */
   release(id: RecordId, fence: string, claimant?: Claimant): Promise<boolean>;
   /** Adds attempts/replays of requests answered without the store to their records. */

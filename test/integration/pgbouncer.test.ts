@@ -126,7 +126,7 @@ routes:
       await Promise.all(
         keys.map((key, n) => store.complete(id(key), fences[n]!, response(n), 60_000)),
       ),
-    ).toEqual(keys.map(() => true));
+    ).toEqual(keys.map(() => expect.objectContaining({ expiresAt: expect.any(Number) })));
     const replay = await claim('s-7');
     expect(replay).toMatchObject({ kind: 'completed', response: { status: 207 } });
     await store.flushCounters([{ id: id('s-7'), attempts: 2, replays: 2 }]);
@@ -138,7 +138,7 @@ routes:
     await sleep(20);
     const taken = await store.takeOver(id('stale'), stale, 60_000, 120_000);
     expect(taken).not.toBeNull();
-    expect(await store.complete(id('stale'), stale, response(1), 60_000)).toBe(false);
+    expect(await store.complete(id('stale'), stale, response(1), 60_000)).toBeNull();
 
     const unknown = await fence('unknown', 1);
     await sleep(20);

@@ -91,14 +91,13 @@ export class MemoryKeyStore implements KeyStore {
   async complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number) {
     this.enter('complete');
     const row = this.current(id, fence);
-    if (row === undefined) return false;
+    if (row === undefined) return null;
     // As a bytea NULL reads back: an omitted body is empty.
-    const stored =
-      response.bodyOmitted && response.body.length > 0
-        ? { ...response, body: Buffer.alloc(0) }
-        : response;
-    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
-    return true;
+    const expiresAt = this.now() + ttlMs;
+    const body = response.bodyOmitted ? Buffer.alloc(0) : response.body;
+    const stored: StoredResponse = { ...response, body, expiresAt };
+    Object.assign(row, { state: 'completed', response: stored, expiresAt });
+    return stored;
   }
 
   async release(id: RecordId, fence: string) {
@@ -143,11 +142,9 @@ export class MemoryKeyStore implements KeyStore {
     const row = this.current(id, fence);
     if (row === undefined || row.leaseEndsAt > this.now()) return null;
     // Whatever the caller passed, what is stored is an unknown outcome with its body.
-    const stored =
-      response.outcomeUnknown && !response.bodyOmitted
-        ? response
-        : { ...response, bodyOmitted: false, outcomeUnknown: true };
-    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
+    const expiresAt = this.now() + ttlMs;
+    const stored = { ...response, bodyOmitted: false, outcomeUnknown: true, expiresAt };
+    Object.assign(row, { state: 'completed', response: stored, expiresAt });
     row.replays++;
     return stored;
   }

@@ -163,7 +163,8 @@ export class PostgresKeyStore implements KeyStore {
   private readonly onNamedStatementsLost: ((error: Error) => void) | undefined;
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
-  private readonly completions: NaturalBatcher<Completion, boolean>;
+  /** Each completion's new expiry (epoch ms), or null when its fence was stale. */
+  private readonly completions: NaturalBatcher<Completion, number | null>;
   /** On Citus: which shard each key is on, so a batch is one shard's (shard-map.ts). */
   private shards: ShardMap | undefined;
   private shardsLoadedAt = 0;
@@ -357,11 +358,17 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   /** Completions go through the natural batcher: alone when the store keeps up, together when not. */
-  complete(id: RecordId, fence: string, response: StoredResponse, ttlMs: number): Promise<boolean> {
-    return this.completions.submit({ id, fence, response, ttlMs });
+  async complete(
+    id: RecordId,
+    fence: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<StoredResponse | null> {
+    const expiresAt = await this.completions.submit({ id, fence, response, ttlMs });
+    return expiresAt === null ? null : { ...response, expiresAt };
   }
 
-  private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
+  private async completeBatch(batch: readonly Completion[]): Promise<(number | null)[]> {
     const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
     if (distributed && batch.length > 1) {
       const split = this.byShard(batch, ({ id }) => id.key);
@@ -380,7 +387,8 @@ export class PostgresKeyStore implements KeyStore {
       : distributed
         ? batch.flatMap(completionValues)
         : columnsOf(batch, completionValues);
-    // Rows as arrays [n, …]; on Citus [n, scope, tenant, key, attempts] (statements.ts).
+    // Rows as arrays [n, expires_at_ms, nudged]; on Citus [n, scope, tenant, key, attempts,
+    // expires_at_ms] (statements.ts).
     const { rows } = await this.sendStatement<[n: number, ...rest: unknown[]]>({
       name,
       text,
@@ -388,8 +396,8 @@ export class PostgresKeyStore implements KeyStore {
       values: distributed ? values : [this.channel, ...values],
       rowMode: 'array',
     });
-    const changed = batch.map(() => false);
-    for (const row of rows) changed[row[0] - 1] = true;
+    const changed = batch.map((): number | null => null);
+    for (const row of rows) changed[row[0] - 1] = (distributed ? row[5] : row[1]) as number;
     if (distributed) {
       await this.nudgeWaiters(
         rows.filter((row) => (row[4] as number) > 1).map((row) => batch[row[0] - 1]!.id),
