@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseConfigText } from '../../src/config/load';
 import { tenantWarnings } from '../../src/config/tenant-warnings';
+import { configWarnings } from '../../src/config/warnings';
 import type { ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { parseJsonPointer, valueAtPointer } from '../../src/idempotency/json-pointer';
@@ -165,6 +166,8 @@ describe('check’s warning about credentials as tenants', () => {
 `);
     const warnings = tenantWarnings(config);
     expect(warnings.map((warning) => warning.route)).toEqual(['a', 'b']);
+    // What check and startup print.
+    expect(configWarnings(config)).toEqual(expect.arrayContaining(warnings));
     expect(warnings[0]!.message).toBe(
       'route "a" scopes keys on header:authorization, a credential: when the caller\'s token is refreshed (or its session cookie renewed) between an attempt and its retry, the retry lands in another scope and runs again. Scope on who the caller is instead: tenant: [jwt:sub] with auth.jwt (config/README.md#auth).',
     );
