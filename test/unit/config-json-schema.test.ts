@@ -121,6 +121,7 @@ describe('config JSON Schema', () => {
       'store',
       'upstreams',
       'trustedProxies',
+      'auth',
       'defaults',
       'routes',
     ]);
