@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { eventually } from '../support/eventually';
 import { postJson, send, type TestResponse } from '../support/http';
+import { postRawMcp } from '../support/mcp-raw-post';
 import { startProxy, type TestProxy } from '../support/proxy';
 import {
   AUDIENCE,
@@ -42,6 +43,14 @@ routes:
     match: { path: /refunds }
     upstream: api
     idempotency: { tenant: [jwt:sub] }
+  - name: tools
+    match: { path: /mcp }
+    upstream: api
+    idempotency: { tenant: [jwt:sub], mcp: {} }
+  - name: trial
+    match: { path: /trial }
+    upstream: api
+    idempotency: { tenant: [jwt:sub], enforce: false }
   - name: orgs
     match: { path: /orgs }
     upstream: api
@@ -213,6 +222,34 @@ test('a rotated key: a token with the new kid fetches the set again once, then v
   expect(retry.headers['idempotent-replayed']).toBe('true');
   expect(jwks.fetches()).toBe(before + 1);
   expect(upstream.executions()).toHaveLength(1);
+});
+
+test('on an MCP route a tool call with a token that does not verify is HTTP 401, not forwarded; a valid one runs', async () => {
+  const call = Buffer.from(
+    JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'refund', arguments: { order: 'o-1' }, idempotencyKey: 'mcp-auth' },
+    }),
+  );
+  const refused = await postRawMcp(`${proxy.url}/mcp`, call, { authorization: 'Bearer tenant-a' });
+  expect(refused.status).toBe(401);
+  expect(refused.headers['www-authenticate']).toMatch(/^Bearer error="invalid_token"/);
+  expect(refused.json).toMatchObject({ code: 'AUTH_TOKEN_INVALID', route: 'tools' });
+  expect(upstream.received).toHaveLength(0);
+  const jwt = await token(ec, { sub: 'agent-mcp' });
+  await postRawMcp(`${proxy.url}/mcp`, call, bearer(jwt));
+  expect(upstream.received).toHaveLength(1);
+});
+
+test('in shadow mode a token that does not verify is forwarded, and the log says it would have been refused', async () => {
+  const answer = await postJson(`${proxy.url}/trial`, 'trial-1', {}, { authorization: 'Bearer x' });
+  expect(answer.status).toBe(201);
+  expect(upstream.executions()).toHaveLength(1);
+  expect(proxy.logs).toContainEqual(
+    expect.objectContaining({ route: 'trial', shadow: 'would_reject_unauthorized' }),
+  );
 });
 
 describe('keys from a file', () => {
