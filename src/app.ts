@@ -63,7 +63,9 @@ export interface App {
 
 export function createApp(options: AppOptions): App {
   const { store, logger, metrics, tracing } = options;
-  let runtime = new Runtime(options.config);
+  const onKeysError = (error: unknown): void =>
+    logger.warn({ err: error }, 'fetching auth.jwt.jwks failed; the keys already held stay in use');
+  let runtime = new Runtime(options.config, onKeysError);
   let active = 0;
   let closing = false;
   const idle: (() => void)[] = [];
@@ -157,6 +159,7 @@ export function createApp(options: AppOptions): App {
           passThrough: current.passThrough,
           observer: metrics,
           onStoreError,
+          principals: current.principals,
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0 };
         const request = { req, res, route, policy, target, timings, trace };
@@ -240,7 +243,7 @@ export function createApp(options: AppOptions): App {
         throw new Error(`these settings need a restart, not a reload: ${blocked.join(', ')}`);
       }
       const previous = runtime;
-      runtime = new Runtime(next);
+      runtime = new Runtime(next, onKeysError);
       reloadListenerTls(server, next.listen.tls);
       previous.retire();
     },

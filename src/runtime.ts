@@ -3,6 +3,7 @@
 import { compileTrustedPeers } from './config/addresses';
 import type { ProxyConfig } from './config/types';
 import type { EdgeSettings } from './http/edge';
+import { JwtPrincipals } from './auth/jwt-principals';
 import { createRouter, type Router } from './http/router';
 import { PassThrough } from './upstream/passthrough';
 import { UpstreamPools } from './upstream/protected';
@@ -14,11 +15,17 @@ export class Runtime {
   readonly passThrough: PassThrough;
   /** Routes whose request logs show a hash of the key (logKey: hash). */
   readonly hashesKeys: ReadonlySet<string>;
+  /** Verifies bearer tokens for routes scoped by a claim (auth.jwt); undefined without auth.jwt. */
+  readonly principals: JwtPrincipals | undefined;
   private active = 0;
   private retired = false;
   private closing: Promise<void> | undefined;
 
-  constructor(readonly config: ProxyConfig) {
+  /** `onKeysError`: a background fetch of auth.jwt's key set failed (the keys held stay in use). */
+  constructor(
+    readonly config: ProxyConfig,
+    onKeysError?: (error: unknown) => void,
+  ) {
     this.router = createRouter(config.routes);
     this.edge = {
       routesUseHost: config.routes.some((route) => route.match.host !== null),
@@ -30,6 +37,9 @@ export class Runtime {
     this.hashesKeys = new Set(
       config.routes.filter((r) => r.idempotency?.logKey === 'hash').map((r) => r.name),
     );
+    const jwt = config.auth.jwt;
+    this.principals = jwt === null ? undefined : new JwtPrincipals(jwt, onKeysError);
+    this.principals?.start();
   }
 
   enter(): void {
@@ -49,6 +59,7 @@ export class Runtime {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      this.principals?.close();
       this.passThrough.close();
       await this.upstreams.close();
     })();

@@ -4,7 +4,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type http from 'node:http';
 import { ProxyError } from '../errors';
 import { problemBody } from '../http/problem';
-import { tenantHash } from '../idempotency/tenant';
+import { JWT_PREFIX, tenantHash } from '../idempotency/tenant';
 
 export function json(res: http.ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value, null, 2);
@@ -83,9 +83,12 @@ export function decodeSegment(segment: string): string {
 export function tenantOf(parts: readonly string[], values: readonly string[]): string {
   if (parts.length === 0) return '';
   const headers: http.IncomingHttpHeaders = {};
+  const claims: Record<string, string> = {};
   parts.forEach((part, i) => {
     const value = values[i];
-    if (value !== undefined) headers[part.slice('header:'.length)] = value;
+    if (value === undefined) return;
+    if (part.startsWith(JWT_PREFIX)) claims[part.slice(JWT_PREFIX.length)] = value;
+    else headers[part.slice('header:'.length)] = value;
   });
-  return tenantHash(headers, parts);
+  return tenantHash(headers, parts, claims);
 }

@@ -11,6 +11,7 @@ import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
 import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
 import type {
   IdempotencyPolicy,
+  JwtConfig,
   McpPolicy,
   ProxyConfig,
   RequestPart,
@@ -18,7 +19,10 @@ import type {
   UpstreamConfig,
   UpstreamTlsConfig,
 } from './types';
+import { readJwksFile } from './jwks-file';
 import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
+import { parseJsonPointer } from '../idempotency/json-pointer';
+import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
 import { formatPath, type IssuePath, type PathIssue } from './path-issue';
@@ -43,6 +47,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
   const cwd = options.cwd ?? process.cwd();
   const file = path.resolve(cwd, options.file);
   const tls = readTlsFiles(parsed, path.dirname(file), env.DATABASE_URL || parsed.store.url);
+  const jwt = compileJwt(parsed.auth?.jwt, path.dirname(file), tls.issues);
   if (tls.issues.length > 0) throw new ConfigError(options.file, locateAll(tls.issues, options));
   const upstreams = new Map<string, UpstreamConfig>();
   for (const [name, upstream] of Object.entries(parsed.upstreams)) {
@@ -103,6 +108,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
     },
     upstreams,
     trustedProxies: [...parsed.trustedProxies],
+    auth: { jwt },
     routes,
   });
 }
@@ -174,6 +180,7 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
       );
     issues.push(...checkProtectedRoute(route, parsed.defaults, at));
   });
+  issues.push(...checkJwtTenants(parsed));
   if (parsed.defaults?.mcp !== undefined)
     add(
       ['defaults', 'mcp'],
@@ -263,6 +270,57 @@ function checkMcpRoute(
   return issues;
 }
 
+/** A `jwt:<claim>` tenant part needs keys to verify tokens with: refused at the part without auth.jwt. */
+function checkJwtTenants(parsed: ParsedConfig): PathIssue[] {
+  if (parsed.auth?.jwt !== undefined) return [];
+  const blocks: [IssuePath, IdempotencyBlock | undefined][] = [
+    [['defaults'], parsed.defaults],
+    ...parsed.routes.map((route, i): [IssuePath, IdempotencyBlock | undefined] => [
+      ['routes', i, 'idempotency'],
+      typeof route.idempotency === 'object' ? route.idempotency : undefined,
+    ]),
+  ];
+  return blocks.flatMap(([at, block]) =>
+    (block?.tenant ?? []).flatMap((part, j) =>
+      part.startsWith(JWT_PREFIX)
+        ? [
+            {
+              path: [...at, 'tenant', j],
+              message: `${part} scopes keys by a claim of the verified bearer token: configure auth.jwt (jwks, issuer, audience) so tokens can be verified`,
+            },
+          ]
+        : [],
+    ),
+  );
+}
+
+/** auth.jwt with its units converted; a JWKS file is read and checked here, relative to the config. */
+function compileJwt(
+  block: NonNullable<ParsedConfig['auth']>['jwt'],
+  baseDir: string,
+  issues: PathIssue[],
+): JwtConfig | null {
+  if (block === undefined) return null;
+  const list = (value: string | string[]): string[] => (Array.isArray(value) ? value : [value]);
+  const remote = /^https?:\/\//i.test(block.jwks);
+  let jwks: JwtConfig['jwks'];
+  if (remote) jwks = { kind: 'url', url: block.jwks };
+  else {
+    const file = path.resolve(baseDir, block.jwks);
+    const keySet = readJwksFile(file, ['auth', 'jwt', 'jwks'], issues);
+    jwks = { kind: 'file', file, keySet: keySet ?? { keys: [] } };
+  }
+  return {
+    jwks,
+    issuer: list(block.issuer),
+    audience: list(block.audience),
+    algorithms: block.algorithms ?? ['RS256', 'ES256'],
+    clockSkewMs: parseDurationMs(block.clockSkew ?? '30s'),
+    cooldownMs: parseDurationMs(block.cooldown ?? '30s'),
+    refreshMs: parseDurationMs(block.refresh ?? '10m'),
+  };
+}
+
 /** True when every path `pattern` matches starts with `prefix` (whole segments, all literal). */
 function isLiteralPrefix(prefix: string, pattern: string): boolean {
   const want = prefix.split('/');
@@ -320,7 +378,10 @@ function resolvePolicy(
   };
   const forwardKeyAs =
     key.forward === 'none' ? false : (pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs);
-  const tenant = (pick('tenant') ?? []).map((part) => part.toLowerCase());
+  // Header names are case-insensitive, claim names are not.
+  const tenant = (pick('tenant') ?? []).map((part) =>
+    part.startsWith(JWT_PREFIX) ? part : part.toLowerCase(),
+  );
   const mcp = block.mcp === undefined ? null : compileMcp(block.mcp);
   const parts = mcp ? [] : fingerprint.parts.map(compilePart);
   const derive = mcp ? null : (key.derive?.map(compilePart) ?? null);
@@ -336,6 +397,8 @@ function resolvePolicy(
       forward: forwardKeyAs === false ? 'none' : key.forward,
       required: key.required,
       maxLength: key.maxLength,
+      body: key.body === undefined ? null : parseJsonPointer(key.body),
+      bodyPointer: key.body ?? null,
       derive,
       windowMs: window === undefined ? null : parseDurationMs(window),
     },
@@ -351,6 +414,9 @@ function resolvePolicy(
     fingerprint: fingerprintPolicy,
     fingerprintEpoch: fingerprintEpoch(fingerprintPolicy, mcp?.ignore),
     tenant,
+    tenantClaims: tenant.flatMap((part) =>
+      part.startsWith(JWT_PREFIX) ? [part.slice(JWT_PREFIX.length)] : [],
+    ),
     storesStatus: compileStoresStatus(
       pick('store') ?? BUILT_IN.store,
       pick('release') ?? BUILT_IN.release,
@@ -367,7 +433,9 @@ function resolvePolicy(
     ),
     readsHeaders: new Set([
       key.header.toLowerCase(),
-      ...tenant.map((part) => part.slice('header:'.length)),
+      ...tenant.flatMap((part) =>
+        part.startsWith(JWT_PREFIX) ? ['authorization'] : [part.slice('header:'.length)],
+      ),
       ...[...parts, ...(derive ?? [])].flatMap((part) =>
         part.kind === 'header' ? [part.name] : [],
       ),

@@ -3,6 +3,7 @@
 // without redoing the merge in their head. Secrets (the database password, the admin token) are
 // never printed.
 import type {
+  JwtConfig,
   IdempotencyPolicy,
   ProxyConfig,
   RequestPart,
@@ -47,6 +48,7 @@ export function describeConfig(config: ProxyConfig, embeddedDataDir?: string): s
           `trusted proxies (their X-Forwarded-Host/-Proto kept): ${config.trustedProxies.join(', ')}`,
         ]
       : []),
+    ...describeJwt(config.auth.jwt),
     'routes (first match wins):',
   ];
   config.routes.forEach((route, i) => lines.push(...describeRoute(route, i + 1)));
@@ -130,6 +132,19 @@ function describeRoute(route: RouteConfig, position: number): string[] {
   ];
 }
 
+/** auth.jwt, as `check` shows it: where the keys come from and what a token must say. */
+function describeJwt(jwt: JwtConfig | null): string[] {
+  if (jwt === null) return [];
+  const keys =
+    jwt.jwks.kind === 'url'
+      ? `${jwt.jwks.url} (refreshed every ${formatDuration(jwt.refreshMs)}; an unknown kid at most every ${formatDuration(jwt.cooldownMs)})`
+      : `${jwt.jwks.file} (${jwt.jwks.keySet.keys.length} keys)`;
+  return [
+    `bearer tokens (auth.jwt): keys ${keys}`,
+    `  issuer ${jwt.issuer.join(' or ')}, audience ${jwt.audience.join(' or ')}, ${jwt.algorithms.join('/')}, clock skew ${formatDuration(jwt.clockSkewMs)}`,
+  ];
+}
+
 function describePolicy(policy: IdempotencyPolicy): string[] {
   const { key, fingerprint } = policy;
   const tenant = policy.tenant.length > 0 ? `, per tenant (${policy.tenant.join(', ')})` : '';
@@ -142,7 +157,7 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
   const ignore = fingerprint.ignore.map((field) => `body.${field.join('.')}`);
   return [
     `scope: ${policy.scope}${tenant}`,
-    `key: header ${key.header}, ${key.required ? 'required' : 'optional'}, at most ${key.maxLength} chars; ${forwarded}`,
+    `key: header ${key.header}${key.bodyPointer === null ? '' : ` (else the body's ${key.bodyPointer})`}, ${key.required ? 'required' : 'optional'}, at most ${key.maxLength} chars; ${forwarded}`,
     `ttl ${formatDuration(policy.ttlMs)}, lockTimeout ${formatDuration(policy.lockTimeoutMs)}, unknownOutcome ${policy.unknownOutcome}, onConcurrent ${policy.onConcurrent} (waitTimeout ${formatDuration(policy.waitTimeoutMs)})`,
     `fingerprint: ${fingerprint.parts.map(describePart).join(', ')}${ignore.length > 0 ? `; ignoring ${ignore.join(', ')}` : ''}`,
     `stores: ${describeStored(policy.storesStatus)}`,

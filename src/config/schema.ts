@@ -81,10 +81,18 @@ const bodyField = pattern(
   'expected a body field like "body.sent_at"',
   'body field',
 );
+// A claim name is any JSON member name without whitespace: `sub`, `org_id`, or a namespaced one
+// like `https://example.com/tenant` (Auth0's custom claims).
 const tenantPart = pattern(
-  new RegExp(`^header:${TOKEN}$`),
-  'expected "header:<name>", like "header:authorization"',
-  'header:<name>',
+  new RegExp(`^(?:header:${TOKEN}|jwt:\\S+)$`),
+  'expected "jwt:<claim>" (a claim of the verified bearer token, like "jwt:sub") or "header:<name>"',
+  'jwt:<claim> or header:<name>',
+);
+// RFC 6901: "/" then reference tokens, "~" only as "~0" or "~1". The whole document ("") is no key.
+const jsonPointer = pattern(
+  /^(?:\/(?:[^~]|~[01])*)+$/,
+  'expected a JSON pointer (RFC 6901) like "/meta/idempotency_key": "/" before each member name, "~" written "~0" and "/" inside a name "~1"',
+  'JSON pointer',
 );
 const requestPart = pattern(
   new RegExp(`^(?:method|path|query|body|${BODY_FIELD}|header:${TOKEN}|query\\.[^\\s&=#]+)$`),
@@ -227,6 +235,10 @@ const keyBlock = strict(
     ),
     required: opt(bool, 'No key → 400; false → forwarded unprotected.', D.key.required),
     maxLength: opt(integer(1, 1024), 'Longer keys → 400.', D.key.maxLength),
+    body: opt(
+      jsonPointer,
+      'Where the key is in a JSON body when no key header is sent (RFC 6901 pointer; on an MCP route into the JSON-RPC message, like /params/arguments/meta/idempotency-key).',
+    ),
     derive: opt(
       parts('request part'),
       "Request parts a key is derived from when none is sent: body, body.<field>, header:<name>, query.<name>. key.maxLength must be at least 51 (a derived key's length).",
@@ -236,7 +248,7 @@ const keyBlock = strict(
       "How long a derived key's record lives (only with key.derive; default: ttl).",
     ),
   },
-  'key settings (header, forward, required, maxLength, derive, window)',
+  'key settings (header, body, forward, required, maxLength, derive, window)',
 );
 
 const fingerprintBlock = strict(
@@ -349,7 +361,7 @@ export const idempotencySchema = strict(
     ),
     tenant: opt(
       z.array(tenantPart),
-      'Headers scoping keys per tenant, e.g. [header:authorization]: keys are scoped per hashed value, raw values are never stored.',
+      'Who keys belong to: claims of the verified bearer token (jwt:sub, with auth.jwt) or request headers (header:<name>); scoped per hashed value, raw values are never stored.',
     ),
     group: opt(
       name('a group name'),
@@ -514,6 +526,63 @@ const upstreamSchema = strict(
   'upstream settings (url, timeout, tls)',
 );
 
+// Asymmetric algorithms only: a JWKS holds public keys, and an HMAC secret shared with every
+// client would let any of them mint another's principal.
+const JWT_ALGORITHMS = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+] as const;
+const oneOrMore = (what: string) =>
+  z.union([quotedText, z.array(quotedText).min(1, { error: `expected at least one ${what}` })], {
+    error: `expected ${what} or a list of them`,
+  });
+
+const jwtSchema = strict(
+  {
+    jwks: pattern(
+      /^\S+$/,
+      'expected an https:// URL of a JSON Web Key Set, or a path to a JWKS file',
+      'URL or file',
+    ).describe(
+      "The issuer's public keys: an http(s):// URL (fetched, cached, fetched again for an unknown kid) or a JWKS file, relative to the config file.",
+    ),
+    issuer: oneOrMore('an issuer').describe(
+      'Accepted iss values (exact match), e.g. https://auth.example.com/.',
+    ),
+    audience: oneOrMore('an audience').describe(
+      'Accepted aud values: a token minted for another service is refused.',
+    ),
+    algorithms: opt(
+      z
+        .array(z.enum(JWT_ALGORITHMS, { error: `expected one of ${JWT_ALGORITHMS.join(', ')}` }))
+        .min(1, { error: 'expected at least one algorithm' }),
+      'Accepted signature algorithms (asymmetric only).',
+      ['RS256', 'ES256'],
+    ),
+    clockSkew: opt(duration({}), 'Leeway for exp and nbf between the issuer and this host.', '30s'),
+    cooldown: opt(
+      duration({}),
+      'After a fetch, how long a token with an unknown kid is refused before the URL is fetched again.',
+      '30s',
+    ),
+    refresh: opt(
+      timer,
+      'How often the URL is fetched again in the background (a failed fetch keeps the keys it had).',
+      '10m',
+    ),
+  },
+  'JWT settings (jwks, issuer, audience, algorithms, clockSkew, cooldown, refresh)',
+);
+
 // The table name is pasted into SQL (identifiers cannot be parameters), so only plain identifiers;
 // 50 characters leaves room for the suffixes the store appends (`_migrations`, index names).
 const tableName = pattern(/^[a-z_][a-z0-9_]*$/, TABLE_HINT, 'SQL identifier').max(50, {
@@ -661,13 +730,25 @@ export const configSchema = strict(
       .describe(
         'Addresses or CIDRs of proxies in front of this one whose X-Forwarded-Host/-Proto and Forwarded headers are kept; from anyone else they are replaced.',
       ),
+    auth: opt(
+      strict(
+        {
+          jwt: opt(
+            jwtSchema,
+            'How bearer tokens are verified, for routes scoped by a claim (tenant: [jwt:sub]).',
+          ),
+        },
+        'auth settings (jwt)',
+      ),
+      'Who a caller is: the verified principal that jwt:<claim> tenant parts scope keys by.',
+    ),
     defaults: opt(idempotencySchema, 'Idempotency settings every protected route starts from.'),
     routes: z
       .array(routeSchema, { error: 'expected a list of routes' })
       .min(1, { error: 'expected at least one route' })
       .describe('Routes in match order; the first match wins.'),
   },
-  'config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, defaults, routes)',
+  'config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
 );
 
 export type ParsedConfig = z.output<typeof configSchema>;

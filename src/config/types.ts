@@ -126,6 +126,13 @@ export interface KeyPolicy {
   readonly forward: 'raw' | 'scoped' | 'none';
   readonly required: boolean;
   readonly maxLength: number;
+  /**
+   * Where a key sent in the body is (key.body), as RFC 6901 reference tokens already unescaped:
+   * '/meta/idempotency~1key' → ['meta', 'idempotency/key']; null when not configured.
+   */
+  readonly body: readonly string[] | null;
+  /** key.body as written, for messages. */
+  readonly bodyPointer: string | null;
   /** Parts a key is derived from when none is sent; null when not configured. */
   readonly derive: readonly RequestPart[] | null;
   readonly windowMs: number | null;
@@ -168,8 +175,13 @@ export interface IdempotencyPolicy {
    * cached answers behind, and the routes of a group share them only when they fingerprint alike.
    */
   readonly fingerprintEpoch: string;
-  /** Tenant parts: `header:<name>` entries (lower-case names); empty = not tenanted. */
+  /**
+   * Tenant parts: `header:<name>` (lower-case names) and `jwt:<claim>` (claim names as written)
+   * entries; empty = not tenanted.
+   */
   readonly tenant: readonly string[];
+  /** The claims of the `jwt:<claim>` tenant parts: a request must carry a verified token with them. */
+  readonly tenantClaims: readonly string[];
   /** True when the upstream status should be stored (in `store`, not in `release`). */
   readonly storesStatus: (status: number) => boolean;
   readonly maxRequestBytes: number;
@@ -217,6 +229,32 @@ export interface RouteConfig {
   readonly idempotency: IdempotencyPolicy | null;
 }
 
+/** A JSON Web Key Set as read from a file (its keys are checked by jose when a token needs one). */
+export interface JwksDocument {
+  readonly keys: readonly Record<string, unknown>[];
+}
+
+/** auth.jwt: how bearer tokens are verified for routes scoped by a claim (auth/jwt-principals.ts). */
+export interface JwtConfig {
+  /** An http(s) URL fetched and cached, or the keys of a file read when the config was compiled. */
+  readonly jwks:
+    | { readonly kind: 'url'; readonly url: string }
+    | { readonly kind: 'file'; readonly file: string; readonly keySet: JwksDocument };
+  readonly issuer: readonly string[];
+  readonly audience: readonly string[];
+  readonly algorithms: readonly string[];
+  readonly clockSkewMs: number;
+  /** After a fetch, how long an unknown kid waits before the URL is fetched again. */
+  readonly cooldownMs: number;
+  /** How often the URL is fetched again in the background. */
+  readonly refreshMs: number;
+}
+
+export interface AuthConfig {
+  /** null: no route may scope by a jwt claim (compile.ts refuses it). */
+  readonly jwt: JwtConfig | null;
+}
+
 export interface ProxyConfig {
   /** Absolute path of the file this was loaded from (for messages). */
   readonly file: string;
@@ -229,5 +267,6 @@ export interface ProxyConfig {
   readonly upstreams: ReadonlyMap<string, UpstreamConfig>;
   /** Peers (addresses and CIDRs, as written) whose forwarding headers are kept. */
   readonly trustedProxies: readonly string[];
+  readonly auth: AuthConfig;
   readonly routes: readonly RouteConfig[];
 }

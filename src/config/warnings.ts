@@ -1,7 +1,9 @@
 // Everything a config may do that is allowed but worth a loud line, at startup, on reload and in
-// `check`: leases shorter than the calls they protect, writes that reach a pass-through route.
+// `check`: leases shorter than the calls they protect, writes that reach a pass-through route, keys
+// scoped on a credential that is refreshed.
 import { leaseWarnings } from './lease-warnings';
 import { routingWarnings } from './routing-warnings';
+import { tenantWarnings } from './tenant-warnings';
 import type { ProxyConfig } from './types';
 
 export interface ConfigWarning {
@@ -10,5 +12,5 @@ export interface ConfigWarning {
 }
 
 export function configWarnings(config: ProxyConfig): ConfigWarning[] {
-  return [...leaseWarnings(config), ...routingWarnings(config)];
+  return [...leaseWarnings(config), ...routingWarnings(config), ...tenantWarnings(config)];
 }

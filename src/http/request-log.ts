@@ -7,6 +7,8 @@ export type OutcomeLabel =
   | 'mismatch'
   | 'missing_key'
   | 'invalid_key'
+  /** A route scoped by a token's claim refused the token (401), or could not get the keys (503). */
+  | 'unauthorized'
   | 'too_large'
   | 'store_unavailable'
   | 'upstream_error'
@@ -36,6 +38,7 @@ export interface RequestLogEntry {
     | 'would_reject_mismatch'
     | 'would_reject_missing_key'
     | 'would_reject_invalid_key'
+    | 'would_reject_unauthorized'
     | 'would_reject_too_large'
     | 'would_reject_duplicate_key'
     | 'would_reject_store_unavailable';

@@ -92,7 +92,7 @@ function afterClosingQuote(key: string, rest: string): string | SfStringProblem 
   };
 }
 
-function checkKey(key: string, maxLength: number, headerName: string): KeyParseResult {
+export function checkKey(key: string, maxLength: number, headerName: string): KeyParseResult {
   const rule = `${headerName} must be 1 to ${maxLength} visible ASCII characters`;
   if (key.length === 0) {
     return invalid(`${rule} (got an empty key); send a unique key such as a UUID.`);

@@ -5,16 +5,19 @@
 //         └─ message ─┬─ not a protected tools/call ─────────► forwarded unstored
 //                     ├─ cancel of a call running here ───────► held (202): the call finishes
 //                     ├─ batch with a call, call without id ──► refused (-32600)
-//                     └─ protected tools/call ─► key (header | params.idempotencyKey | derived)
+//                     └─ protected tools/call ─► key (header | key.body | params.idempotencyKey
+//                                                     | derived, unless key.body is required)
 //                                              ─► the call, run by the pipeline like a REST one
 import type { ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
+import { missingKeyDetail } from '../idempotency/body-key';
 import { DERIVED_KEY_HEADER, derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
 import {
   BODY_OMITTED_HEADER,
   type Call,
+  expiresHeader,
   OUTCOME_HEADER,
   type Outcome,
   type ProtectedDeps,
@@ -139,13 +142,21 @@ async function readToolCall(
   const sent = sentToolCallKey(
     keyHeaderLines(req, policy.key.header),
     parsed,
-    policy.key.maxLength,
+    policy.key,
     policy.key.header,
   );
   if (sent !== undefined && !sent.ok) {
     const error = new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name });
     writeJsonRpcError(res, call.idText, jsonRpcError(error));
     return { label: 'invalid_key', tool: call.tool };
+  }
+  // A route that names where its protocol puts the key (key.body) requires it unless told not to;
+  // without key.body a call without a key is keyed by its tool and arguments.
+  if (sent === undefined && policy.key.body !== null && policy.key.required) {
+    const detail = missingKeyDetail(policy.key);
+    const error = new ProxyError('IDEMPOTENCY_KEY_MISSING', detail, { route: route.name });
+    writeJsonRpcError(res, call.idText, jsonRpcError(error));
+    return { label: 'missing_key', tool: call.tool };
   }
   const key = sent?.key ?? derivedToolCallKey(call, parsed, mcp);
   // A derived key's record lives for key.window instead of ttl.
@@ -195,7 +206,9 @@ function writeStoredMessage(
   const headers = stored.outcomeUnknown
     ? [...JSON_HEADERS, [OUTCOME_HEADER, 'unknown'] as const]
     : JSON_HEADERS;
-  writeWhole(res, 200, headers, withId(stored.body, call.idText), extra);
+  const expires = expiresHeader(stored.expiresAt);
+  const all = expires.length === 0 ? extra : [...extra, ...expires];
+  writeWhole(res, 200, headers, withId(stored.body, call.idText), all);
 }
 
 /**

@@ -22,7 +22,7 @@ import {
 } from '../idempotency/canonical-json';
 import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
-import type { AnswerReceiver } from '../protected/protocol';
+import { type AnswerReceiver, expiresHeader } from '../protected/protocol';
 import type { HeaderPairs } from '../store/record';
 import {
   errorMessage,
@@ -134,10 +134,10 @@ export class ToolCallAnswer implements AnswerReceiver {
   }
 
   /** Finishes the client's answer once the record is settled. */
-  end(): void {
+  end(expiresAt?: number): void {
     if (this.res.destroyed) return;
     if (!this.streaming) {
-      writeWhole(this.res, this.status, this.headers, this.body());
+      writeWhole(this.res, this.status, this.headers, this.body(), expiresHeader(expiresAt));
       return;
     }
     for (const bytes of this.held) this.res.write(bytes);

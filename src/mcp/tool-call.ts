@@ -5,13 +5,15 @@
 //   message ─┬─ batch (array) ─┬─ with a protected call ► refused (-32600)
 //            │                 └─ without ──────────────► pass
 //            ├─ tools/call of a protected tool ─────────► call: key = header
+//            │                                                    | key.body's pointer
 //            │                                                    | params.idempotencyKey
 //            │                                                    | derived from tool + arguments
 //            ├─ notifications/cancelled ───────────────► cancel (held back while the call runs here)
 //            └─ anything else (initialize, tools/list, notifications, responses) ► pass
 //
 // The key never comes from the JSON-RPC id, `_meta` or the session: a retry changes all three.
-import type { McpPolicy } from '../config/types';
+import type { KeyPolicy, McpPolicy } from '../config/types';
+import { keyInBody } from '../idempotency/body-key';
 import {
   arrayElements,
   canonicalizeAt,
@@ -69,16 +71,21 @@ function protectedTool(message: ParsedJson, mcp: McpPolicy): string | undefined 
 }
 
 /**
- * The call's key: the key header if sent (an invalid one is refused, never replaced), else
- * params.idempotencyKey (SEP-3182), else undefined: derive one.
+ * The call's key: the key header if sent (an invalid one is refused, never replaced), else the one
+ * at key.body in the message (UCP's /params/arguments/meta/idempotency-key, ACP's
+ * /params/_meta/idempotency_key), else params.idempotencyKey (SEP-3182), else undefined: derive one
+ * (or, with key.body and key.required, refuse).
  */
 export function sentToolCallKey(
   headerLines: readonly string[] | undefined,
   parsed: ParsedJson,
-  maxLength: number,
+  key: Pick<KeyPolicy, 'body' | 'bodyPointer' | 'maxLength'>,
   headerName: string,
 ): KeyParseResult | undefined {
+  const { maxLength } = key;
   if (headerLines !== undefined) return parseIdempotencyKey(headerLines, maxLength, headerName);
+  const inBody = keyInBody(parsed, key);
+  if (inBody !== undefined) return inBody;
   if (!hasValueAt(parsed, KEY_PARAM)) return undefined;
   const value = stringAt(parsed, KEY_PARAM);
   if (value === undefined)

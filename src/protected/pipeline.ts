@@ -32,6 +32,7 @@ import {
   type Protocol,
   UnreadableCall,
 } from './protocol';
+import { readPrincipal } from './principal';
 import { forwardUnstored } from './shadow';
 import {
   claimCall,
@@ -46,6 +47,8 @@ export async function runProtected<C extends Call>(
   protocol: Protocol<C>,
   request: ProtectedRequest,
 ): Promise<Outcome> {
+  const refused = await readPrincipal(deps, request);
+  if (refused !== undefined) return refused;
   const read = await protocol.read(deps, request);
   if (!('id' in read)) return read;
   const call = read;
@@ -196,12 +199,22 @@ async function forward<C extends Call>(
   // The upstream has answered, so the client gets its answer whatever the store says: a write the
   // store could not make at once it keeps sending (queued), and one it gives up on (failed) leaves
   // the claim in progress until its lease ends.
+  /** When the stored answer expires, once it is stored (its Idempotency-Expires). */
+  let expiresAt: number | undefined;
   const settle = async (settlement: Settlement): Promise<void> => {
     if (settlement.kind === 'complete')
       landing = notStored(
-        await settleStoreCall(deps, request, 'complete', () =>
-          deps.store.complete(id, fence, settlement.response, policy.ttlMs, claimant),
-        ),
+        await settleStoreCall(deps, request, 'complete', async () => {
+          const result = await deps.store.complete(
+            id,
+            fence,
+            settlement.response,
+            policy.ttlMs,
+            claimant,
+          );
+          expiresAt = result.expiresAt;
+          return result.landing;
+        }),
       );
     else if (settlement.kind === 'release')
       landing = notStored(
@@ -219,7 +232,7 @@ async function forward<C extends Call>(
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);
-    else protocol.replay(request, call, stored, false);
+    else protocol.replay(request, call, { ...stored, expiresAt }, false);
     return done('upstream_error', true);
   };
 
@@ -240,7 +253,7 @@ async function forward<C extends Call>(
       }
       if (receiver.settled) {
         // The result is stored and on its way; only what came after it broke off.
-        receiver.end();
+        receiver.end(expiresAt);
         return done('executed');
       }
       return await unknownOutcome({ kind: 'unknown', error: failure.error }, receiver.streaming);
@@ -252,7 +265,7 @@ async function forward<C extends Call>(
         return await unknownOutcome(settlement, receiver.streaming);
       await settle(settlement);
     }
-    receiver.end();
+    receiver.end(expiresAt);
     return done('executed');
   } finally {
     receiver.close();

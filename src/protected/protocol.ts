@@ -8,14 +8,30 @@ import type { ProxyError } from '../errors';
 import type { OutcomeLabel } from '../http/request-log';
 import type { RequestTarget } from '../http/router';
 import type { RequestTrace } from '../observability/tracing';
-import { tenantHash } from '../idempotency/tenant';
-import type { RecordId, RequestStore, StoredResponse } from '../store/record';
+import type { JwtPrincipals } from '../auth/jwt-principals';
+import { type Claims, tenantHash } from '../idempotency/tenant';
+import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
 import type { Settlement, ShadowVerdict } from './decide';
 
 export const OUTCOME_HEADER = 'idempotency-outcome';
 export const BODY_OMITTED_HEADER = 'idempotent-body-omitted';
+export const EXPIRES_HEADER = 'Idempotency-Expires';
+
+let lastExpiry: { at: number; header: HeaderPairs } = { at: NaN, header: [] };
+
+/**
+ * Idempotency-Expires for an answer stored until `expiresAt` (the database's expiry): an HTTP date
+ * (RFC 9110 §5.6.7), rounded down to the second, so a client knows how long a retry replays it.
+ * None for an answer not stored. A storm of replays of one record formats its date once.
+ */
+export function expiresHeader(expiresAt: number | undefined): HeaderPairs {
+  if (expiresAt === undefined) return [];
+  if (lastExpiry.at !== expiresAt)
+    lastExpiry = { at: expiresAt, header: [[EXPIRES_HEADER, new Date(expiresAt).toUTCString()]] };
+  return lastExpiry.header;
+}
 
 export interface ProtectedDeps {
   /** The store with every memory shortcut in front (store/coalescing-store.ts). */
@@ -23,6 +39,8 @@ export interface ProtectedDeps {
   readonly upstreams: UpstreamPools;
   readonly passThrough: PassThrough;
   readonly onStoreError: (error: unknown, operation: string) => void;
+  /** Verifies bearer tokens for routes scoped by a claim (auth.jwt); undefined without auth.jwt. */
+  readonly principals?: JwtPrincipals;
   /** Metrics hooks (observability/metrics.ts); the pipeline itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
 }
@@ -50,6 +68,11 @@ export interface ProtectedRequest {
   readonly timings: Timings;
   /** The request's spans when tracing is on (observability/tracing.ts); undefined when off. */
   readonly trace?: RequestTrace;
+  /**
+   * The verified token's claims, on a route scoped by a claim: set once, by the principal step
+   * (principal.ts), before the call is read.
+   */
+  principal?: Claims;
 }
 
 /** A protected request as read by its protocol: what is claimed, matched and forwarded. */
@@ -77,7 +100,8 @@ export function recordIdOf(
   policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>,
   key: string,
 ): RecordId {
-  return { scope: policy.scope, tenant: tenantHash(request.req.headers, policy.tenant), key };
+  const tenant = tenantHash(request.req.headers, policy.tenant, request.principal);
+  return { scope: policy.scope, tenant, key };
 }
 
 /**
@@ -149,8 +173,12 @@ export interface AnswerReceiver extends ResponseReceiver {
   readonly settled: boolean;
   /** The settlement for an answer that has ended. */
   settlement(): Settlement;
-  /** Finishes the client's answer; called once the claim is settled. */
-  end(): void;
+  /**
+   * Finishes the client's answer; called once the claim is settled. `expiresAt`: when the stored
+   * answer expires (Idempotency-Expires, where the head is still to be written); unset when it was
+   * not stored.
+   */
+  end(expiresAt?: number): void;
   /** Ends a streamed answer that broke off (`error` says why), once the claim is settled. */
   endBroken(error: ProxyError): void;
   /** The forward is over, however it ended. */

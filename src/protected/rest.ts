@@ -19,7 +19,8 @@ import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
 import { problemBody, problemHeaders, sendProblem } from '../http/problem';
 import { responseHeaderPairs, writeWhole } from '../http/response';
-import { DuplicateJsonKeyError } from '../idempotency/canonical-json';
+import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
+import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
 import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from '../idempotency/derived-key';
 import {
   computeFingerprint,
@@ -35,6 +36,7 @@ import {
   type AnswerReceiver,
   BODY_OMITTED_HEADER,
   type Call,
+  expiresHeader,
   OUTCOME_HEADER,
   type Outcome,
   type ProtectedDeps,
@@ -50,8 +52,13 @@ const EMPTY_BODY = Buffer.alloc(0);
 export const REST: Protocol<Call> = {
   read: readRestCall,
   replay(request, call, stored, replayed) {
-    if (!replayed) return writeWhole(request.res, stored.status, stored.headers, stored.body);
-    const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
+    const expires = expiresHeader(stored.expiresAt);
+    if (!replayed)
+      return writeWhole(request.res, stored.status, stored.headers, stored.body, expires);
+    const extra: (readonly [string, string])[] = [
+      [request.policy.replayedHeader, 'true'],
+      ...expires,
+    ];
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
     if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
     const headers = replayHeaders(stored, request.policy.dropReplayHeaders);
@@ -80,10 +87,14 @@ async function readRestCall(
 ): Promise<Call | Outcome> {
   const { req, res, route, policy, target } = request;
   const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
-  // No key header on a route with key.derive: the key is derived once the body is read. A key that
-  // was sent but is invalid is never replaced by a derived one: that would hide a client bug.
-  const derives = !parsed.ok && parsed.problem === 'missing' && policy.key.derive !== null;
-  if (!parsed.ok && !derives) {
+  // No key header on a route with key.body or key.derive: the key is read from the body, or
+  // derived, once the body is read. A key that was sent but is invalid is never replaced by another:
+  // that would hide a client bug.
+  const later =
+    !parsed.ok &&
+    parsed.problem === 'missing' &&
+    (policy.key.derive !== null || policy.key.body !== null);
+  if (!parsed.ok && !later) {
     const missing = parsed.problem === 'missing';
     if (missing && !policy.key.required) {
       // No key and none required: forwarded unprotected, streamed like any pass-through request.
@@ -108,7 +119,7 @@ async function readRestCall(
     );
     return { label: missing ? 'missing_key' : 'invalid_key' };
   }
-  const sentKey = parsed.ok ? parsed.key : undefined;
+  const headerKey = parsed.ok ? parsed.key : undefined;
 
   let read: DigestedBody;
   try {
@@ -117,10 +128,10 @@ async function readRestCall(
     if (!(error instanceof BodyTooLargeError)) {
       // The client went away mid-body: nothing was claimed, nobody to answer.
       res.destroy();
-      return { label: 'error', key: sentKey };
+      return { label: 'error', key: headerKey };
     }
     if (!policy.enforce)
-      return passThroughInShadow(deps, request, 'would_reject_too_large', sentKey);
+      return passThroughInShadow(deps, request, 'would_reject_too_large', headerKey);
     // The unread rest of the body would be parsed as the next request: close the connection.
     res.shouldKeepAlive = false;
     sendProblem(
@@ -128,10 +139,10 @@ async function readRestCall(
       new ProxyError(
         'REQUEST_TOO_LARGE',
         `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
-        { route: route.name, key: sentKey },
+        { route: route.name, key: headerKey },
       ),
     );
-    return { label: 'too_large', key: sentKey };
+    return { label: 'too_large', key: headerKey };
   }
 
   const input: FingerprintInput = {
@@ -144,6 +155,12 @@ async function readRestCall(
   };
   const body = read.body();
   input.body = body;
+  let sentKey = headerKey;
+  if (sentKey === undefined && policy.key.body !== null) {
+    const fromBody = await readBodyKey(deps, request, body);
+    if (!('ok' in fromBody)) return fromBody;
+    sentKey = fromBody.key;
+  }
   // A sent key's call is matched by its raw fingerprint first, and its fingerprint computed only if
   // memory cannot answer by the bytes. Not in shadow mode, which matches nothing in memory, nor for a
   // derived key, which is hashed from the canonical request anyway.
@@ -186,6 +203,46 @@ async function readRestCall(
     sendProblem(res, duplicateKeyError(route.name, sentKey));
     return { label: 'bad_request', key: sentKey };
   }
+}
+
+/**
+ * The key at key.body in a request sent without a key header: `{ key }` (undefined when the body has
+ * none and the route derives one), or how the request was finished — refused 400, or forwarded
+ * unprotected when no key is required.
+ */
+async function readBodyKey(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  body: Buffer,
+): Promise<{ ok: true; key: string | undefined } | Outcome> {
+  const { res, route, policy } = request;
+  let found;
+  try {
+    found = keyInBody(parseJson(body), policy.key);
+  } catch (error) {
+    if (!(error instanceof DuplicateJsonKeyError)) throw error;
+    if (!policy.enforce)
+      return forwardUnstored(deps, request, undefined, body, {
+        label: 'executed',
+        shadow: 'would_reject_duplicate_key',
+      });
+    sendProblem(res, duplicateKeyError(route.name, undefined));
+    return { label: 'bad_request' };
+  }
+  if (found?.ok) return { ok: true, key: found.key };
+  if (found === undefined && policy.key.derive !== null) return { ok: true, key: undefined };
+  if (found === undefined && !policy.key.required)
+    return forwardUnstored(deps, request, undefined, body, { label: 'passthrough' });
+  const missing = found === undefined;
+  if (!policy.enforce)
+    return forwardUnstored(deps, request, undefined, body, {
+      label: 'passthrough',
+      shadow: missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
+    });
+  const detail = found === undefined ? missingKeyDetail(policy.key) : found.detail;
+  const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+  sendProblem(res, new ProxyError(code, detail, { route: route.name }));
+  return { label: missing ? 'missing_key' : 'invalid_key' };
 }
 
 function duplicateKeyError(route: string, key: string | undefined): ProxyError {
@@ -321,8 +378,11 @@ class UpstreamAnswer implements AnswerReceiver {
     return { kind: 'complete', response };
   }
 
-  end(): void {
-    if (!this.streaming) return writeWhole(this.res, this.status, this.headers, this.body());
+  end(expiresAt?: number): void {
+    if (!this.streaming) {
+      const expires = expiresHeader(expiresAt);
+      return writeWhole(this.res, this.status, this.headers, this.body(), expires);
+    }
     if (this.res.destroyed) return;
     if (this.held !== undefined) this.res.write(this.held);
     this.held = undefined;

@@ -31,6 +31,7 @@ import {
   type CompletionWaiter,
   type CounterDelta,
   type KeyStore,
+  type CompleteResult,
   type Landing,
   memoryKey,
   type PeekResult,
@@ -120,12 +121,16 @@ export class CoalescingStore implements RequestStore {
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<Landing> {
+  ): Promise<CompleteResult> {
     // Not cached on completion: most keys are never repeated; the first repeat's claim admits it.
     // Only a stored answer is told to the repeats: one still queued is not the database's yet.
-    const landing = await this.store.complete(id, fence, response, ttlMs);
-    if (landing === 'stored') this.leaderOf(claimant)?.settle({ kind: 'completed', response });
-    return landing;
+    const result = await this.store.complete(id, fence, response, ttlMs);
+    if (result.landing === 'stored')
+      this.leaderOf(claimant)?.settle({
+        kind: 'completed',
+        response: { ...response, expiresAt: result.expiresAt },
+      });
+    return result;
   }
 
   release(id: RecordId, fence: string): Promise<Landing> {

@@ -39,6 +39,11 @@ export interface StoredResponse {
   readonly body: Buffer;
   readonly bodyOmitted: boolean;
   readonly outcomeUnknown: boolean;
+  /**
+   * When the record expires (epoch ms, the database's clock): set on an answer read from or written
+   * to the store, so every delivery of it says how long a retry stays safe (Idempotency-Expires).
+   */
+  readonly expiresAt?: number;
 }
 
 export type ClaimResult = ClaimState & {
@@ -156,19 +161,31 @@ export type PeekResult =
 export type Landing = 'stored' | 'queued' | 'stale';
 
 /**
+ * What a completion became. `expiresAt` (ms since the epoch, the database's clock) is known when the
+ * statement that stored it returned it; one stored by a retry of the outbox does not carry it.
+ */
+export interface CompleteResult {
+  readonly landing: Landing;
+  readonly expiresAt?: number;
+}
+
+/**
  * The store. `claimant`, where a method takes one, is the request doing it (see Claimant); a store
  * that keeps nothing in memory ignores it.
  */
 export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
-  /** Stores the answer under the claim with `fence` (see Landing). */
+  /**
+   * Stores the answer under the claim with `fence` (see Landing); once stored, with the record's
+   * expiry as the database set it (its Idempotency-Expires).
+   */
   complete(
     id: RecordId,
     fence: string,
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
-  ): Promise<Landing>;
+  ): Promise<CompleteResult>;
   /** Drops an in-progress claim so a retry executes again (see Landing). */
   release(id: RecordId, fence: string, claimant?: Claimant): Promise<Landing>;
   /** Adds attempts/replays of requests answered without the store to their records. */

@@ -68,7 +68,11 @@ test('concurrent completions share statements, and each row gets its own respons
       store.complete(idFor('stale'), staleFence, responseFor(99), 1_000),
       store.complete(idFor('watched'), watchedFence, responseFor(40), 1_000),
     ]);
-    expect(results).toEqual([...keys.map(() => 'stored'), 'stale', 'stored']);
+    expect(results.map(({ landing }) => landing)).toEqual([
+      ...keys.map(() => 'stored'),
+      'stale',
+      'stored',
+    ]);
 
     const stats = store.batchStats().completions;
     expect(stats.items).toBe(32);
@@ -121,11 +125,15 @@ test('a lone completion is stored at once, by a statement of its own', async () 
   await migrate(pool, table);
   const store = new PostgresKeyStore(pool, table);
   const fence = await claim(store, 'alone');
-  await expect(store.complete(idFor('alone'), fence, responseFor(1), 5_000)).resolves.toBe(
-    'stored',
+  await expect(store.complete(idFor('alone'), fence, responseFor(1), 5_000)).resolves.toMatchObject(
+    {
+      landing: 'stored',
+    },
   );
   expect(store.batchStats().completions).toEqual({ batches: 1, items: 1, largest: 1 });
-  await expect(store.complete(idFor('alone'), fence, responseFor(2), 5_000)).resolves.toBe('stale');
+  await expect(store.complete(idFor('alone'), fence, responseFor(2), 5_000)).resolves.toEqual({
+    landing: 'stale',
+  });
 });
 
 test('concurrent claims share statements, and each request gets its own answer', async () => {
@@ -265,7 +273,7 @@ test.each([
       ),
     ),
   );
-  expect(stored).toEqual(keys.map(() => 'stored'));
+  expect(stored.map(({ landing }) => landing)).toEqual(keys.map(() => 'stored'));
   const repeats = await Promise.all(
     keys.map((key) =>
       store.claim({

@@ -279,7 +279,7 @@ routes:
     const done = await Promise.all(
       keys.map((key, n) => store.complete(id(key), fences[n]!, response, 60_000)),
     );
-    expect(done.every((landing) => landing === 'stored')).toBe(true);
+    expect(done.every(({ landing }) => landing === 'stored')).toBe(true);
     const { claims: claimStats, completions } = store.batchStats();
     expect(claimStats.largest).toBeGreaterThan(1);
     expect(completions.largest).toBeGreaterThan(1);
@@ -392,7 +392,7 @@ routes:
         const changed =
           outcome === 'release'
             ? await store.release(id, claimed.fence)
-            : await store.complete(id, claimed.fence, response, 60_000);
+            : (await store.complete(id, claimed.fence, response, 60_000)).landing;
         expect(changed).toBe('stored');
         expect(await listener.next(id)).toBe(true);
       }

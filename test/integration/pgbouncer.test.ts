@@ -124,7 +124,10 @@ routes:
     });
     expect(
       await Promise.all(
-        keys.map((key, n) => store.complete(id(key), fences[n]!, response(n), 60_000)),
+        keys.map(
+          async (key, n) =>
+            (await store.complete(id(key), fences[n]!, response(n), 60_000)).landing,
+        ),
       ),
     ).toEqual(keys.map(() => 'stored'));
     const replay = await claim('s-7');
@@ -138,7 +141,7 @@ routes:
     await sleep(20);
     const taken = await store.takeOver(id('stale'), stale, 60_000, 120_000);
     expect(taken).not.toBeNull();
-    expect(await store.complete(id('stale'), stale, response(1), 60_000)).toBe('stale');
+    expect((await store.complete(id('stale'), stale, response(1), 60_000)).landing).toBe('stale');
 
     const unknown = await fence('unknown', 1);
     await sleep(20);

@@ -78,7 +78,9 @@ describe('the key store', () => {
       const id = fresh(`complete-${mode}`);
       const fence = await claimed(id);
       const cut = cutter.cutOn(id.key, mode);
-      await expect(store.complete(id, fence, answer('the answer'), 60_000)).resolves.toBe('stored');
+      await expect(store.complete(id, fence, answer('the answer'), 60_000)).resolves.toMatchObject({
+        landing: 'stored',
+      });
       await cut;
       expect(settled.map(([write, how]) => [write.kind, how])).toEqual([
         ['complete', { kind: 'landed', attempts: 2 }],
@@ -106,7 +108,7 @@ describe('the key store', () => {
         ids.map((id, n) => store.complete(id, fences[n]!, answer(`answer ${n}`), 60_000)),
       );
       await cut;
-      expect(landings).toEqual(ids.map(() => 'stored'));
+      expect(landings.map(({ landing }) => landing)).toEqual(ids.map(() => 'stored'));
       const after = store.batchStats().completions;
       // One statement for the first and one for the batch of five; the outbox sent each again.
       expect(after.largest).toBe(5);
@@ -134,7 +136,9 @@ describe('the key store', () => {
       id.key,
     ]);
     const cut = cutter.cutOn(id.key, 'before');
-    await expect(store.complete(id, fence, answer('too late'), 60_000)).resolves.toBe('stale');
+    await expect(store.complete(id, fence, answer('too late'), 60_000)).resolves.toEqual({
+      landing: 'stale',
+    });
     await cut;
     expect(settled.map(([write, how]) => [write.kind, how.kind])).toEqual([['complete', 'stale']]);
   });

@@ -25,6 +25,11 @@ import { quoteTableName } from '../../src/db/identifier';
 import { MemoryKeyStore } from './memory-key-store';
 import { sleep } from './upstream';
 
+/** A response as the store hands it back: with the record's expiry (Idempotency-Expires). */
+function storedAs(response: StoredResponse): StoredResponse {
+  return { ...response, expiresAt: expect.any(Number) as number };
+}
+
 export interface Counters {
   readonly attempts: number;
   readonly replays: number;
@@ -185,11 +190,11 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       async (_, stored) => {
         const id = idOf(freshKey());
         const fence = await claimed(claimOf(id));
-        expect(await store.complete(id, fence, stored, LONG_MS)).toBe('stored');
+        expect((await store.complete(id, fence, stored, LONG_MS)).landing).toBe('stored');
         const repeat = await store.claim(claimOf(id));
         expect(repeat).toEqual({
           kind: 'completed',
-          response: stored,
+          response: storedAs(stored),
           expiresInMs: expect.any(Number),
           attempts: 2,
         });
@@ -197,8 +202,14 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
         expect(expiresInMs).toBeGreaterThan(0);
         expect(expiresInMs).toBeLessThanOrEqual(LONG_MS);
         // The request path's answers too (a decorator's from memory): the same bytes each time.
-        expect(await subject.repeat(claimOf(id))).toEqual({ kind: 'replay', response: stored });
-        expect(await subject.repeat(claimOf(id))).toEqual({ kind: 'replay', response: stored });
+        expect(await subject.repeat(claimOf(id))).toEqual({
+          kind: 'replay',
+          response: storedAs(stored),
+        });
+        expect(await subject.repeat(claimOf(id))).toEqual({
+          kind: 'replay',
+          response: storedAs(stored),
+        });
       },
     );
 
@@ -206,7 +217,7 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const id = idOf(freshKey());
       const fence = await claimed(claimOf(id));
       const omitted = { ...response(200, 'not kept'), bodyOmitted: true };
-      expect(await store.complete(id, fence, omitted, LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence, omitted, LONG_MS)).landing).toBe('stored');
       expect(await store.claim(claimOf(id))).toMatchObject({
         kind: 'completed',
         response: { ...omitted, body: Buffer.alloc(0) },
@@ -216,8 +227,8 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
     test('a record completes once: a second completion with the same fence is refused and changes nothing', async () => {
       const id = idOf(freshKey());
       const fence = await claimed(claimOf(id));
-      expect(await store.complete(id, fence, response(201), LONG_MS)).toBe('stored');
-      expect(await store.complete(id, fence, response(500), LONG_MS)).toBe('stale');
+      expect((await store.complete(id, fence, response(201), LONG_MS)).landing).toBe('stored');
+      expect((await store.complete(id, fence, response(500), LONG_MS)).landing).toBe('stale');
       expect(await store.release(id, fence)).toBe('stale');
       expect(await store.claim(claimOf(id))).toMatchObject({
         kind: 'completed',
@@ -227,7 +238,7 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
 
     test('a completion or release of a key nobody claimed is refused and creates nothing', async () => {
       const id = idOf(freshKey());
-      expect(await store.complete(id, '1', response(201), LONG_MS)).toBe('stale');
+      expect((await store.complete(id, '1', response(201), LONG_MS)).landing).toBe('stale');
       expect(await store.release(id, '1')).toBe('stale');
       expect(await store.peek(id, FINGERPRINT)).toEqual({ kind: 'absent' });
       expect(await subject.counters(id)).toBeUndefined();
@@ -251,13 +262,13 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const fence = await store.takeOver(id, old, LONG_MS, 2 * LONG_MS);
       expect(fence).not.toBeNull();
       expect(fence).not.toBe(old);
-      expect(await store.complete(id, old, response(500), LONG_MS)).toBe('stale');
+      expect((await store.complete(id, old, response(500), LONG_MS)).landing).toBe('stale');
       expect(await store.release(id, old)).toBe('stale');
       expect(await store.claim(claimOf(id))).toMatchObject({ kind: 'in-flight', fence });
-      expect(await store.complete(id, fence!, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence!, response(201), LONG_MS)).landing).toBe('stored');
       expect(await subject.repeat(claimOf(id))).toEqual({
         kind: 'replay',
-        response: response(201),
+        response: storedAs(response(201)),
       });
     });
 
@@ -270,26 +281,28 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const second = await store.takeOver(id, first, LONG_MS, 2 * LONG_MS);
       expect(await store.release(id, second!)).toBe('stored');
       const third = await claimed(claimOf(id, { fingerprint: OTHER_FINGERPRINT }));
-      expect(await store.complete(id, first, response(500, 'the first body'), LONG_MS)).toBe(
-        'stale',
-      );
+      expect(
+        (await store.complete(id, first, response(500, 'the first body'), LONG_MS)).landing,
+      ).toBe('stale');
       expect(await store.claim(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toMatchObject({
         kind: 'in-flight',
         fence: third,
       });
-      expect(await store.complete(id, third, response(201, 'the third body'), LONG_MS)).toBe(
-        'stored',
-      );
+      expect(
+        (await store.complete(id, third, response(201, 'the third body'), LONG_MS)).landing,
+      ).toBe('stored');
       expect(await subject.repeat(claimOf(id, { fingerprint: OTHER_FINGERPRINT }))).toEqual({
         kind: 'replay',
-        response: response(201, 'the third body'),
+        response: storedAs(response(201, 'the third body')),
       });
     });
 
     test('a completed record is absent once its ttl has passed: a claim wins afresh', async () => {
       const id = idOf(freshKey());
       const fence = await claimed(claimOf(id));
-      expect(await store.complete(id, fence, response(201), CACHED_TTL_MS)).toBe('stored');
+      expect((await store.complete(id, fence, response(201), CACHED_TTL_MS)).landing).toBe(
+        'stored',
+      );
       expect(await subject.repeat(claimOf(id))).toMatchObject({ kind: 'replay' });
       expect(await subject.repeat(claimOf(id))).toMatchObject({ kind: 'replay' });
       await subject.elapse(CACHED_TTL_MS + SHORT_MS);
@@ -305,9 +318,9 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       expect(await store.peek(id, FINGERPRINT)).toEqual({ kind: 'absent' });
       const fence = await claimed(claimOf(id));
       expect(fence).not.toBe(old);
-      expect(await store.complete(id, old, response(500), LONG_MS)).toBe('stale');
+      expect((await store.complete(id, old, response(500), LONG_MS)).landing).toBe('stale');
       expect(await store.takeOver(id, old, LONG_MS, LONG_MS)).toBeNull();
-      expect(await store.complete(id, fence, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence, response(201), LONG_MS)).landing).toBe('stored');
     });
 
     test('nobody takes over or settles while the lease lasts', async () => {
@@ -360,9 +373,9 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
         outcomeUnknown: true,
       };
       const settled = await store.settleUnknown(id, old, unknown, LONG_MS);
-      expect(settled).toEqual(unknown);
+      expect(settled).toEqual(storedAs(unknown));
       expect(await store.settleUnknown(id, old, unknown, LONG_MS)).toBeNull();
-      expect(await store.complete(id, old, response(201), LONG_MS)).toBe('stale');
+      expect((await store.complete(id, old, response(201), LONG_MS)).landing).toBe('stale');
       expect(await store.takeOver(id, old, LONG_MS, LONG_MS)).toBeNull();
       expect(await subject.repeat(claimOf(id))).toEqual({ kind: 'replay', response: settled });
       // The request that settled gets the stored answer, as the repeat does: two replays.
@@ -375,14 +388,14 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const other = claimOf(id, { fingerprint: OTHER_FINGERPRINT });
       expect(await store.claim(other)).toEqual({ kind: 'mismatch', attempts: 2 });
       expect(await store.peek(id, OTHER_FINGERPRINT)).toEqual({ kind: 'mismatch' });
-      expect(await store.complete(id, fence, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence, response(201), LONG_MS)).landing).toBe('stored');
       expect(await store.claim(other)).toEqual({ kind: 'mismatch', attempts: 3 });
       expect(await subject.repeat(other)).toEqual({ kind: 'mismatch' });
       expect(await subject.repeat(other)).toEqual({ kind: 'mismatch' });
       expect(await store.peek(id, OTHER_FINGERPRINT)).toEqual({ kind: 'mismatch' });
       expect(await subject.repeat(claimOf(id))).toEqual({
         kind: 'replay',
-        response: response(201),
+        response: storedAs(response(201)),
       });
       expect(await subject.counters(id)).toEqual({ attempts: 6, replays: 1 });
     });
@@ -396,7 +409,7 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const { leaseRemainingMs } = inFlight as { leaseRemainingMs: number };
       expect(leaseRemainingMs).toBeGreaterThan(0);
       expect(leaseRemainingMs).toBeLessThanOrEqual(30_000);
-      expect(await store.complete(id, fence, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence, response(201), LONG_MS)).landing).toBe('stored');
       expect(await store.peek(id, FINGERPRINT)).toEqual({ kind: 'completed' });
       expect(await store.peek(id, OTHER_FINGERPRINT)).toEqual({ kind: 'mismatch' });
       expect(await subject.counters(id)).toEqual({ attempts: 1, replays: 0 });
@@ -413,11 +426,13 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const ids = [idOf(key, 'orders'), idOf(key, 'refunds'), idOf(key, 'orders', 'a'.repeat(64))];
       ids.push(idOf(key, 'orders', 'b'.repeat(64)));
       const fences = await Promise.all(ids.map((id) => claimed(claimOf(id))));
-      expect(await store.complete(ids[0]!, fences[0]!, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(ids[0]!, fences[0]!, response(201), LONG_MS)).landing).toBe(
+        'stored',
+      );
       expect(await store.release(ids[1]!, fences[1]!)).toBe('stored');
       expect(await subject.repeat(claimOf(ids[0]!))).toEqual({
         kind: 'replay',
-        response: response(201),
+        response: storedAs(response(201)),
       });
       expect(await store.claim(claimOf(ids[1]!))).toMatchObject({ kind: 'claimed', attempts: 1 });
       expect(await store.claim(claimOf(ids[2]!))).toMatchObject({ kind: 'in-flight', attempts: 2 });
@@ -429,7 +444,7 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
     test('attempts and replays count every request, whichever part of the store answered it', async () => {
       const id = idOf(freshKey());
       const fence = await claimed(claimOf(id));
-      expect(await store.complete(id, fence, response(201), LONG_MS)).toBe('stored');
+      expect((await store.complete(id, fence, response(201), LONG_MS)).landing).toBe('stored');
       const repeats = [
         ...Array.from({ length: 5 }, () => claimOf(id)),
         ...Array.from({ length: 2 }, () => claimOf(id, { fingerprint: OTHER_FINGERPRINT })),
@@ -444,9 +459,9 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       const done = idOf(freshKey());
       const running = idOf(freshKey());
       const absent = idOf(freshKey());
-      expect(await store.complete(done, await claimed(claimOf(done)), response(201), LONG_MS)).toBe(
-        'stored',
-      );
+      expect(
+        (await store.complete(done, await claimed(claimOf(done)), response(201), LONG_MS)).landing,
+      ).toBe('stored');
       await claimed(claimOf(running));
       await store.flushCounters([
         { id: done, attempts: 3, replays: 2 },
@@ -480,10 +495,13 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
           store.complete(id, fences[n]!, response(200 + n), TTL_STEP_MS * (n + 1)),
         ),
       );
-      expect(done).toEqual(ids.map(() => 'stored'));
+      expect(done.map(({ landing }) => landing)).toEqual(ids.map(() => 'stored'));
       const repeats = await Promise.all(ids.map((id) => store.claim(claimOf(id))));
       repeats.forEach((repeat, n) => {
         expect(repeat).toMatchObject({ kind: 'completed', response: response(200 + n) });
+        // Every delivery tells one expiry: the repeat reads the one the completion returned.
+        const { expiresAt } = (repeat as { response: { expiresAt: number } }).response;
+        expect(expiresAt).toBe(done[n]!.expiresAt);
         const { expiresInMs } = repeat as { expiresInMs: number };
         expect(expiresInMs).toBeGreaterThan(TTL_STEP_MS * n);
         expect(expiresInMs).toBeLessThanOrEqual(TTL_STEP_MS * (n + 1));

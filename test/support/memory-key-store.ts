@@ -7,6 +7,7 @@ import type {
   ClaimResult,
   CounterDelta,
   KeyStore,
+  CompleteResult,
   Landing,
   PeekResult,
   RecordId,
@@ -94,17 +95,16 @@ export class MemoryKeyStore implements KeyStore {
     fence: string,
     response: StoredResponse,
     ttlMs: number,
-  ): Promise<Landing> {
+  ): Promise<CompleteResult> {
     this.enter('complete');
     const row = this.current(id, fence);
-    if (row === undefined) return 'stale';
+    if (row === undefined) return { landing: 'stale' };
     // As a bytea NULL reads back: an omitted body is empty.
-    const stored =
-      response.bodyOmitted && response.body.length > 0
-        ? { ...response, body: Buffer.alloc(0) }
-        : response;
-    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
-    return 'stored';
+    const expiresAt = this.now() + ttlMs;
+    const body = response.bodyOmitted ? Buffer.alloc(0) : response.body;
+    const stored: StoredResponse = { ...response, body, expiresAt };
+    Object.assign(row, { state: 'completed', response: stored, expiresAt });
+    return { landing: 'stored', expiresAt };
   }
 
   async release(id: RecordId, fence: string): Promise<Landing> {
@@ -149,11 +149,9 @@ export class MemoryKeyStore implements KeyStore {
     const row = this.current(id, fence);
     if (row === undefined || row.leaseEndsAt > this.now()) return null;
     // Whatever the caller passed, what is stored is an unknown outcome with its body.
-    const stored =
-      response.outcomeUnknown && !response.bodyOmitted
-        ? response
-        : { ...response, bodyOmitted: false, outcomeUnknown: true };
-    Object.assign(row, { state: 'completed', response: stored, expiresAt: this.now() + ttlMs });
+    const expiresAt = this.now() + ttlMs;
+    const stored = { ...response, bodyOmitted: false, outcomeUnknown: true, expiresAt };
+    Object.assign(row, { state: 'completed', response: stored, expiresAt });
     row.replays++;
     return stored;
   }

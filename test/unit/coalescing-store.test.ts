@@ -194,7 +194,7 @@ describe('repeats of a key this process is claiming', () => {
     const waiting = store.claim(claimOf(claimant('wait')));
     await settle();
     const fence = claimed.kind === 'claimed' ? claimed.fence : '';
-    expect(await store.complete(ID, fence, STORED, 60_000, first)).toBe('stored');
+    expect((await store.complete(ID, fence, STORED, 60_000, first)).landing).toBe('stored');
     expect(await waiting).toMatchObject({ kind: 'completed', response: STORED, from: 'leader' });
   });
 

@@ -122,6 +122,7 @@ describe('config JSON Schema', () => {
       'store',
       'upstreams',
       'trustedProxies',
+      'auth',
       'defaults',
       'routes',
     ]);

@@ -362,11 +362,12 @@ describe('field errors', () => {
         path: 'routes[0].idempotency.tenant[0]',
         line: 9,
         column: 52,
-        message: 'expected "header:<name>", like "header:authorization", got "authorization"',
+        message:
+          'expected "jwt:<claim>" (a claim of the verified bearer token, like "jwt:sub") or "header:<name>", got "authorization"',
       },
     ]);
     expect(() => parseConfigText(text, 'config/proxy.yaml', {})).toThrow(
-      'config/proxy.yaml:9:52 routes[0].idempotency.tenant[0]: expected "header:<name>", like "header:authorization", got "authorization"',
+      'config/proxy.yaml:9:52 routes[0].idempotency.tenant[0]: expected "jwt:<claim>" (a claim of the verified bearer token, like "jwt:sub") or "header:<name>", got "authorization"',
     );
   });
 });
@@ -456,7 +457,7 @@ describe('files', () => {
 
   it('rejects a document that is not a mapping', () => {
     expect(issuesOf('- a\n- b\n')[0]?.message).toBe(
-      'expected a mapping of config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, defaults, routes)',
+      'expected a mapping of config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
     );
   });
 });

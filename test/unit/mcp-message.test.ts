@@ -14,6 +14,9 @@ import {
   toolCallFingerprint,
 } from '../../src/mcp/tool-call';
 
+/** A route without key.body: the key comes from the header or params.idempotencyKey. */
+const NO_BODY_KEY = { body: null, bodyPointer: null, maxLength: 255 };
+
 const mcp: McpPolicy = parseConfigText(
   'upstreams:\n  t: { url: http://127.0.0.1:1 }\nroutes:\n  - name: tools\n    match: { path: /mcp }\n    upstream: t\n    idempotency:\n      mcp: { tools: ["refund*"], ignore: [arguments.trace_id] }\n',
   'proxy.yaml',
@@ -128,23 +131,23 @@ describe('readMcpMessage', () => {
 describe('keys and fingerprints of a call', () => {
   it('takes the header first, then params.idempotencyKey, else none (derive one)', () => {
     const { parsed } = readCall(call(1, 'refund', {}, { idempotencyKey: 'param-key' }));
-    expect(sentToolCallKey(['header-key'], parsed, 255, 'idempotency-key')).toEqual({
+    expect(sentToolCallKey(['header-key'], parsed, NO_BODY_KEY, 'idempotency-key')).toEqual({
       ok: true,
       key: 'header-key',
     });
-    expect(sentToolCallKey(undefined, parsed, 255, 'idempotency-key')).toEqual({
+    expect(sentToolCallKey(undefined, parsed, NO_BODY_KEY, 'idempotency-key')).toEqual({
       ok: true,
       key: 'param-key',
     });
     expect(
-      sentToolCallKey(undefined, readCall(call(1, 'refund', {})).parsed, 255, 'k'),
+      sentToolCallKey(undefined, readCall(call(1, 'refund', {})).parsed, NO_BODY_KEY, 'k'),
     ).toBeUndefined();
     const numeric = readCall(call(1, 'refund', {}, { idempotencyKey: 5 })).parsed;
-    expect(sentToolCallKey(undefined, numeric, 255, 'k')).toMatchObject({
+    expect(sentToolCallKey(undefined, numeric, NO_BODY_KEY, 'k')).toMatchObject({
       ok: false,
       problem: 'invalid',
     });
-    expect(sentToolCallKey(['a', 'b'], parsed, 255, 'idempotency-key')).toMatchObject({
+    expect(sentToolCallKey(['a', 'b'], parsed, NO_BODY_KEY, 'idempotency-key')).toMatchObject({
       ok: false,
     });
   });

@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
   ClaimRequest,
+  CompleteResult,
   ClaimResult,
   CounterDelta,
   KeyStore,
@@ -209,7 +210,8 @@ export class PostgresKeyStore implements KeyStore {
   private readonly onNamedStatementsLost: ((error: Error) => void) | undefined;
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
-  private readonly completions: NaturalBatcher<Completion, boolean>;
+  /** Each completion's new expiry (epoch ms), or null when its fence was stale. */
+  private readonly completions: NaturalBatcher<Completion, number | null>;
   /** On Citus: which shard each key is on, so a batch is one shard's (shard-map.ts). */
   private shards: ShardMap | undefined;
   private shardsLoadedAt = 0;
@@ -465,13 +467,14 @@ export class PostgresKeyStore implements KeyStore {
     fence: string,
     response: StoredResponse,
     ttlMs: number,
-  ): Promise<Landing> {
+  ): Promise<CompleteResult> {
     const completion: Completion = { id, fence, response, ttlMs };
     try {
-      return (await this.completions.submit(completion)) ? 'stored' : 'stale';
+      const expiresAt = await this.completions.submit(completion);
+      return expiresAt === null ? { landing: 'stale' } : { landing: 'stored', expiresAt };
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
-      return this.held(error, {
+      const landing = await this.held(error, {
         kind: 'complete',
         id,
         bytes: responseBytes(response),
@@ -479,6 +482,7 @@ export class PostgresKeyStore implements KeyStore {
         expiresAt: performance.now() + ttlMs,
         attempt: () => this.completeAgain(completion),
       });
+      return { landing };
     }
   }
 
@@ -487,8 +491,8 @@ export class PostgresKeyStore implements KeyStore {
    * leaves the row completed with this token and answer, so a sent-again UPDATE changes nothing.
    */
   private async completeAgain(completion: Completion): Promise<AttemptResult> {
-    const [changed] = await this.completeBatch([completion]);
-    if (changed) return 'landed';
+    const [expiresAt] = await this.completeBatch([completion]);
+    if (expiresAt != null) return 'landed';
     const { sql, names } = this.layout ?? (await this.loadLayout());
     const { id, fence, response } = completion;
     const { rows } = await this.sendStatement({
@@ -521,7 +525,7 @@ export class PostgresKeyStore implements KeyStore {
     }
   }
 
-  private async completeBatch(batch: readonly Completion[]): Promise<boolean[]> {
+  private async completeBatch(batch: readonly Completion[]): Promise<(number | null)[]> {
     const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
     if (distributed && batch.length > 1) {
       const split = this.byShard(batch, ({ id }) => id.key);
@@ -540,7 +544,8 @@ export class PostgresKeyStore implements KeyStore {
       : distributed
         ? batch.flatMap(completionValues)
         : columnsOf(batch, completionValues);
-    // Rows as arrays [n, …]; on Citus [n, scope, tenant, key, attempts] (statements.ts).
+    // Rows as arrays [n, expires_at_ms, nudged]; on Citus [n, scope, tenant, key, attempts,
+    // expires_at_ms] (statements.ts).
     const { rows } = await this.sendStatement<[n: number, ...rest: unknown[]]>({
       name,
       text,
@@ -548,8 +553,8 @@ export class PostgresKeyStore implements KeyStore {
       values: distributed ? values : [this.channel, ...values],
       rowMode: 'array',
     });
-    const changed = batch.map(() => false);
-    for (const row of rows) changed[row[0] - 1] = true;
+    const changed = batch.map((): number | null => null);
+    for (const row of rows) changed[row[0] - 1] = (distributed ? row[5] : row[1]) as number;
     if (distributed) {
       await this.nudgeWaiters(
         rows.filter((row) => (row[4] as number) > 1).map((row) => batch[row[0] - 1]!.id),

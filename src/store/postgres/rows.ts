@@ -18,6 +18,7 @@ export type ClaimRowValues = [
   attempts: number,
   lease_remaining_ms: number,
   expires_in_ms: number,
+  expires_at_ms: number,
 ];
 
 /** A batch's claim row: the values, then the key. */
@@ -29,6 +30,8 @@ export interface ResponseRow {
   body: Buffer | null;
   body_omitted: boolean;
   outcome_unknown: boolean;
+  /** The record's expiry in epoch ms, where the statement returns it. */
+  expires_at_ms?: number;
 }
 
 export interface PeekRow {
@@ -45,6 +48,7 @@ export function toResponse(row: ResponseRow): StoredResponse {
     body: row.body ?? Buffer.alloc(0),
     bodyOmitted: row.body_omitted,
     outcomeUnknown: row.outcome_unknown,
+    expiresAt: row.expires_at_ms,
   };
 }
 
@@ -70,6 +74,7 @@ export function claimResultOf(
         body: values[5],
         body_omitted: values[6],
         outcome_unknown: values[7],
+        expires_at_ms: values[11],
       }),
       expiresInMs: values[10],
       attempts,

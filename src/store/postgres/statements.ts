@@ -158,10 +158,17 @@ const COMPLETE_COLUMNS: readonly Column[] = [
 ];
 
 /**
+ * A record's expiry as epoch milliseconds (float8: pg reads bigint as text), for Idempotency-Expires:
+ * the database's time, like every other time the store keeps.
+ */
+const EXPIRES_AT_MS = (column: string): string =>
+  `floor(extract(epoch FROM ${column}) * 1000)::float8 AS expires_at_ms`;
+
+/**
  * Completion: one statement for one or several completions, an input row each with its own fence
  * check (the holder's claim_token, compared as text so a foreign fence is refused, not an error);
  * the new expiry is computed in the input row, from its ttl. Nudges waiters (withNudge).
- * Returns the ordinals (n, from 1) of the input rows it changed. On PostgreSQL $1 is the NOTIFY
+ * Returns the ordinals (n, from 1) of the input rows it changed, with their new expiry. On PostgreSQL $1 is the NOTIFY
  * channel; then come the completion's values, or the batch's arrays, one per column.
  */
 export function completeStatement(tableName: string, shape: Shape, distributed = false): string {
@@ -194,11 +201,11 @@ export function completeStatement(tableName: string, shape: Shape, distributed =
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key
           AND r.claim_token::text = i.claim_token
           AND r.state = 'in_progress'${shardFilter}
-        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts`;
+        RETURNING i.n, r.scope, r.tenant, r.key, r.attempts, ${EXPIRES_AT_MS('i.expires_at')}`;
   const notify = `$1::text, ${recordDigestSql('scope', 'tenant', 'key')}`;
-  // Only the ordinal goes back to the store: every column returned is described and read again on
-  // each call.
-  return withNudge(update, distributed ? undefined : notify, 'done.n');
+  // Only the ordinal and the expiry go back to the store: every column returned is described and
+  // read again on each call.
+  return withNudge(update, distributed ? undefined : notify, 'done.n, done.expires_at_ms');
 }
 
 const CLAIM_COLUMNS: readonly Column[] = [
@@ -254,7 +261,8 @@ export function claimStatement(tableName: string, shape: Shape): string {
         GREATEST(0, ceil(extract(epoch FROM (r.lease_expires_at - r.last_seen_at)) * 1000))::int
           AS lease_remaining_ms,
         floor(extract(epoch FROM (r.expires_at - r.last_seen_at)) * 1000)::bigint::float8
-          AS expires_in_ms${shape === 'one' ? '' : ', r.scope, r.tenant, r.key'}`;
+          AS expires_in_ms,
+        ${EXPIRES_AT_MS('r.expires_at')}${shape === 'one' ? '' : ', r.scope, r.tenant, r.key'}`;
 }
 
 /**
@@ -294,7 +302,8 @@ export function buildStatements(tableName: string, distributed = false) {
                prune_after = GREATEST(prune_after, now() + ${ms('$8::bigint')}), replays = replays + 1,
                events = events || ${event("'settled_unknown'", 'fence', '$5::smallint')}
         WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress' AND lease_expires_at <= now()
-        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts`,
+        RETURNING status, headers, body, body_omitted, outcome_unknown, attempts,
+                  ${EXPIRES_AT_MS('expires_at')}`,
       notify('$9', '$10'),
     ),
     // After a completion sent again changed nothing: whether an earlier attempt, whose reply was
