@@ -6,6 +6,7 @@
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
+const { URL } = require('node:url');
 
 /** Why the manifest at `file` must not be published, or undefined when it may be. */
 function unpublishableReason(file) {
