@@ -99,7 +99,7 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
   // Routes a `_method` could turn a POST into: protected REST routes that protect another method.
   const overridable = compiled.filter(({ route, methods }) => {
     if (route.idempotency === null || route.idempotency.mcp !== null) return false;
-    if (route.idempotency.a2a !== null) return false;
+    if (route.idempotency.a2a) return false;
     return methods === null || [...methods].some((m) => m !== 'POST' && protectsMethod(route, m));
   });
   return {
