@@ -2,6 +2,8 @@
 // whose agent card points at the proxy, an SDK agent behind it whose executor counts executions per
 // messageId. Every "runs once" is checked against that count.
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { type Message, type StreamResponse, type Task } from '@a2a-js/sdk';
 import { type Client, ClientFactory } from '@a2a-js/sdk/client';
 import { type A2aAgent, agentCard, startA2aAgent, userMessage } from '../support/a2a-agent';
@@ -10,15 +12,41 @@ import { startProxy, type TestProxy } from '../support/proxy';
 
 let agent: A2aAgent;
 let proxy: TestProxy;
+/** An agent whose event stream breaks off after its first event: the proxy cannot know the end. */
+let breaking: http.Server;
+let breakingSends = 0;
 
 beforeAll(async () => {
   agent = await startA2aAgent();
+  breaking = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      breakingSends += 1;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t","contextId":"c"}}}\n\n');
+      setTimeout(() => res.socket?.destroy(), 50);
+    });
+  });
+  await new Promise<void>((resolve) => breaking.listen(0, '127.0.0.1', resolve));
+  const breakingPort = (breaking.address() as AddressInfo).port;
   proxy = await startProxy({
     yaml: `
 store: { table: "\${TEST_TABLE}" }
 upstreams:
   agent: { url: ${agent.origin}, timeout: 5s }
+  breaking: { url: http://127.0.0.1:${breakingPort}, timeout: 5s }
 routes:
+  - name: breaking
+    match: { path: /breaking }
+    upstream: breaking
+    idempotency: { a2a: {} }
+  - name: tenants
+    match: { path: /tenants/** }
+    stripPrefix: /tenants
+    upstream: agent
+    idempotency:
+      tenant: [header:authorization]
+      a2a: {}
   - name: agent
     match: { path: /** }
     upstream: agent
@@ -31,6 +59,8 @@ routes:
 afterAll(async () => {
   await proxy?.close();
   await agent?.close();
+  breaking?.closeAllConnections();
+  await new Promise((resolve) => breaking?.close(resolve));
 });
 
 function client(binding: 'JSONRPC' | 'HTTP+JSON'): Promise<Client> {
@@ -54,8 +84,8 @@ interface RpcAnswer {
 }
 
 /** A raw JSON-RPC POST to the proxy: its HTTP status, headers and parsed body. */
-async function rpc(body: unknown, headers: Record<string, string> = {}) {
-  const res = await fetch(`${proxy.url}/rpc`, {
+async function rpc(body: unknown, headers: Record<string, string> = {}, path = '/rpc') {
+  const res = await fetch(`${proxy.url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'a2a-version': '1.0', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
@@ -305,5 +335,52 @@ describe('A2A route, HTTP+JSON on the wire', () => {
       error: { code: 400, status: 'INVALID_ARGUMENT', details: [{ reason: 'JSON_INVALID' }] },
     });
     expect(agent.received.length).toBe(before);
+  });
+});
+
+describe('A2A route, what is stored and for whom', () => {
+  test('a messageId is scoped by tenant: each caller’s send runs, each one’s retry replays', async () => {
+    const messageId = randomUUID();
+    const as = (who: string, id: number) =>
+      rpc(
+        sendMessageRpc(id, messageId, 'tenant'),
+        { authorization: `Bearer ${who}` },
+        '/tenants/rpc',
+      );
+    const alice = await as('alice', 1);
+    const bob = await as('bob', 2);
+    const aliceAgain = await as('alice', 3);
+    expect(bob.json.result).not.toEqual(alice.json.result);
+    expect(aliceAgain.json).toEqual({ ...alice.json, id: 3 });
+    expect(agent.executions(messageId)).toBe(2);
+  });
+
+  test('a JSON-RPC error from the agent is released: the retry runs', async () => {
+    const messageId = randomUUID();
+    // The agent's SDK logs the refusal it answers; it is the point of this test, not noise.
+    jest.spyOn(console, 'error').mockImplementationOnce(() => undefined);
+    const refused = await rpc(sendMessageRpc(1, messageId, 'версия'), { 'a2a-version': '9.0' });
+    expect(refused.json.error.code).toBe(-32009); // VersionNotSupportedError, from the agent
+    expect(agent.executions(messageId)).toBe(0);
+    const accepted = await rpc(sendMessageRpc(2, messageId, 'версия'));
+    expect(accepted.json.result).toBeDefined();
+    expect(agent.executions(messageId)).toBe(1);
+  });
+
+  test('a stream that breaks off is an unknown outcome: the retry gets the error, nothing runs again', async () => {
+    const messageId = randomUUID();
+    const body = sendMessageRpc(1, messageId, 'break', 'SendStreamingMessage');
+    const first = await fetch(`${proxy.url}/breaking`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const text = await first.text();
+    expect(text).toContain('"result":{"task"');
+    expect(text).toMatch(/event: error\ndata: .*"IDEMPOTENCY_OUTCOME_UNKNOWN"/);
+    const retry = await rpc({ ...body, id: 2 }, {}, '/breaking');
+    expect(retry.headers.get('idempotency-outcome')).toBe('unknown');
+    expect(retry.json).toMatchObject({ id: 2, error: { code: 502 } });
+    expect(breakingSends).toBe(1);
   });
 });
