@@ -152,7 +152,8 @@ export class SendAnswer implements AnswerReceiver {
     if (this.place.idText === undefined) {
       const event = safeParse(data);
       if (event === null) return;
-      this.results += 1;
+      // An HTTP+JSON error event is {"error": …}: the agent refused, unless results came before.
+      if (!hasValueAt(event, ERROR)) this.results += 1;
       this.remember(canonicalizeAt(event, [])!);
       return;
     }
