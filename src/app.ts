@@ -6,7 +6,7 @@ import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import type { ProxyConfig } from './config/types';
+import type { IdempotencyPolicy, ProxyConfig } from './config/types';
 import { ProxyError } from './errors';
 import { readEdge } from './http/edge';
 import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
@@ -20,11 +20,12 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { runProtected } from './protected/pipeline';
-import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
+import type { Call, Outcome, ProtectedDeps, Protocol, Timings } from './protected/protocol';
 import { REST } from './protected/rest';
 import type { RequestStore } from './store/record';
 import { InFlightToolCalls } from './mcp/in-flight-calls';
 import { mcpProtocol } from './mcp/protocol';
+import { A2A } from './a2a/protocol';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
@@ -74,6 +75,9 @@ export function createApp(options: AppOptions): App {
   const upgraded = new Set<Duplex>();
   const logRequest = infoLineWriter(logger, 'request');
   const mcp = mcpProtocol(new InFlightToolCalls());
+  /** The one place a route's protocol is picked. */
+  const protocolOf = (policy: IdempotencyPolicy): Protocol<Call> =>
+    policy.mcp ? mcp : policy.a2a ? A2A : REST;
   // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
   const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
   const onStoreError = storeErrorLog(logger, undefined, (error) =>
@@ -163,7 +167,7 @@ export function createApp(options: AppOptions): App {
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0 };
         const request = { req, res, route, policy, target, timings, trace };
-        runProtected(deps, policy.mcp ? mcp : REST, request)
+        runProtected(deps, protocolOf(policy), request)
           .then((outcome) => noteOutcome(entry, outcome, timings))
           .catch((error: unknown) => {
             logger.error(

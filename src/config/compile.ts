@@ -186,6 +186,11 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
       ['defaults', 'mcp'],
       'mcp marks one route as fronting an MCP server; set it on that route, not in defaults',
     );
+  if (parsed.defaults?.a2a !== undefined)
+    add(
+      ['defaults', 'a2a'],
+      'a2a marks one route as fronting an A2A agent; set it on that route, not in defaults',
+    );
   const { listen, admin } = parsed;
   const anyHost = (host: string) => host === '0.0.0.0' || host === '::';
   const sameHost = listen.host === admin.host || anyHost(listen.host) || anyHost(admin.host);
@@ -214,6 +219,7 @@ function checkProtectedRoute(
       });
     });
   }
+  if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
   const derive = block.key?.derive ?? defaults?.key?.derive;
   if ((block.key?.window ?? defaults?.key?.window) !== undefined && derive === undefined) {
@@ -319,6 +325,38 @@ function compileJwt(
     cooldownMs: parseDurationMs(block.cooldown ?? '30s'),
     refreshMs: parseDurationMs(block.refresh ?? '10m'),
   };
+}
+
+/**
+ * An A2A route keys a send by its message.messageId (or the key header) and fingerprints the
+ * message (src/a2a/README.md): REST settings for either would be silently ignored, so they are
+ * refused here, as is an MCP block beside it.
+ */
+function checkA2aRoute(block: IdempotencyBlock, at: IssuePath): PathIssue[] {
+  const own = [...at, 'idempotency'];
+  const issues: PathIssue[] = [];
+  if (block.mcp !== undefined)
+    issues.push({
+      path: [...own, 'a2a'],
+      message: 'a route fronts an MCP server or an A2A agent, not both; remove mcp or a2a',
+    });
+  if (block.key?.derive !== undefined)
+    issues.push({
+      path: [...own, 'key', 'derive'],
+      message:
+        'an A2A route keys a send by message.messageId (or the key header); remove key.derive',
+    });
+  if (block.key?.body !== undefined)
+    issues.push({
+      path: [...own, 'key', 'body'],
+      message: 'an A2A route keys a send by message.messageId (or the key header); remove key.body',
+    });
+  if (block.fingerprint !== undefined)
+    issues.push({
+      path: [...own, 'fingerprint'],
+      message: 'an A2A route fingerprints the message it sends; remove fingerprint',
+    });
+  return issues;
 }
 
 /** True when every path `pattern` matches starts with `prefix` (whole segments, all literal). */
@@ -445,6 +483,7 @@ function resolvePolicy(
         : []),
     ]),
     mcp,
+    a2a: block.a2a === undefined ? null : {},
   };
 }
 

@@ -298,6 +298,8 @@ const mcpBlock = strict(
   'MCP settings (tools, ignore, window)',
 );
 const mcpOrFlag = z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), mcpBlock);
+const a2aBlock = strict({}, 'A2A settings (none yet: write a2a: {})');
+const a2aOrFlag = z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), a2aBlock);
 
 const forwardKeyAs = z.preprocess(
   toBoolean,
@@ -386,6 +388,10 @@ export const idempotencySchema = strict(
     mcp: opt(
       mcpOrFlag,
       'The route fronts an MCP server (Streamable HTTP): only tools/call requests for the listed tools are protected, keyed by header, params.idempotencyKey or tool + arguments; everything else passes through.',
+    ),
+    a2a: opt(
+      a2aOrFlag,
+      'The route fronts an A2A agent: only message sends (JSON-RPC SendMessage, SendStreamingMessage, message/send, message/stream; HTTP+JSON POST …/message:send, …/message:stream) are protected, keyed by the key header or message.messageId; everything else passes through.',
     ),
   },
   'idempotency settings',

@@ -154,6 +154,9 @@ export interface McpPolicy {
   readonly ignore: readonly (readonly string[])[];
 }
 
+/** An A2A route's settings (src/a2a/README.md): none yet; the block marks the route. */
+export type A2aPolicy = Readonly<Record<string, never>>;
+
 export interface IdempotencyPolicy {
   /** Route name, or `group` when keys are shared across routes. */
   readonly scope: string;
@@ -202,6 +205,8 @@ export interface IdempotencyPolicy {
   readonly readsHeaders: ReadonlySet<string>;
   /** Set on a route that fronts an MCP server: only protected tools/call requests are claimed. */
   readonly mcp: McpPolicy | null;
+  /** Set on a route that fronts an A2A agent: only message sends are claimed, keyed by messageId. */
+  readonly a2a: A2aPolicy | null;
 }
 
 export interface RouteMatch {

@@ -99,12 +99,13 @@ export function createRouter(routes: readonly RouteConfig[]): Router {
   // Routes a `_method` could turn a POST into: protected REST routes that protect another method.
   const overridable = compiled.filter(({ route, methods }) => {
     if (route.idempotency === null || route.idempotency.mcp !== null) return false;
+    if (route.idempotency.a2a) return false;
     return methods === null || [...methods].some((m) => m !== 'POST' && protectsMethod(route, m));
   });
   return {
     methodParamLimit(host, paths, routed, routedProtected) {
-      // An MCP message is JSON-RPC, read by the MCP route's own body reader: no form, no `_method`.
-      if (routed?.idempotency?.mcp) return undefined;
+      // An MCP or A2A message is JSON, read by the route's own body reader: no form, no `_method`.
+      if (routed?.idempotency?.mcp || routed?.idempotency?.a2a) return undefined;
       let limit: number | undefined;
       for (const entry of overridable) {
         if (entry.route === routed && routedProtected) continue;
@@ -145,7 +146,8 @@ export function protectsMethod(route: RouteConfig, method: string): boolean {
   const policy = route.idempotency;
   if (policy === null) return false;
   // MCP's Streamable HTTP sends every message as a POST; GET opens a stream, DELETE ends a session.
-  if (policy.mcp) return method === 'POST';
+  // A2A sends are POSTs too; its GETs and DELETEs (a task, a push config) pass through.
+  if (policy.mcp || policy.a2a) return method === 'POST';
   if (!SAFE_METHODS.has(method)) return true;
   return policy.allowSafeMethods && route.match.methods?.has(method) === true;
 }

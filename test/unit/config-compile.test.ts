@@ -113,6 +113,7 @@ describe('defaults', () => {
       logKey: 'plain',
       maxWaitersPerKey: 1000,
       mcp: null,
+      a2a: null,
       dropReplayHeaders: new Set([
         'www-authenticate',
         'authentication-info',

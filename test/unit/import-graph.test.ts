@@ -77,13 +77,16 @@ test('the cycle finder finds a cycle', () => {
   expect(cycles(graph).map((c) => c.length)).toEqual([3]);
 });
 
-test('the pipeline knows no protocol: protected/ imports nothing from mcp/, and mcp/ only its public surface', () => {
+test('the pipeline knows no protocol: protected/ imports nothing from mcp/ or a2a/, and they only its public surface', () => {
   const files = modules(SRC);
   const rel = (f: string) => path.relative(SRC, f).split(path.sep).join('/');
   const edges = files.flatMap((from) => importsOf(from).map((to) => [rel(from), rel(to)] as const));
   expect(edges.length).toBeGreaterThan(200);
   expect(
-    edges.filter(([from, to]) => from.startsWith('protected/') && to.startsWith('mcp/')),
+    edges.filter(
+      ([from, to]) =>
+        from.startsWith('protected/') && (to.startsWith('mcp/') || to.startsWith('a2a/')),
+    ),
   ).toEqual([]);
   // What an adapter may use: the Protocol and its types, the decisions' types, the outgoing
   // helpers, and unstored forwarding.
@@ -94,7 +97,8 @@ test('the pipeline knows no protocol: protected/ imports nothing from mcp/, and 
     'protected/shadow.ts',
   ];
   const reached = edges.filter(
-    ([from, to]) => from.startsWith('mcp/') && to.startsWith('protected/'),
+    ([from, to]) =>
+      (from.startsWith('mcp/') || from.startsWith('a2a/')) && to.startsWith('protected/'),
   );
   expect(reached.length).toBeGreaterThan(0);
   expect(reached.filter(([, to]) => !surface.includes(to))).toEqual([]);

@@ -23,6 +23,13 @@ export const REAL_ENTRIES: readonly (Omit<WalkOptions, 'root'> & { name: string 
     param: 'request',
     implementations: { Protocol: 'src/mcp/protocol.ts#mcpProtocol' },
   },
+  {
+    name: 'A2A',
+    file: 'src/protected/pipeline.ts',
+    fn: 'runProtected',
+    param: 'request',
+    implementations: { Protocol: 'src/a2a/protocol.ts#A2A' },
+  },
 ];
 
 /** What a newcomer following one request may have to open and climb back into, at most. */
