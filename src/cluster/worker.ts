@@ -72,8 +72,17 @@ export async function serveWorker(logger: Logger): Promise<number> {
   state.serving = instance;
   process.off('SIGTERM', stopStarting);
   process.off('SIGINT', stopStarting);
-  process.once('SIGTERM', () => drain('SIGTERM'));
-  process.once('SIGINT', () => drain('SIGINT'));
+  // Ctrl-C reaches the whole process group: this worker gets its own SIGINT as well as the primary's
+  // drain message, in either order. So the first signal drains (or joins the drain the primary
+  // began) and only a second one exits without waiting.
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (++signals === 1) return drain(signal);
+    logger.warn('second signal: worker exiting without waiting');
+    process.exit(1);
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
   const { address, port } = instance.app.server.address() as AddressInfo;
   send({ type: messageType.listening, address, port });
 
@@ -83,12 +92,6 @@ export async function serveWorker(logger: Logger): Promise<number> {
     { by: why, inFlight: app.inFlight(), graceMs: app.config().shutdownGraceMs },
     'worker draining in-flight requests',
   );
-  const forceExit = (): void => {
-    logger.warn('second signal: worker exiting without waiting');
-    process.exit(1);
-  };
-  process.once('SIGTERM', forceExit);
-  process.once('SIGINT', forceExit);
   await instance.close(app.config().shutdownGraceMs);
   await pool.end();
   logger.info('worker stopped');
