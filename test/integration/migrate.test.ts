@@ -109,7 +109,9 @@ test('a completion within its lease and a replay touch no indexed column, so Pos
         bodyOmitted: false,
         outcomeUnknown: false,
       };
-      expect((await store.complete(id(n), claim.fence, response, 3_600_000)).landing).toBe('stored');
+      expect((await store.complete(id(n), claim.fence, response, 3_600_000)).landing).toBe(
+        'stored',
+      );
       // A repeat bumps attempts, replays and last_seen_at: none indexed (the console's index of
       // unknown outcomes, migration 4, is on created_at where outcome_unknown).
       const repeat = await store.claim({

@@ -141,7 +141,9 @@ describe('what the pipeline leaves in the store', () => {
     expect((await h.post('lapsed-2')).status).toBe(201);
     expect(upstream.executions().length).toBe(before + 1);
     expect(h.memory.row(h.id('lapsed-2'))!.token).not.toBe(THEIRS);
-    expect((await h.memory.complete(h.id('lapsed-2'), THEIRS, STORED, 1_000)).landing).toBe('stale');
+    expect((await h.memory.complete(h.id('lapsed-2'), THEIRS, STORED, 1_000)).landing).toBe(
+      'stale',
+    );
   });
 
   test('shadow mode leaves every record alone but its counters, and forwards each request', async () => {
