@@ -3,7 +3,6 @@ import type { Logger } from 'pino';
 import type { Pool } from 'pg';
 import type { ProxyConfig } from '../config/types';
 import type { EmbeddedStatus } from '../embedded/embedded-supervisor';
-import type { ProxyMetrics } from '../observability/metrics';
 import type { RecordId } from '../store/record';
 
 /** Whether the replay cache answers now, for /readyz (docs/admin-and-console.md). */
