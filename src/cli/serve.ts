@@ -13,17 +13,29 @@ import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
 
-export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
-  for (const warning of configWarnings(config))
-    logger.warn({ route: warning.route }, warning.message);
-  // A signal before we serve (Ctrl-C while the database starts) stops at once: nothing is in flight.
-  // The embedded server, if spawned, is stopped by its exit hook (see embedded/embedded.ts).
+/**
+ * A signal before we serve (Ctrl-C while the database starts) stops at once: nothing is in flight.
+ * The embedded server, if spawned, is stopped by its exit hook (see embedded/embedded.ts); a
+ * cluster's workers, whose channel to the primary closes, by node:cluster. Returns the call that
+ * hands the signals back once the process serves.
+ */
+export function stopOnSignalWhileStarting(logger: Logger): () => void {
   const interrupted = (signal: NodeJS.Signals): void => {
     logger.warn({ signal }, 'interrupted during startup; stopping');
     process.exit(1);
   };
   process.once('SIGTERM', interrupted);
   process.once('SIGINT', interrupted);
+  return () => {
+    process.off('SIGTERM', interrupted);
+    process.off('SIGINT', interrupted);
+  };
+}
+
+export async function serve(config: ProxyConfig, logger: Logger): Promise<number> {
+  for (const warning of configWarnings(config))
+    logger.warn({ route: warning.route }, warning.message);
+  const releaseStartupSignals = stopOnSignalWhileStarting(logger);
 
   const { database, instance: proxy } = await openProxy(config, logger);
   let running: Running;
@@ -35,8 +47,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
     await database.close().catch(() => undefined);
     throw error;
   }
-  process.off('SIGTERM', interrupted);
-  process.off('SIGINT', interrupted);
+  releaseStartupSignals();
   const { app } = running;
   const onReload = (): void => reload(running, config.file, logger);
   process.on('SIGHUP', onReload);

@@ -5,7 +5,7 @@
 // drains them all before it stops. What runs where: docs/operations.md#workers-every-core.
 import type { Logger } from 'pino';
 import { createAdminServer } from '../admin/admin-server';
-import { listenAll, logReloadRejected } from '../cli/serve';
+import { listenAll, logReloadRejected, stopOnSignalWhileStarting } from '../cli/serve';
 import { startLoggedPruner } from '../compose';
 import { loadConfigSource } from '../config/load';
 import type { ProxyConfig } from '../config/types';
@@ -24,14 +24,7 @@ const RELOAD_TIMEOUT_MS = 10_000;
 export async function servePrimary(started: ProxyConfig, logger: Logger): Promise<number> {
   for (const warning of configWarnings(started))
     logger.warn({ route: warning.route }, warning.message);
-  // As for one process: a signal before we serve stops at once (the embedded server by its exit
-  // hook; the workers, whose channel to us closes, by node:cluster).
-  const interrupted = (signal: NodeJS.Signals): void => {
-    logger.warn({ signal }, 'interrupted during startup; stopping');
-    process.exit(1);
-  };
-  process.once('SIGTERM', interrupted);
-  process.once('SIGINT', interrupted);
+  const releaseStartupSignals = stopOnSignalWhileStarting(logger);
 
   // The text the workers compile: read again here, as it is now, and checked before it is handed on.
   let current = loadConfigSource(started.file);
@@ -73,8 +66,7 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
     await stop(0).catch(() => undefined);
     throw error;
   }
-  process.off('SIGTERM', interrupted);
-  process.off('SIGINT', interrupted);
+  releaseStartupSignals();
   if (current.config.admin.token === undefined) {
     logger.info(
       `admin /keys is off: set ${settingName(current.config, 'admin.token')} to inspect and clear keys over HTTP`,
