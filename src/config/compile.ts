@@ -25,6 +25,7 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
+import { checkReconcile, compileReconcile } from './reconcile-config';
 import { formatPath, type IssuePath, type PathIssue } from './path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
@@ -181,6 +182,7 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
     issues.push(...checkProtectedRoute(route, parsed.defaults, at));
   });
   issues.push(...checkJwtTenants(parsed));
+  issues.push(...checkReconcile(parsed));
   if (parsed.defaults?.mcp !== undefined)
     add(
       ['defaults', 'mcp'],
@@ -484,6 +486,7 @@ function resolvePolicy(
     ]),
     mcp,
     a2a: block.a2a === undefined ? null : {},
+    reconcile: block.reconcile === undefined ? null : compileReconcile(block.reconcile),
   };
 }
 
