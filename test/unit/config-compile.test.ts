@@ -114,6 +114,7 @@ describe('defaults', () => {
       maxWaitersPerKey: 1000,
       mcp: null,
       a2a: null,
+      reconcile: null,
       dropReplayHeaders: new Set([
         'www-authenticate',
         'authentication-info',
