@@ -2,7 +2,7 @@
 // keeps its own ledger (support/refund-ledger.ts) and real PostgreSQL. In every scenario the
 // upstream runs a key at most once, and the agent gets the real result whenever the upstream can
 // tell. The counts each scenario ends with go to the run report.
-import { postJson, type TestResponse } from '../support/http';
+import { postJson, send, type TestResponse } from '../support/http';
 import { startProxy, uniqueTable, type TestProxy } from '../support/proxy';
 import { startRefundLedger, type RefundLedger } from '../support/refund-ledger';
 import { eventually, until } from '../support/eventually';
@@ -48,9 +48,12 @@ every: 0`,
   ),
 ].join('');
 
+const ADMIN_TOKEN = 'reconcile-console-7c2e';
+
 function yaml(ledgerUrl: string): string {
   return `
 store: { table: "\${TEST_TABLE}" }
+admin: { token: "${ADMIN_TOKEN}" }
 upstreams:
   payments: { url: ${ledgerUrl}, timeout: 300ms }
   patient: { url: ${ledgerUrl}, timeout: 1s }
@@ -151,6 +154,19 @@ describe('a retry after an unknown outcome asks the upstream', () => {
     expect(lookup.get('order')).toBe('ord_1');
     expect(ledger.probes('found-1')).toBe(1);
     expect((await record('found-1'))!.reconcile_body).toBeNull();
+    // The console's listing of reconciled records has it, with the upstream's status.
+    const listing = await send(`${proxy.adminUrl}/api/records?state=reconciled`, {
+      method: 'GET',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
+    expect(listing.json<{ records: unknown[] }>().records).toContainEqual(
+      expect.objectContaining({
+        key: 'found-1',
+        route: 'refunds',
+        status: 201,
+        outcomeUnknown: false,
+      }),
+    );
     const log = proxy.logs.find((line) => line.reconcile === 'found');
     expect(log).toMatchObject({ route: 'refunds', outcome: 'replayed' });
     note('found', 'found-1', reconciled);
