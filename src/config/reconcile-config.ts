@@ -55,7 +55,7 @@ function checkRoute(
   if (mcp && reconcile.tool !== undefined && /[:*]/.test(route.match.path))
     add(
       ['routes', at[1]!, 'match', 'path'],
-      'a probe tool call is sent to the MCP endpoint: with reconcile.tool, match.path must be the endpoint\'s exact path (like /mcp)',
+      "a probe tool call is sent to the MCP endpoint: with reconcile.tool, match.path must be the endpoint's exact path (like /mcp)",
     );
   if (!mcp && reconcile.tool !== undefined)
     add([...at, 'tool'], 'reconcile.tool is for MCP routes: use reconcile.request');

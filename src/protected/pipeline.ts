@@ -133,10 +133,9 @@ async function claimAndAnswer<C extends Call>(
         const step = probed
           ? ({ kind: 'answer', response: decision.response } as const)
           : await reconcileReplay(deps, request, call, decision.response);
-        probed ||= step.label !== undefined;
+        probed = true;
         reconciled = step.label ?? reconciled;
         if (step.kind === 'claim-again') {
-          probed = true;
           claim = await claimOnce();
           break;
         }

@@ -50,9 +50,7 @@ export async function reconcileReplay(
 ): Promise<ReconcileStep> {
   if (!stored.outcomeUnknown || !reconciles(deps, call))
     return { kind: 'answer', response: stored };
-  const policy = call.policy as typeof call.policy & {
-    reconcile: NonNullable<typeof call.policy.reconcile>;
-  };
+  const policy = call.policy as ReconcilingPolicy;
   try {
     const resolution = await deps.reconciler!.resolve(
       request.route,

@@ -16,7 +16,7 @@ import type {
   ProbeTiming,
   ReconcileStore,
 } from '../store/postgres/reconcile-store';
-import type { RecordId, StoredResponse } from '../store/record';
+import type { RecordId } from '../store/record';
 import type { UpstreamPools } from '../upstream/protected';
 import { scopedKeyOf } from '../protected/outgoing';
 import { sendToolProbe } from '../mcp/reconcile-probe';

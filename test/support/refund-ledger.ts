@@ -30,7 +30,6 @@ export interface RefundLedger {
 export async function startRefundLedger(): Promise<RefundLedger> {
   const refunds: Refund[] = [];
   const lookups: URLSearchParams[] = [];
-  let upstream: TestUpstream | undefined;
   const ledger = {
     refunds,
     lookups,
@@ -50,7 +49,7 @@ export async function startRefundLedger(): Promise<RefundLedger> {
     refunds.push(refund);
     return refund;
   };
-  upstream = await startUpstream(async (req, res, raw) => {
+  const upstream: TestUpstream = await startUpstream(async (req, res, raw) => {
     const url = new URL(req.url, 'http://ledger');
     if (req.method === 'GET') {
       lookups.push(url.searchParams);
@@ -99,6 +98,6 @@ export async function startRefundLedger(): Promise<RefundLedger> {
       ledger.lateMs = ms;
     },
     url: upstream.url,
-    close: () => upstream!.close(),
+    close: () => upstream.close(),
   };
 }

@@ -89,7 +89,7 @@ describe('idempotency.reconcile', () => {
       giveUpAfterMs: 7_200_000,
     });
     expect(
-      parse(yaml(PROBE).replace(/      reconcile:[\s\S]*$/, '      ttl: 1h\n')).routes[0]!
+      parse(yaml(PROBE).replace(/ {6}reconcile:[\s\S]*$/, '      ttl: 1h\n')).routes[0]!
         .idempotency!.reconcile,
     ).toBeNull();
   });
