@@ -8,6 +8,7 @@ import { startRefundLedger, type RefundLedger } from '../support/refund-ledger';
 import { eventually, until } from '../support/eventually';
 import { sleep } from '../support/upstream';
 import { recordFigures } from '../support/run-report';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 
 let ledger: RefundLedger;
 let proxy: TestProxy;
@@ -37,6 +38,10 @@ const ROUTES = [
   ROUTE('pair', '/pair', `${LOOKUP}\nafter: 1s\nevery: 100ms`).replace(
     'upstream: payments',
     'upstream: patient',
+  ),
+  ROUTE('crashed', '/crashed', `${LOOKUP}\nafter: 1s\nevery: 0`).replace(
+    '      reconcile:',
+    '      lockTimeout: 500ms\n      reconcile:',
   ),
   ROUTE(
     'needs-field',
@@ -255,6 +260,50 @@ describe('a retry after an unknown outcome asks the upstream', () => {
     expect(ledger.executions('slow-1')).toBe(1);
     note('probe racing a slow original', 'slow-1', resolved);
   }, 30_000);
+});
+
+describe('a holder that died mid-request', () => {
+  it('its lease ends; the retry settles the unknown outcome, keeps the body, and the probe finds the refund', async () => {
+    // A proxy claimed the key, sent the refund (the ledger made it) and died before storing it.
+    const { computeFingerprint } = await import('../../src/idempotency/fingerprint');
+    const route = proxy.config.routes.find((r) => r.name === 'crashed')!;
+    const body = JSON.stringify(REFUND);
+    const fingerprint = computeFingerprint(
+      {
+        method: 'POST',
+        path: '/crashed',
+        query: '',
+        headers: {},
+        body: Buffer.from(body),
+        contentType: 'application/json',
+      },
+      route.idempotency!.fingerprint,
+    );
+    const claim = await new PostgresKeyStore(proxy.pool, proxy.table).claim({
+      id: { scope: 'crashed', tenant: '', key: 'crash-1' },
+      route: 'crashed',
+      fingerprint,
+      leaseMs: 500,
+      claimExpiryMs: 60_000,
+    });
+    expect(claim.kind).toBe('claimed');
+    ledger.refunds.push({ id: 're_dead', key: 'crash-1', order: 'ord_1', amount: 1200 });
+    await sleep(600); // the lease
+    const settled = await refund('crash-1', undefined, '/crashed');
+    expectUnknown(settled);
+    expect((await record('crash-1'))!.reconcile_body?.toString()).toBe(body);
+    const resolved = await retryUntilKnown('crash-1', '/crashed');
+    expect(resolved.status).toBe(201);
+    expect(resolved.headers['idempotency-outcome']).toBe('reconciled');
+    expect(resolved.json()).toEqual({
+      id: 're_dead',
+      key: 'crash-1',
+      order: 'ord_1',
+      amount: 1200,
+    });
+    expect(ledger.executions('crash-1')).toBe(1);
+    note('holder died mid-request', 'crash-1', resolved);
+  });
 });
 
 describe('the sweep', () => {
