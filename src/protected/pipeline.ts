@@ -195,7 +195,7 @@ async function claimAndAnswer<C extends Call>(
         if (settled !== null) {
           if (reconciles(deps, call)) {
             // Kept with the record for its probe, then looked at again: the probe may be due now.
-            await keepForProbe(deps, request, call, decision.fence, settled);
+            await keepForProbe(deps, call, decision.fence, settled);
             settledUnknown = true;
             claim = await claimOnce();
             break;
@@ -267,7 +267,7 @@ async function forward<C extends Call>(
     // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
     if (policy.unknownOutcome === 'fail') await settle({ kind: 'complete', response: stored });
     if (policy.unknownOutcome === 'fail' && landing === undefined)
-      stored = await keepForProbe(deps, request, call, fence, stored);
+      stored = await keepForProbe(deps, call, fence, stored);
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);

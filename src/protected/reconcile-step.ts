@@ -24,7 +24,6 @@ export function reconciles(deps: ProtectedDeps, call: Call): boolean {
  */
 export async function keepForProbe(
   deps: ProtectedDeps,
-  request: ProtectedRequest,
   call: Call,
   claimToken: string,
   stored: StoredResponse,
@@ -36,7 +35,6 @@ export async function keepForProbe(
     return dueInMs === null ? stored : withRetryAfter(stored, dueInMs);
   } catch (error) {
     deps.onStoreError(error, 'reconcile keep');
-    void request;
     return stored;
   }
 }

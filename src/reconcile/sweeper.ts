@@ -36,6 +36,7 @@ export function startSweeper(
   };
   const round = async (): Promise<void> => {
     const current = config();
+    if (!current.routes.some((route) => (route.idempotency?.reconcile?.everyMs ?? 0) > 0)) return;
     const now = Date.now();
     const due = (route: RouteConfig): boolean => {
       const every = route.idempotency?.reconcile?.everyMs ?? 0;
