@@ -129,17 +129,20 @@ async function claimAndAnswer<C extends Call>(
         return reconciled === undefined ? forwarded : { ...forwarded, reconcile: reconciled };
       }
       case 'replay': {
+        let response = decision.response;
         // An unknown outcome on a route with reconcile: ask the upstream first (once a request).
-        const step = probed
-          ? ({ kind: 'answer', response: decision.response } as const)
-          : await reconcileReplay(deps, request, call, decision.response);
-        probed = true;
-        reconciled = step.label ?? reconciled;
-        if (step.kind === 'claim-again') {
-          claim = await claimOnce();
-          break;
+        if (response.outcomeUnknown && !probed && reconciles(deps, call)) {
+          probed = true;
+          const step = await reconcileReplay(deps, request, call, response);
+          reconciled = step.label;
+          if (step.kind === 'claim-again') {
+            claim = await claimOnce();
+            break;
+          }
+          response = step.response;
         }
-        protocol.replay(request, call, step.response, true);
+        protocol.replay(request, call, response, true);
+        if (reconciled === undefined && !settledUnknown) return answered('replayed');
         return {
           ...answered('replayed'),
           reconcile: reconciled,

@@ -39,15 +39,13 @@ export async function keepForProbe(
   }
 }
 
-/** A repeat found an unknown outcome: probe it if due, and say what to answer. */
+/** A repeat found an unknown outcome on a route that reconciles: probe it if due, and say what to answer. */
 export async function reconcileReplay(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   call: Call,
   stored: StoredResponse,
 ): Promise<ReconcileStep> {
-  if (!stored.outcomeUnknown || !reconciles(deps, call))
-    return { kind: 'answer', response: stored };
   const policy = call.policy as ReconcilingPolicy;
   try {
     const resolution = await deps.reconciler!.resolve(
