@@ -8,7 +8,11 @@ import { startRefundLedger, type RefundLedger } from '../support/refund-ledger';
 import { eventually, until } from '../support/eventually';
 import { sleep } from '../support/upstream';
 import { recordFigures } from '../support/run-report';
+import pino from 'pino';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import { ReconcileStore } from '../../src/store/postgres/reconcile-store';
+import { Reconciler } from '../../src/reconcile/reconciler';
+import { sweepOnce } from '../../src/reconcile/sweeper';
 
 let ledger: RefundLedger;
 let proxy: TestProxy;
@@ -319,6 +323,22 @@ describe('the sweep', () => {
     expect(answer.headers['idempotent-replayed']).toBe('true');
     expect(ledger.executions('swept-1')).toBe(1);
     note('sweeper, no retry', 'swept-1', answer);
+  });
+
+  it('one sweep now (the CLI’s `reconcile --route R`) resolves a route that only probes on retries', async () => {
+    expectUnknown(await refund('cli-1', 'answer-late'));
+    await sleep(1_100); // `after`
+    const reconciler = new Reconciler(
+      new ReconcileStore(proxy.pool, proxy.table),
+      pino({ level: 'silent' }),
+    );
+    const result = await sweepOnce(reconciler, proxy.config, 'refunds');
+    expect(result).toMatchObject({ found: 1, notFound: 0, unknown: 0, skipped: 0 });
+    expect((await record('cli-1'))!.outcome_unknown).toBe(false);
+    const answer = await refund('cli-1');
+    expect(answer.headers['idempotency-outcome']).toBe('reconciled');
+    expect(ledger.executions('cli-1')).toBe(1);
+    note('one sweep now (CLI)', 'cli-1', answer);
   });
 
   it('two instances sweeping at once probe each record once', async () => {
