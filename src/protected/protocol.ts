@@ -94,14 +94,18 @@ export interface Call {
   readonly tool?: string;
 }
 
-/** The record a call with `key` claims under `policy` (its scope, and the request's tenant). */
+/**
+ * The record a call with `key` claims under `policy` (its scope, and the request's tenant). A route
+ * scoped by path (an ACP profile's: identity + endpoint path) adds the request path to its scope.
+ */
 export function recordIdOf(
   request: ProtectedRequest,
-  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>,
+  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant' | 'scopeByPath'>,
   key: string,
 ): RecordId {
   const tenant = tenantHash(request.req.headers, policy.tenant, request.principal);
-  return { scope: policy.scope, tenant, key };
+  const scope = policy.scopeByPath ? `${policy.scope} ${request.target.path}` : policy.scope;
+  return { scope, tenant, key };
 }
 
 /**
