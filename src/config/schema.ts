@@ -391,7 +391,7 @@ export const idempotencySchema = strict(
     ),
     profile: opt(
       z.enum(['acp', 'ucp'], { error: 'expected acp or ucp' }),
-      "Speak a commerce protocol's idempotency contract (statuses, error bodies, key and storage rules): acp (Agentic Commerce Protocol) or ucp (Universal Commerce Protocol).",
+      "Speak a commerce protocol's idempotency contract (statuses, error bodies, key and storage rules): acp (Agentic Commerce Protocol) or ucp (Universal Commerce Protocol); see docs/protocol-profiles.md.",
     ),
     a2a: opt(
       a2aOrFlag,

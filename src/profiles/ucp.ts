@@ -1,10 +1,10 @@
 // The Universal Commerce Protocol's idempotency contract for its REST binding
-// (docs/specification/shopping/checkout/rest.md, "HTTP Headers" and "Protocol Mechanics";
-// docs/specification/signatures.md, "Replay Protection").
+// (ucp/docs/specification/shopping/checkout/rest.md, "HTTP Headers" and "Protocol Mechanics";
+// ucp/docs/specification/signatures.md, "Replay Protection").
 import { DAY_MS, jsonErrorAnswer, type Profile, protocolCode } from './profile';
 
-const REST = 'docs/specification/shopping/checkout/rest.md';
-const SIGNATURES = 'docs/specification/signatures.md';
+const REST = 'ucp/docs/specification/shopping/checkout/rest.md';
+const SIGNATURES = 'ucp/docs/specification/signatures.md';
 
 export const UCP: Profile = {
   name: 'ucp',
