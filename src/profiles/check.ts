@@ -49,7 +49,11 @@ export function checkProfileRoute(
   if (header !== undefined && header.value.toLowerCase() !== 'idempotency-key')
     refuse(header.path, `${named} sends its key in Idempotency-Key; remove key.header`);
   const maxLength = setting((b) => b.key?.maxLength, ['key', 'maxLength']);
-  if (profile.maxKeyLength !== null && maxLength !== undefined && maxLength.value > profile.maxKeyLength)
+  if (
+    profile.maxKeyLength !== null &&
+    maxLength !== undefined &&
+    maxLength.value > profile.maxKeyLength
+  )
     refuse(
       maxLength.path,
       `expected at most ${profile.maxKeyLength} on ${named}: its keys are at most ${profile.maxKeyLength} characters`,
@@ -58,7 +62,11 @@ export function checkProfileRoute(
   if (fingerprint !== undefined)
     refuse(fingerprint.path, `${named} fixes what a repeat must match; remove fingerprint`);
   const unknown = setting((b) => b.unknownOutcome, ['unknownOutcome']);
-  if (profile.unknownOutcome !== null && unknown !== undefined && unknown.value !== profile.unknownOutcome)
+  if (
+    profile.unknownOutcome !== null &&
+    unknown !== undefined &&
+    unknown.value !== profile.unknownOutcome
+  )
     refuse(
       unknown.path,
       `${named} never stores a 5xx, so a request whose outcome is unknown must run again: expected unknownOutcome: ${profile.unknownOutcome}`,

@@ -45,7 +45,8 @@ beforeAll(async () => {
     const status = failNext.get(req.url);
     failNext.delete(req.url);
     const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (req.url.includes('/echoes')) headers['idempotency-key'] = String(req.headers['idempotency-key']);
+    if (req.url.includes('/echoes'))
+      headers['idempotency-key'] = String(req.headers['idempotency-key']);
     res.writeHead(status ?? 201, headers);
     res.end(JSON.stringify({ execution: upstream.executions().length, url: req.url }));
   });
@@ -338,14 +339,13 @@ const ucpRules: Record<string, () => Promise<void>> = {
     expect(ran(path)).toBe(2);
   },
 
-  'Proxies, API gateways, and other intermediaries MUST NOT re-serialize JSON bodies':
-    async () => {
-      const path = '/ucp/checkout-sessions/bytes-through';
-      const body = '{ "z":1.50,\n  "a" : "\\u00e9", "n":12345678901234567891 }';
-      await post(path, newKey(), body);
-      const received = upstream.executions().find((r) => r.url === path)!;
-      expect(received.body.equals(Buffer.from(body))).toBe(true);
-    },
+  'Proxies, API gateways, and other intermediaries MUST NOT re-serialize JSON bodies': async () => {
+    const path = '/ucp/checkout-sessions/bytes-through';
+    const body = '{ "z":1.50,\n  "a" : "\\u00e9", "n":12345678901234567891 }';
+    await post(path, newKey(), body);
+    const received = upstream.executions().find((r) => r.url === path)!;
+    expect(received.body.equals(Buffer.from(body))).toBe(true);
+  },
 
   'On storage failure: Fail closed (reject request with 503)': async () => {
     const path = '/ucp/checkout-sessions/outage';
