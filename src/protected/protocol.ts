@@ -9,6 +9,7 @@ import type { OutcomeLabel } from '../http/request-log';
 import type { RequestTarget } from '../http/router';
 import type { RequestTrace } from '../observability/tracing';
 import type { JwtPrincipals } from '../auth/jwt-principals';
+import { scopeOf } from '../idempotency/scope';
 import { type Claims, tenantHash } from '../idempotency/tenant';
 import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
@@ -104,8 +105,7 @@ export function recordIdOf(
   key: string,
 ): RecordId {
   const tenant = tenantHash(request.req.headers, policy.tenant, request.principal);
-  const scope = policy.scopeByPath ? `${policy.scope} ${request.target.path}` : policy.scope;
-  return { scope, tenant, key };
+  return { scope: scopeOf(policy, request.target.path), tenant, key };
 }
 
 /**

@@ -11,6 +11,7 @@ import { startProxy, type TestProxy } from '../support/proxy';
 import { startUpstream, type TestUpstream } from '../support/upstream';
 
 const DAY_MS = 24 * 3_600_000;
+const ADMIN_TOKEN = 'profiles-admin-token';
 
 let upstream: TestUpstream;
 let proxy: TestProxy;
@@ -20,6 +21,7 @@ const held: (() => void)[] = [];
 const failNext = new Map<string, number>();
 
 const ROUTES = (url: string) => `
+admin: { token: "${ADMIN_TOKEN}" }
 store: { table: "\${TEST_TABLE}" }
 upstreams:
   shop: { url: ${url} }
@@ -411,7 +413,22 @@ function rulesOf(profile: typeof ACP, tests: Record<string, () => Promise<void>>
 let database: DisposablePostgres;
 let outageProxy: TestProxy;
 
-describe('idempotency.profile: acp', () => rulesOf(ACP, acpRules));
+describe('idempotency.profile: acp', () => {
+  rulesOf(ACP, acpRules);
+
+  test('an operator reads and clears a key under its path scope, and it runs again', async () => {
+    const path = '/acp/checkout_sessions/cleared';
+    const key = newKey();
+    await post(path, key, '{"a":1}');
+    const record = `${proxy.adminUrl}/api/records/${encodeURIComponent(`acp ${path}`)}/${key}?tenant=alice`;
+    const headers = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    expect((await send(record, { method: 'GET', headers })).status).toBe(200);
+    expect((await send(record, { method: 'DELETE', headers })).status).toBe(200);
+    const again = await post(path, key, '{"a":1}');
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([201, undefined]);
+    expect(ran(path)).toBe(2);
+  });
+});
 
 describe('idempotency.profile: ucp', () => {
   beforeAll(async () => {
