@@ -34,7 +34,8 @@ export const ACP: Profile = {
     },
     {
       rule: 'Same key + identical body → server MUST return the original response with the same HTTP status code',
-      proxy: 'the stored status, headers and body are replayed, with `Idempotent-Replayed: true`',
+      proxy:
+        'the stored status, headers and body are replayed, with `Idempotent-Replayed: true`; `check` refuses another `replayedHeader`',
       source: `${RFC}, 6.3 Replay Behavior`,
     },
     {
@@ -85,6 +86,7 @@ export const ACP: Profile = {
   neverStores: (status) => status >= 500,
   unknownOutcome: 'retry',
   echoKeyAs: 'Idempotency-Key',
+  replayedHeader: 'Idempotent-Replayed',
   scopeByPath: true,
   errorShape: (error) =>
     jsonErrorAnswer(error, error.status, {

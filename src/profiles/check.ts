@@ -58,6 +58,14 @@ export function checkProfileRoute(
       maxLength.path,
       `expected at most ${profile.maxKeyLength} on ${named}: its keys are at most ${profile.maxKeyLength} characters`,
     );
+  const replayed = setting((b) => b.replayedHeader, ['replayedHeader']);
+  const marker = profile.replayedHeader;
+  if (
+    marker !== null &&
+    replayed !== undefined &&
+    replayed.value.toLowerCase() !== marker.toLowerCase()
+  )
+    refuse(replayed.path, `${named} marks a replay with ${marker}: true; remove replayedHeader`);
   const fingerprint = setting((b) => b.fingerprint, ['fingerprint']);
   if (fingerprint !== undefined)
     refuse(fingerprint.path, `${named} fixes what a repeat must match; remove fingerprint`);

@@ -39,6 +39,8 @@ export interface Profile {
   readonly unknownOutcome: 'retry' | null;
   /** Response header every answer to a keyed request echoes the key in; null: none. */
   readonly echoKeyAs: string | null;
+  /** The replay marker the protocol names (`replayedHeader` set otherwise is refused); null: any. */
+  readonly replayedHeader: string | null;
   /** Keys are unique per request path as well as per route and tenant. */
   readonly scopeByPath: boolean;
   readonly errorShape: ErrorShape;

@@ -68,6 +68,7 @@ export const UCP: Profile = {
   neverStores: () => false,
   unknownOutcome: null,
   echoKeyAs: null,
+  replayedHeader: null,
   scopeByPath: false,
   errorShape: (error) =>
     jsonErrorAnswer(error, error.code === 'IDEMPOTENCY_KEY_REUSED' ? 409 : error.status, {

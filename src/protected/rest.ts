@@ -55,15 +55,18 @@ export const REST: Protocol<Call> = {
     const expires = expiresHeader(stored.expiresAt);
     const echo = echoedKey(request.policy, call.id.key, stored.headers);
     if (!replayed)
-      return writeWhole(request.res, stored.status, stored.headers, stored.body, [
-        ...expires,
-        ...echo,
-      ]);
+      return writeWhole(
+        request.res,
+        stored.status,
+        stored.headers,
+        stored.body,
+        withEcho(expires, echo),
+      );
     const extra: (readonly [string, string])[] = [
       [request.policy.replayedHeader, 'true'],
       ...expires,
-      ...echo,
     ];
+    if (echo.length !== 0) extra.push(echo[0]!);
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
     if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
     const headers = replayHeaders(stored, request.policy.dropReplayHeaders);
@@ -312,10 +315,17 @@ function echoedKey(
   headers: HeaderPairs,
 ): HeaderPairs {
   const echo = policy.echoKeyAs;
-  if (echo === null || key === undefined) return [];
+  if (echo === null || key === undefined) return NO_HEADERS;
   const lower = echo.toLowerCase();
-  return headers.some(([name]) => name === lower) ? [] : [[echo, key]];
+  return headers.some(([name]) => name === lower) ? NO_HEADERS : [[echo, key]];
 }
+
+/** `headers` with the echoed key after them; the same array when there is none (most routes). */
+function withEcho(headers: HeaderPairs, echo: HeaderPairs): HeaderPairs {
+  return echo.length === 0 ? headers : [...headers, ...echo];
+}
+
+const NO_HEADERS: HeaderPairs = Object.freeze([]);
 
 /**
  * The stored headers a later caller gets: never the stored Date (Node sends the current one: a
@@ -366,7 +376,7 @@ class UpstreamAnswer implements AnswerReceiver {
     if (!this.streaming && this.total > this.call.policy.maxResponseBytes) {
       this.streaming = true;
       const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
-      startStreaming(this.res, this.status, [...this.headers, ...echo], this.contentLength);
+      startStreaming(this.res, this.status, withEcho(this.headers, echo), this.contentLength);
       for (const buffered of this.chunks) this.res.write(buffered);
       this.chunks = [];
     }
@@ -400,7 +410,7 @@ class UpstreamAnswer implements AnswerReceiver {
     if (!this.streaming) {
       const expires = expiresHeader(expiresAt);
       const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
-      return writeWhole(this.res, this.status, this.headers, this.body(), [...expires, ...echo]);
+      return writeWhole(this.res, this.status, this.headers, this.body(), withEcho(expires, echo));
     }
     if (this.res.destroyed) return;
     if (this.held !== undefined) this.res.write(this.held);

@@ -54,6 +54,7 @@ describe('idempotency.profile: acp', () => {
     ['unknownOutcome: fail', 'unknownOutcome', /5xx/],
     ['enforce: false', 'enforce', /shadow mode/],
     ['mcp: {}', 'profile', /REST binding/],
+    ['replayedHeader: X-Replayed', 'replayedHeader', /Idempotent-Replayed: true/],
   ])('refuses %s, at its line', (setting, path, message) => {
     const found = issues(yaml(`profile: acp\n${TENANT}\n${setting}`));
     expect(found).toContainEqual(
