@@ -46,7 +46,7 @@ export const ACP: Profile = {
     {
       rule: 'Same key, original request still in flight: 409 `idempotency_in_flight`',
       proxy:
-        '409 `{"type":"invalid_request","code":"idempotency_in_flight",…}` with `Retry-After` (seconds left on the first request’s lease)',
+        '409 `{"type":"invalid_request","code":"idempotency_in_flight",…}` with `Retry-After` (seconds left on the first request’s lease); `check` refuses `onConcurrent: wait`',
       source: `${RFC}, 6.4 Error Responses`,
     },
     {
@@ -84,6 +84,7 @@ export const ACP: Profile = {
   headerKeyOnly: true,
   fingerprint: [{ kind: 'body' }],
   neverStores: (status) => status >= 500,
+  onConcurrent: 'reject',
   unknownOutcome: 'retry',
   echoKeyAs: 'Idempotency-Key',
   replayedHeader: 'Idempotent-Replayed',

@@ -10,6 +10,7 @@ export function applyProfile(policy: IdempotencyPolicy, profile: Profile): Idemp
   return {
     ...policy,
     key: { ...policy.key, required: profile.keyRequired || policy.key.required },
+    onConcurrent: profile.onConcurrent ?? policy.onConcurrent,
     unknownOutcome: profile.unknownOutcome ?? policy.unknownOutcome,
     fingerprint,
     fingerprintEpoch: fingerprintEpoch(fingerprint),

@@ -79,6 +79,16 @@ export function checkProfileRoute(
       unknown.path,
       `${named} never stores a 5xx, so a request whose outcome is unknown must run again: expected unknownOutcome: ${profile.unknownOutcome}`,
     );
+  const concurrent = setting((b) => b.onConcurrent, ['onConcurrent']);
+  if (
+    profile.onConcurrent !== null &&
+    concurrent !== undefined &&
+    concurrent.value !== profile.onConcurrent
+  )
+    refuse(
+      concurrent.path,
+      `${named} answers a repeat of a request still in flight with 409 and Retry-After: expected onConcurrent: ${profile.onConcurrent}`,
+    );
   const enforce = setting((b) => b.enforce, ['enforce']);
   if (enforce?.value === false)
     refuse(

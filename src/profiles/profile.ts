@@ -35,6 +35,8 @@ export interface Profile {
   readonly fingerprint: readonly RequestPart[];
   /** Upstream statuses never stored, whatever `store` says: a retry runs fresh. */
   readonly neverStores: (status: number) => boolean;
+  /** The `onConcurrent` the protocol needs (ACP: a repeat in flight gets 409); null: the route's own. */
+  readonly onConcurrent: 'reject' | null;
   /** The `unknownOutcome` the protocol needs; null: the route's own. */
   readonly unknownOutcome: 'retry' | null;
   /** Response header every answer to a keyed request echoes the key in; null: none. */

@@ -66,6 +66,7 @@ export const UCP: Profile = {
   headerKeyOnly: false,
   fingerprint: [{ kind: 'raw-body' }],
   neverStores: () => false,
+  onConcurrent: null,
   unknownOutcome: null,
   echoKeyAs: null,
   replayedHeader: null,

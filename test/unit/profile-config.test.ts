@@ -35,6 +35,7 @@ describe('idempotency.profile: acp', () => {
       echoKeyAs: 'Idempotency-Key',
       scopeByPath: true,
       unknownOutcome: 'retry',
+      onConcurrent: 'reject',
       key: { required: true, maxLength: 255 },
       fingerprint: { parts: [{ kind: 'body' }], ignore: [] },
     });
@@ -52,6 +53,7 @@ describe('idempotency.profile: acp', () => {
     ['key: { derive: [body] }', 'key.derive', /remove key.derive/],
     ['fingerprint: { parts: [body] }', 'fingerprint', /remove fingerprint/],
     ['unknownOutcome: fail', 'unknownOutcome', /5xx/],
+    ['onConcurrent: wait', 'onConcurrent', /409/],
     ['enforce: false', 'enforce', /shadow mode/],
     ['mcp: {}', 'profile', /REST binding/],
     ['replayedHeader: X-Replayed', 'replayedHeader', /Idempotent-Replayed: true/],
