@@ -4,6 +4,10 @@ import { DAY_MS, jsonErrorAnswer, type Profile, protocolCode } from './profile';
 
 const RFC = 'rfcs/rfc.agentic_checkout.md';
 
+/** The proxy's own text names method, path and query too; an ACP repeat is compared by its body. */
+const REUSED =
+  'Idempotency-Key has already been used with a different request body. Use a new key for a new request, or resend the original body to get its stored response.';
+
 export const ACP: Profile = {
   name: 'acp',
   protocol: 'Agentic Commerce Protocol 2026-04-17',
@@ -98,6 +102,6 @@ export const ACP: Profile = {
             ? 'processing_error'
             : 'invalid_request',
       code: protocolCode(error.code),
-      message: error.message,
+      message: error.code === 'IDEMPOTENCY_KEY_REUSED' ? REUSED : error.message,
     }),
 };

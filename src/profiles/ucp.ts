@@ -6,6 +6,10 @@ import { DAY_MS, jsonErrorAnswer, type Profile, protocolCode } from './profile';
 const REST = 'ucp/docs/specification/shopping/checkout/rest.md';
 const SIGNATURES = 'ucp/docs/specification/signatures.md';
 
+/** The proxy's own text names method, path and query too; a UCP repeat is compared by its bytes. */
+const REUSED =
+  'This key was already used with a different request body (its bytes differ). Use a new key for a new request, or resend the original body byte for byte to get its stored response.';
+
 export const UCP: Profile = {
   name: 'ucp',
   protocol: 'Universal Commerce Protocol',
@@ -74,6 +78,6 @@ export const UCP: Profile = {
   errorShape: (error) =>
     jsonErrorAnswer(error, error.code === 'IDEMPOTENCY_KEY_REUSED' ? 409 : error.status, {
       code: protocolCode(error.code),
-      content: error.message,
+      content: error.code === 'IDEMPOTENCY_KEY_REUSED' ? REUSED : error.message,
     }),
 };

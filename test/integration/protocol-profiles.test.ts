@@ -211,6 +211,9 @@ const acpRules: Record<string, () => Promise<void>> = {
     await post(path, key, '{"amount":100}');
     const conflict = await post(path, key, '{"amount":200}');
     expectAcpError(conflict, 422, 'invalid_request', 'idempotency_conflict');
+    expect(conflict.json().message).toMatch(
+      /^Idempotency-Key has already been used with a different request body/,
+    );
     expect(conflict.headers['retry-after']).toBeUndefined();
     expect(ran(path)).toBe(1);
   },
@@ -322,6 +325,7 @@ const ucpRules: Record<string, () => Promise<void>> = {
     await post(path, key, '{"amount":100}');
     const conflict = await post(path, key, '{"amount":200}');
     expectUcpError(conflict, 409, 'idempotency_conflict');
+    expect(conflict.json().content).toMatch(/different request body \(its bytes differ\)/);
     expect(conflict.headers['retry-after']).toBeUndefined();
     expect(ran(path)).toBe(1);
   },
