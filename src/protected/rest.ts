@@ -17,7 +17,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
-import { problemBody, problemHeaders, sendProblem } from '../http/problem';
+import { sendProblem } from '../http/problem';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
 import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
@@ -53,27 +53,37 @@ export const REST: Protocol<Call> = {
   read: readRestCall,
   replay(request, call, stored, replayed) {
     const expires = expiresHeader(stored.expiresAt);
+    const echo = echoedKey(request.policy, call.id.key, stored.headers);
     if (!replayed)
-      return writeWhole(request.res, stored.status, stored.headers, stored.body, expires);
+      return writeWhole(
+        request.res,
+        stored.status,
+        stored.headers,
+        stored.body,
+        withEcho(expires, echo),
+      );
     const extra: (readonly [string, string])[] = [
       [request.policy.replayedHeader, 'true'],
       ...expires,
     ];
+    if (echo.length !== 0) extra.push(echo[0]!);
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
     if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
     const headers = replayHeaders(stored, request.policy.dropReplayHeaders);
     writeWhole(request.res, stored.status, headers, stored.body, extra);
   },
-  refuse(request, _call, error) {
-    sendProblem(request.res, error);
+  refuse(request, call, error) {
+    const { policy } = request;
+    sendProblem(request.res, error, echoedKey(policy, call.id.key, []), policy.errorShape);
   },
-  unknownOutcome(_call, error) {
-    const body = Buffer.from(JSON.stringify(problemBody(error)));
+  unknownOutcome(call, error) {
+    const answer = call.policy.errorShape(error);
     const headers: HeaderPairs = [
-      ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+      ...answer.headers.filter(([name]) => name !== 'content-length'),
       [OUTCOME_HEADER, 'unknown'],
     ];
-    return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+    const { status, body } = answer;
+    return { status, headers, body, bodyOmitted: false, outcomeUnknown: true };
   },
   reusedDetail:
     'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
@@ -107,16 +117,9 @@ async function readRestCall(
         request,
         missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
       );
-    sendProblem(
-      res,
-      new ProxyError(
-        missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID',
-        parsed.detail,
-        {
-          route: route.name,
-        },
-      ),
-    );
+    const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+    const error = new ProxyError(code, parsed.detail, { route: route.name });
+    sendProblem(res, error, [], policy.errorShape);
     return { label: missing ? 'missing_key' : 'invalid_key' };
   }
   const headerKey = parsed.ok ? parsed.key : undefined;
@@ -141,6 +144,8 @@ async function readRestCall(
         `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
         { route: route.name, key: headerKey },
       ),
+      echoedKey(policy, headerKey, []),
+      policy.errorShape,
     );
     return { label: 'too_large', key: headerKey };
   }
@@ -200,7 +205,7 @@ async function readRestCall(
         key: sentKey,
         shadow: 'would_reject_duplicate_key',
       });
-    sendProblem(res, duplicateKeyError(route.name, sentKey));
+    sendProblem(res, duplicateKeyError(route.name, sentKey), [], policy.errorShape);
     return { label: 'bad_request', key: sentKey };
   }
 }
@@ -226,7 +231,7 @@ async function readBodyKey(
         label: 'executed',
         shadow: 'would_reject_duplicate_key',
       });
-    sendProblem(res, duplicateKeyError(route.name, undefined));
+    sendProblem(res, duplicateKeyError(route.name, undefined), [], policy.errorShape);
     return { label: 'bad_request' };
   }
   if (found?.ok) return { ok: true, key: found.key };
@@ -241,7 +246,7 @@ async function readBodyKey(
     });
   const detail = found === undefined ? missingKeyDetail(policy.key) : found.detail;
   const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-  sendProblem(res, new ProxyError(code, detail, { route: route.name }));
+  sendProblem(res, new ProxyError(code, detail, { route: route.name }), [], policy.errorShape);
   return { label: missing ? 'missing_key' : 'invalid_key' };
 }
 
@@ -301,6 +306,28 @@ function wholeBody(body: Buffer): DigestedBody {
 }
 
 /**
+ * The key echoed on an answer, on a route that echoes it (an ACP profile's `Idempotency-Key`):
+ * nothing when the answer carries it already (the upstream echoed it), or there is no key.
+ */
+function echoedKey(
+  policy: IdempotencyPolicy,
+  key: string | undefined,
+  headers: HeaderPairs,
+): HeaderPairs {
+  const echo = policy.echoKeyAs;
+  if (echo === null || key === undefined) return NO_HEADERS;
+  const lower = echo.toLowerCase();
+  return headers.some(([name]) => name === lower) ? NO_HEADERS : [[echo, key]];
+}
+
+/** `headers` with the echoed key after them; the same array when there is none (most routes). */
+function withEcho(headers: HeaderPairs, echo: HeaderPairs): HeaderPairs {
+  return echo.length === 0 ? headers : [...headers, ...echo];
+}
+
+const NO_HEADERS: HeaderPairs = Object.freeze([]);
+
+/**
  * The stored headers a later caller gets: never the stored Date (Node sends the current one: a
  * replay is a new message), never one the route drops (dropReplayHeaders: another caller's
  * challenge or nonce). Usually neither is there, and the stored array is used as is.
@@ -348,7 +375,8 @@ class UpstreamAnswer implements AnswerReceiver {
     this.total += chunk.length;
     if (!this.streaming && this.total > this.call.policy.maxResponseBytes) {
       this.streaming = true;
-      startStreaming(this.res, this.status, this.headers, this.contentLength);
+      const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
+      startStreaming(this.res, this.status, withEcho(this.headers, echo), this.contentLength);
       for (const buffered of this.chunks) this.res.write(buffered);
       this.chunks = [];
     }
@@ -381,7 +409,8 @@ class UpstreamAnswer implements AnswerReceiver {
   end(expiresAt?: number): void {
     if (!this.streaming) {
       const expires = expiresHeader(expiresAt);
-      return writeWhole(this.res, this.status, this.headers, this.body(), expires);
+      const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
+      return writeWhole(this.res, this.status, this.headers, this.body(), withEcho(expires, echo));
     }
     if (this.res.destroyed) return;
     if (this.held !== undefined) this.res.write(this.held);
