@@ -1,6 +1,7 @@
 // Wires the proxy together: router, pass-through and protected paths, logging, metrics, reload and
 // graceful close. createApp does not listen and does not own the database pool; serve (cli) and the
 // tests do.
+import type { Prober } from './reconcile/resolution';
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -42,6 +43,8 @@ export interface AppOptions {
   readonly metrics?: ProxyMetrics;
   /** Spans per request (observability/tracing.ts); without one (the default) nothing is traced. */
   readonly tracing?: Tracing;
+  /** Asks upstreams about unknown outcomes (idempotency.reconcile); without one nothing is probed. */
+  readonly reconciler?: Prober;
 }
 
 export interface App {
@@ -164,6 +167,7 @@ export function createApp(options: AppOptions): App {
           observer: metrics,
           onStoreError,
           principals: current.principals,
+          reconciler: options.reconciler,
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0 };
         const request = { req, res, route, policy, target, timings, trace };
@@ -278,6 +282,7 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
   entry.coalesced = outcome.from === 'leader' || undefined;
   entry.outcomeUnknown = outcome.outcomeUnknown;
   entry.landing = outcome.landing;
+  entry.reconcile = outcome.reconcile;
   entry.shadow = outcome.shadow;
   entry.storeMs = timings.store;
   entry.upstreamMs = timings.upstream;

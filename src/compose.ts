@@ -18,6 +18,9 @@ import {
 import type { DropReason } from './store/postgres/write-outbox';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { type BackgroundPruner, startPruner } from './store/postgres/pruner';
+import { ReconcileStore } from './store/postgres/reconcile-store';
+import { Reconciler } from './reconcile/reconciler';
+import { startSweeper } from './reconcile/sweeper';
 import { storeConnection } from './db/pool';
 import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
@@ -123,7 +126,9 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     throw error;
   }
   const tracing = await startTracing(options.env ?? process.env, logger);
-  const app = createApp({ config, store: caching, logger, metrics, tracing });
+  const reconciler = new Reconciler(new ReconcileStore(pool, table), logger, metrics);
+  const app = createApp({ config, store: caching, logger, metrics, tracing, reconciler });
+  const sweeper = startSweeper(reconciler, () => app.config(), logger);
   const admin = createAdminServer({
     config: () => app.config(),
     pool,
@@ -155,6 +160,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       reloadListenerTls(admin, next.admin.tls);
     },
     async close(graceMs) {
+      await sweeper.stop();
       await app.close(graceMs);
       // The drained requests' completions that are still pending, before the pool goes.
       const left = await store.drainWrites(config.store.outbox.drainTimeoutMs);

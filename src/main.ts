@@ -12,7 +12,7 @@ import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
 import { checkLogSettings, createLogger } from './observability/logger';
 import { StartupError } from './startup-error';
-import { runClear, runInspect, runPrune } from './cli/maintenance';
+import { runClear, runInspect, runPrune, runReconcile } from './cli/maintenance';
 import { runMigrate } from './cli/migrate';
 import { serve } from './cli/serve';
 import { servePrimary } from './cluster/primary';
@@ -52,6 +52,7 @@ async function main(argv: readonly string[]): Promise<number> {
   const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });
   if (args.command === 'migrate') return runMigrate(config, logger);
   if (args.command === 'prune') return runPrune(config, logger);
+  if (args.command === 'reconcile') return runReconcile(config, args, logger);
   if (args.command === 'inspect') return runInspect(config, args, logger);
   if (args.command === 'clear') return runClear(config, args, logger);
   if (args.command === 'clean') return runClean(config, args);

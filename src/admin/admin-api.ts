@@ -61,7 +61,7 @@ async function list(deps: AdminDeps, res: http.ServerResponse, url: URL): Promis
       res,
       400,
       'Bad state',
-      `state must be one of ${LIST_STATES.join(', ')} (unknown = unknown outcomes waiting for an operator, in_flight = claims being forwarded); got "${state}".`,
+      `state must be one of ${LIST_STATES.join(', ')} (unknown = unknown outcomes waiting for an operator, in_flight = claims being forwarded, reconciled = unknown outcomes a probe resolved); got "${state}".`,
     );
   const limitText = params.get('limit') ?? String(DEFAULT_LIMIT);
   const limit = /^\d{1,4}$/.test(limitText) ? Number(limitText) : NaN;

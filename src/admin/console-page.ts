@@ -139,7 +139,7 @@ const SCRIPT = `
   async function refresh() {
     clearTimeout(timer);
     try {
-      await Promise.all([unknownPaged ? null : loadUnknown(false), loadInFlight(), loadCounters()]);
+      await Promise.all([unknownPaged ? null : loadUnknown(false), loadInFlight(), loadReconciled(), loadCounters()]);
       $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     } catch (error) {
       if (error.message === 'unauthorized') return;
@@ -208,6 +208,24 @@ const SCRIPT = `
       ]));
     }
     if (page.records.length === 0) emptyRow(tbody, 7, 'No claims in flight.');
+  }
+
+  async function loadReconciled() {
+    const page = await api('GET', '/api/records?state=reconciled&limit=50');
+    const tbody = $('reconciled').tBodies[0];
+    tbody.replaceChildren();
+    for (const r of page.records) {
+      tbody.append(el('tr', {}, [
+        el('td', { text: ago(r.completedAt), title: r.completedAt }),
+        el('td', { text: r.route }),
+        el('td', { text: r.key, cls: 'key' }),
+        el('td', { text: shortTenant(r.tenant), cls: 'mono', title: r.tenant }),
+        el('td', { text: r.status }),
+        el('td', { text: r.attempts }),
+        el('td', {}, [viewButton(r)]),
+      ]));
+    }
+    if (page.records.length === 0) emptyRow(tbody, 7, 'No unknown outcome has been reconciled with its upstream.');
   }
 
   async function loadCounters() {
@@ -333,6 +351,11 @@ const BODY = `
     Check the upstream; clear a key only if the request did not take effect there (or running it again is harmless). The next request with a cleared key executes.</p>
     <table id="unknown"><thead><tr><th>last seen</th><th>route</th><th>key</th><th>tenant</th><th>attempts</th><th>first seen</th><th>stored problem</th><th></th></tr></thead><tbody></tbody></table>
     <button id="unknown-more" hidden>Older…</button> <button id="unknown-newest" hidden>Back to the newest</button>
+  </section>
+  <section>
+    <h2>Reconciled with the upstream</h2>
+    <p class="hint">Unknown outcomes a probe (idempotency.reconcile) found upstream: every repeat now gets the upstream's answer, marked Idempotency-Outcome: reconciled.</p>
+    <table id="reconciled"><thead><tr><th>reconciled</th><th>route</th><th>key</th><th>tenant</th><th>status</th><th>attempts</th><th></th></tr></thead><tbody></tbody></table>
   </section>
   <section>
     <h2>In-flight claims</h2>

@@ -6,6 +6,7 @@ export const COMMANDS = [
   'check',
   'migrate',
   'prune',
+  'reconcile',
   'inspect',
   'clear',
   'clean',
@@ -35,6 +36,8 @@ Commands:
   check     validate the config and print the resolved routes (exit 2 on errors)
   migrate   apply the store's schema migrations and exit
   prune     delete expired records now and exit
+  reconcile [--route R]
+            ask the upstreams about unknown outcomes now (idempotency.reconcile), one sweep, and exit
   inspect KEY [--route R] [--tenant T]... [--body]
             print the record(s) stored for KEY: state, attempts, replays, times, status, history
   clear ROUTE KEY [--tenant T]...

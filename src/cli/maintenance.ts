@@ -3,6 +3,9 @@ import type { Logger } from 'pino';
 import { tenantOf } from '../admin/admin-http';
 import type { ProxyConfig } from '../config/types';
 import { pruneExpired } from '../store/postgres/pruner';
+import { ReconcileStore } from '../store/postgres/reconcile-store';
+import { Reconciler } from '../reconcile/reconciler';
+import { sweepOnce } from '../reconcile/sweeper';
 import { findRecord, findRecordsByKey, type RecordView } from '../store/postgres/record-queries';
 import type { CliArgs } from './args';
 import { UsageError } from './args';
@@ -10,6 +13,32 @@ import { openDatabase } from './database';
 import { clearRecord } from '../admin/clear-record';
 import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';
+
+/** `idempotency-proxy reconcile [--route R]`: one sweep of unknown outcomes now (docs/reconcile.md). */
+export async function runReconcile(
+  config: ProxyConfig,
+  args: CliArgs,
+  logger: Logger,
+): Promise<number> {
+  const reconciling = config.routes.filter((route) => route.idempotency?.reconcile);
+  if (args.route !== undefined && !reconciling.some((route) => route.name === args.route))
+    throw new UsageError(
+      `no route named "${args.route}" with idempotency.reconcile; those with one are: ${reconciling.map((r) => r.name).join(', ') || '(none)'}`,
+    );
+  const database = await openDatabase(config, logger, 'reconcile');
+  try {
+    const reconciler = new Reconciler(
+      new ReconcileStore(database.pool, config.store.table),
+      logger,
+    );
+    const result = await database.whenReady(() => sweepOnce(reconciler, config, args.route));
+    logger.info({ ...result }, `probed ${result.probed} unknown outcome(s)`);
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+    return 0;
+  } finally {
+    await database.close();
+  }
+}
 
 export async function runPrune(config: ProxyConfig, logger: Logger): Promise<number> {
   const database = await openDatabase(config, logger, 'prune');

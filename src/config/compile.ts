@@ -25,6 +25,7 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
+import { checkReconcile, compileReconcile } from './reconcile-config';
 import { problemJson } from '../http/problem';
 import { PROFILES } from '../profiles';
 import { applyProfile } from '../profiles/apply';
@@ -185,6 +186,7 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
     issues.push(...checkProtectedRoute(route, parsed.defaults, at));
   });
   issues.push(...checkJwtTenants(parsed));
+  issues.push(...checkReconcile(parsed));
   if (parsed.defaults?.mcp !== undefined)
     add(
       ['defaults', 'mcp'],
@@ -495,6 +497,7 @@ function resolvePolicy(
     ]),
     mcp,
     a2a: block.a2a === undefined ? null : {},
+    reconcile: block.reconcile === undefined ? null : compileReconcile(block.reconcile),
     profile: null,
     errorShape: problemJson,
     echoKeyAs: null,

@@ -161,6 +161,39 @@ export interface McpPolicy {
 /** An A2A route's settings (src/a2a/README.md): none yet; the block marks the route. */
 export type A2aPolicy = Readonly<Record<string, never>>;
 
+/**
+ * How a route asks its upstream whether an unknown outcome happened (docs/reconcile.md): a probe
+ * request (REST) or tool call (MCP), and how its answer reads. Pointers are parsed (RFC 6901).
+ */
+export interface ReconcilePolicy {
+  readonly probe:
+    | {
+        readonly kind: 'request';
+        readonly method: string;
+        /** The path template: {key} and {body:/pointer} placeholders. */
+        readonly path: string;
+        /** Lower-case names; null: a triggering retry's own headers. */
+        readonly headers: Readonly<Record<string, string>> | null;
+      }
+    | {
+        readonly kind: 'tool';
+        readonly name: string;
+        /** Strings may hold {key} and {arguments:/pointer} placeholders. */
+        readonly arguments: Readonly<Record<string, unknown>>;
+      };
+  readonly foundStatus: readonly number[];
+  readonly exists: readonly string[] | null;
+  readonly notFoundStatus: readonly number[];
+  readonly answerStatus: number | null;
+  readonly answerBody: readonly string[] | null;
+  /** "Not found" is trusted only this long after the original was sent. */
+  readonly afterMs: number;
+  /** The background sweep's period; 0: only a retry triggers a probe. */
+  readonly everyMs: number;
+  /** No probe this long after the original was sent: the record stays unknown. */
+  readonly giveUpAfterMs: number;
+}
+
 export interface IdempotencyPolicy {
   /** Route name, or `group` when keys are shared across routes. */
   readonly scope: string;
@@ -211,6 +244,8 @@ export interface IdempotencyPolicy {
   readonly mcp: McpPolicy | null;
   /** Set on a route that fronts an A2A agent: only message sends are claimed, keyed by messageId. */
   readonly a2a: A2aPolicy | null;
+  /** Set when unknown outcomes are resolved by asking the upstream (idempotency.reconcile). */
+  readonly reconcile: ReconcilePolicy | null;
   /** The commerce protocol whose contract the route speaks (src/profiles), or null. */
   readonly profile: 'acp' | 'ucp' | null;
   /** How the proxy's own errors are written on this route: problem+json, or the profile's shape. */

@@ -39,12 +39,18 @@ export async function startPaymentsService(
     req.on('end', () => {
       if (url.pathname === '/refunds' && req.method === 'POST') {
         const delay = Number(url.searchParams.get('slow') ?? slowMs);
+        // ?answer_late=ms: the refund is made at once, its answer sent that much later (a timeout
+        // after the side effect: the proxy's unknown outcome, docs/reconcile.md).
+        const late = Number(url.searchParams.get('answer_late') ?? 0);
         setTimeout(() => {
-          const refund = createRefund(req, Buffer.concat(chunks), refunds, res);
+          const refund = createRefund(req, Buffer.concat(chunks), refunds, res, late);
           if (refund) onRefund?.(refund);
         }, delay);
       } else if (url.pathname === '/refunds' && req.method === 'GET') {
-        reply(res, 200, { count: refunds.length, refunds });
+        // ?idempotency_key=K: the refunds made under that key (how a reconcile probe asks).
+        const key = url.searchParams.get('idempotency_key');
+        const found = key === null ? refunds : refunds.filter((r) => r.idempotencyKey === key);
+        reply(res, 200, { count: found.length, refunds: found });
       } else if (url.pathname === '/health') {
         reply(res, 200, { ok: true });
       } else {
@@ -74,6 +80,7 @@ function createRefund(
   body: Buffer,
   refunds: Refund[],
   res: http.ServerResponse,
+  answerLateMs = 0,
 ): Refund | undefined {
   let input: { order?: string; amount?: number } = {};
   try {
@@ -90,7 +97,8 @@ function createRefund(
     createdAt: new Date().toISOString(),
   };
   refunds.push(refund);
-  reply(res, 201, refund);
+  if (answerLateMs > 0) setTimeout(() => res.destroyed || reply(res, 201, refund), answerLateMs);
+  else reply(res, 201, refund);
   return refund;
 }
 

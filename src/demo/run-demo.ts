@@ -4,7 +4,9 @@ import path from 'node:path';
 import { findFreePort } from '../embedded/embedded';
 import { startBuiltProxy } from './built-proxy';
 import { startPaymentsService } from './payments-service';
+import fs from 'node:fs';
 import { tellRefundStory } from './refund-story';
+import { tellReconcileStory, writeReconcileConfig } from './reconcile-story';
 
 const root = path.resolve(__dirname, '..', '..');
 
@@ -14,8 +16,10 @@ async function main(): Promise<number> {
   process.stdout.write(
     `Demo payments service on ${payments.url}; starting idempotency-proxy on port ${proxyPort}…\n\n`,
   );
+  // config/proxy.yaml, and one route more for the second act (reconcile-story.ts).
+  const configFile = writeReconcileConfig(path.join(root, 'config', 'proxy.yaml'));
   const proxy = await startBuiltProxy({
-    configFile: path.join(root, 'config', 'proxy.yaml'),
+    configFile,
     env: {
       PROXY_HOST: '127.0.0.1',
       PROXY_PORT: String(proxyPort),
@@ -38,12 +42,20 @@ async function main(): Promise<number> {
     });
     const ok = result.refundsThroughProxy === 1;
     process.stdout.write(
-      `\n${ok ? 'The proxy turned' : 'UNEXPECTED: the proxy turned'} ${result.attempts.length} attempts into ${result.refundsThroughProxy} refund; without it, ${result.refundsWithoutProxy}.\n`,
+      `\n${ok ? 'The proxy turned' : 'UNEXPECTED: the proxy turned'} ${result.attempts.length} attempts into ${result.refundsThroughProxy} refund; without it, ${result.refundsWithoutProxy}.\n\n`,
     );
-    return ok ? 0 : 1;
+    process.stdout.write('When the service times out after refunding (idempotency.reconcile):\n');
+    const reconciled = await tellReconcileStory({
+      proxyUrl: `http://127.0.0.1:${proxyPort}`,
+      paymentsUrl: payments.url,
+      print: (line) => process.stdout.write(`${line}\n`),
+    });
+    const real = reconciled.refundsForKey === 1 && reconciled.finalOutcome === 'reconciled';
+    return ok && real ? 0 : 1;
   } finally {
     await proxy.close();
     await payments.close();
+    fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
   }
 }
 

@@ -57,6 +57,8 @@ export interface RequestLogEntry {
    * the background), stale (the claim was taken over), failed (given up).
    */
   landing?: 'queued' | 'stale' | 'failed';
+  /** What a reconcile probe said of an unknown outcome: found, not_found, or unknown (docs/reconcile.md). */
+  reconcile?: 'found' | 'not_found' | 'unknown';
   /** The tool of a protected MCP tools/call. */
   tool?: string;
   /** The target's path as sent (loggedPath: no query, `;` values masked), when the edge rewrote it. */
@@ -88,6 +90,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     outcomeUnknown: undefined,
     clientClosedEarly: undefined,
     landing: undefined,
+    reconcile: undefined,
     rawTarget: undefined,
     tool: undefined,
   };

@@ -203,9 +203,15 @@ function writeStoredMessage(
   stored: StoredResponse,
   extra: HeaderPairs,
 ): void {
-  const headers = stored.outcomeUnknown
-    ? [...JSON_HEADERS, [OUTCOME_HEADER, 'unknown'] as const]
-    : JSON_HEADERS;
+  // What the stored answer says of its outcome (unknown, or reconciled with the upstream) and, for
+  // an unknown one on a route that probes, when to retry (docs/reconcile.md).
+  const said = stored.headers.filter(([name]) => name === OUTCOME_HEADER || name === 'retry-after');
+  const headers =
+    stored.outcomeUnknown && !said.some(([name]) => name === OUTCOME_HEADER)
+      ? [...JSON_HEADERS, [OUTCOME_HEADER, 'unknown'] as const, ...said]
+      : said.length > 0
+        ? [...JSON_HEADERS, ...said]
+        : JSON_HEADERS;
   const expires = expiresHeader(stored.expiresAt);
   const all = expires.length === 0 ? extra : [...extra, ...expires];
   writeWhole(res, 200, headers, withId(stored.body, call.idText), all);

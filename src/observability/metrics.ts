@@ -26,6 +26,7 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly storeErrors: Counter<'operation'>;
   private readonly inFlightClaims: Gauge;
   private readonly pruned: Counter;
+  private readonly reconcileProbes: Counter<'route' | 'result'>;
   private readonly embeddedRestarts: Counter;
   private readonly writeRetries: Counter<'operation'>;
   private readonly writesLanded: Counter<'operation'>;
@@ -114,6 +115,12 @@ export class ProxyMetrics implements ProtectedObserver {
       name: `${PREFIX}mcp_tool_calls_total`,
       help: `Protected MCP tools/call requests, by route, tool (the first ${MAX_TOOL_LABELS} names seen; later ones as "${OTHER_TOOL}") and outcome.`,
       labelNames: ['route', 'tool', 'outcome'],
+      registers,
+    });
+    this.reconcileProbes = new Counter({
+      name: `${PREFIX}reconcile_probes_total`,
+      help: 'Probes asking an upstream about an unknown outcome, by route and result (found, not_found, inconclusive, failed).',
+      labelNames: ['route', 'result'],
       registers,
     });
     this.pruned = new Counter({
@@ -226,6 +233,11 @@ export class ProxyMetrics implements ProtectedObserver {
 
   waiting(count: number): void {
     this.waitingRequests.set(count);
+  }
+
+  /** One reconcile probe and what it said (reconcile/reconciler.ts). */
+  probed(route: string, result: 'found' | 'not_found' | 'inconclusive' | 'failed'): void {
+    this.reconcileProbes.inc({ route, result });
   }
 
   prunedRows(count: number): void {

@@ -9,7 +9,7 @@ import type { RequestTarget } from '../http/router';
 import { statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
 import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstream/protected';
-import type { HeaderPairs } from '../store/record';
+import type { HeaderPairs, RecordId } from '../store/record';
 import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
 import { tenantHash } from '../idempotency/tenant';
 import type { ProtectedRequest } from './protocol';
@@ -63,9 +63,12 @@ export function scopedKey(
   headers: IncomingMessage['headers'],
   key: string,
 ): string {
-  return createHash('sha256')
-    .update(`${policy.scope}\n${tenantHash(headers, policy.tenant)}\n${key}`)
-    .digest('hex');
+  return scopedKeyOf({ scope: policy.scope, tenant: tenantHash(headers, policy.tenant), key });
+}
+
+/** key.forward: scoped for a record's identity (its tenant already hashed). */
+export function scopedKeyOf(id: RecordId): string {
+  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('hex');
 }
 
 /**

@@ -33,6 +33,7 @@ import {
   UnreadableCall,
 } from './protocol';
 import { readPrincipal } from './principal';
+import { keepForProbe, reconcileReplay, reconciles } from './reconcile-step';
 import { forwardUnstored } from './shadow';
 import {
   claimCall,
@@ -101,6 +102,10 @@ async function claimAndAnswer<C extends Call>(
   let races = 0;
   let waitOver = false;
   let waitedMs = 0;
+  // Whether this request has asked the upstream about an unknown outcome, and what it said.
+  let probed = false;
+  let reconciled: Outcome['reconcile'];
+  let settledUnknown = false;
   for (;;) {
     const clientLeft = claimant?.clientLeft ?? false;
     const decision: ClaimDecision = decide(claim, policy, {
@@ -111,11 +116,39 @@ async function claimAndAnswer<C extends Call>(
     });
     const answered = (label: Outcome['label']): Outcome => outcomeOf(call, label, claim);
     switch (decision.kind) {
-      case 'forward':
-        return forward(deps, protocol, request, call, decision.fence, claimant, claim.attempts);
-      case 'replay':
-        protocol.replay(request, call, decision.response, true);
-        return answered('replayed');
+      case 'forward': {
+        const forwarded = await forward(
+          deps,
+          protocol,
+          request,
+          call,
+          decision.fence,
+          claimant,
+          claim.attempts,
+        );
+        return reconciled === undefined ? forwarded : { ...forwarded, reconcile: reconciled };
+      }
+      case 'replay': {
+        let response = decision.response;
+        // An unknown outcome on a route with reconcile: ask the upstream first (once a request).
+        if (response.outcomeUnknown && !probed && reconciles(deps, call)) {
+          probed = true;
+          const step = await reconcileReplay(deps, request, call, response);
+          reconciled = step.label;
+          if (step.kind === 'claim-again') {
+            claim = await claimOnce();
+            break;
+          }
+          response = step.response;
+        }
+        protocol.replay(request, call, response, true);
+        if (reconciled === undefined && !settledUnknown) return answered('replayed');
+        return {
+          ...answered('replayed'),
+          reconcile: reconciled,
+          outcomeUnknown: settledUnknown || undefined,
+        };
+      }
       case 'mismatch':
         protocol.refuse(request, call, reused(route, id.key, protocol.reusedDetail));
         return answered('mismatch');
@@ -163,6 +196,13 @@ async function claimAndAnswer<C extends Call>(
           deps.store.settleUnknown(id, decision.fence, unknown, policy.ttlMs, claimant),
         );
         if (settled !== null) {
+          if (reconciles(deps, call)) {
+            // Kept with the record for its probe, then looked at again: the probe may be due now.
+            await keepForProbe(deps, call, decision.fence, settled);
+            settledUnknown = true;
+            claim = await claimOnce();
+            break;
+          }
           protocol.replay(request, call, settled, true);
           return { ...answered('replayed'), outcomeUnknown: true };
         }
@@ -226,9 +266,11 @@ async function forward<C extends Call>(
     error: Settlement & { kind: 'unknown' },
     clientHasHead: boolean,
   ): Promise<Outcome> => {
-    const stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
+    let stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
     // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
     if (policy.unknownOutcome === 'fail') await settle({ kind: 'complete', response: stored });
+    if (policy.unknownOutcome === 'fail' && landing === undefined)
+      stored = await keepForProbe(deps, call, fence, stored);
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);

@@ -25,10 +25,14 @@ export function leaseEndedUnknown(
 ): ProxyError {
   return new ProxyError(
     'IDEMPOTENCY_OUTCOME_UNKNOWN',
-    `The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. It will not be forwarded again; check the upstream, then, if it must run, ${clearHint(policy)}`,
+    `The first request with this key was interrupted before its result was stored (the proxy stopped or lost the upstream), so it may have run upstream. ${policy.reconcile ? RECONCILE_HINT : `It will not be forwarded again; check the upstream, then, if it must run, ${clearHint(policy)}`}`,
     { route, key },
   );
 }
+
+/** What a client is told on a route that asks its upstream (idempotency.reconcile). */
+const RECONCILE_HINT =
+  'The proxy asks the upstream whether it ran: retry with the same key after Retry-After to get its real result, or to have it forwarded (once) if it never ran.';
 
 /**
  * How an operator lets a key whose outcome is unknown run again, in commands that exist whatever the
@@ -44,8 +48,9 @@ export function clearHint(policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>): 
  * key under the route's `unknownOutcome`.
  */
 export function afterUnknownOutcome(error: ProxyError, policy: IdempotencyPolicy): ProxyError {
-  const next =
-    policy.unknownOutcome === 'fail'
+  const next = policy.reconcile
+    ? ` ${RECONCILE_HINT}`
+    : policy.unknownOutcome === 'fail'
       ? ` This answer is stored: every repeat with this key gets it, and nothing is forwarded again. Check the upstream; if the request must run, ${clearHint(policy)}`
       : ' A repeat with the same key after the lease (lockTimeout) forwards it again, with the same key.';
   return new ProxyError(error.code, `${error.message}${next}`, {

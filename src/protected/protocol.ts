@@ -14,6 +14,7 @@ import { type Claims, tenantHash } from '../idempotency/tenant';
 import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
+import type { Prober, ReconcileLabel } from '../reconcile/resolution';
 import type { Settlement, ShadowVerdict } from './decide';
 
 export const OUTCOME_HEADER = 'idempotency-outcome';
@@ -44,6 +45,8 @@ export interface ProtectedDeps {
   readonly principals?: JwtPrincipals;
   /** Metrics hooks (observability/metrics.ts); the pipeline itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
+  /** Asks the upstream about unknown outcomes on routes with idempotency.reconcile. */
+  readonly reconciler?: Prober;
 }
 
 export interface ProtectedObserver {
@@ -129,6 +132,8 @@ export interface Outcome {
    * `failed` (the store gave up on it).
    */
   readonly landing?: 'queued' | 'stale' | 'failed';
+  /** What a reconcile probe this request made (or waited for) said (docs/reconcile.md). */
+  readonly reconcile?: ReconcileLabel;
 }
 
 /**

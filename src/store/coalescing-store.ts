@@ -260,7 +260,8 @@ export class CoalescingStore implements RequestStore {
     // keeps what it found out of the cache (replay-cache.ts).
     const asked = this.cache?.asked();
     const result = await this.withLeader(leader, () => this.store.claim(request));
-    if (result.kind === 'completed' && asked)
+    // An unknown outcome is not remembered: a probe (docs/reconcile.md) or an operator may settle it.
+    if (result.kind === 'completed' && asked && !result.response.outcomeUnknown)
       this.cache?.remember(key, asked, {
         id: request.id,
         epoch: request.fingerprintEpoch ?? '',

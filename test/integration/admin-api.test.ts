@@ -188,7 +188,7 @@ test('rejects a bad cursor, limit, state or parameter with a problem that says w
     ['/api/records?limit=0', /1 to 500/],
     ['/api/records?limit=501', /1 to 500/],
     ['/api/records?limit=ten', /1 to 500/],
-    ['/api/records?state=lost', /unknown, in_flight, completed, all/],
+    ['/api/records?state=lost', /unknown, in_flight, completed, reconciled, all/],
     ['/api/records?sate=unknown', /"sate" is none of them/],
   ];
   for (const [path, detail] of cases) {

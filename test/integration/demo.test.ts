@@ -5,6 +5,7 @@ import path from 'node:path';
 import { findFreePort } from '../../src/embedded/embedded';
 import { type PaymentsService, startPaymentsService } from '../../src/demo/payments-service';
 import { tellRefundStory } from '../../src/demo/refund-story';
+import { tellReconcileStory, writeReconcileConfig } from '../../src/demo/reconcile-story';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 
@@ -60,3 +61,31 @@ test('three attempts of a timed-out refund make one refund through the proxy, th
   expect(result.refundsWithoutProxy).toBe(3);
   expect(lines.join('\n')).toContain('3 attempts, 1 refund created');
 });
+
+test('the demo’s second act: the service times out after refunding, the retry gets the real refund, one refund in all', async () => {
+  const configFile = writeReconcileConfig(path.join(__dirname, '../../config/proxy.yaml'));
+  const reconciling = await startProxy({
+    yaml: fs.readFileSync(configFile, 'utf8'),
+    env: { PAYMENTS_URL: payments.url },
+  });
+  try {
+    const lines: string[] = [];
+    const result = await tellReconcileStory({
+      proxyUrl: reconciling.url,
+      paymentsUrl: payments.url,
+      print: (line) => lines.push(line),
+    });
+    expect(result).toMatchObject({
+      firstStatus: 504,
+      firstOutcome: 'unknown',
+      finalStatus: 201,
+      finalOutcome: 'reconciled',
+      refundsForKey: 1,
+    });
+    expect(payments.refunds.find((r) => r.id === result.refundId)).toBeDefined();
+    expect(lines.at(-1)).toMatch(/1 refund created/);
+  } finally {
+    await reconciling.close();
+    fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
+  }
+}, 30_000);

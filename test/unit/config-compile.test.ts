@@ -117,6 +117,7 @@ describe('defaults', () => {
       maxWaitersPerKey: 1000,
       mcp: null,
       a2a: null,
+      reconcile: null,
       profile: null,
       echoKeyAs: null,
       scopeByPath: false,

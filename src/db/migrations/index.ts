@@ -86,4 +86,21 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX "${tableName}_unknown_idx" ON ${table} (created_at) WHERE outcome_unknown;
     `,
   },
+  {
+    version: 5,
+    name: 'keep what a reconcile probe needs with an unknown outcome',
+    // An unknown outcome on a route with idempotency.reconcile is resolved by asking the upstream
+    // (docs/reconcile.md). The probe's path may name fields of the original body, so the body stays
+    // with the record until it is resolved (then NULL). probe_after is when the next probe is due
+    // (NULL: created_at + after); a probe is taken by setting it ahead, with a probe_token the
+    // resolving write must carry, so two instances never probe one record in one period. Nullable
+    // columns and a constant default: no table rewrite. The unknown-outcome index (migration 4)
+    // finds the records a sweep looks at.
+    sql: (table) => `
+      ALTER TABLE ${table} ADD COLUMN reconcile_body bytea;
+      ALTER TABLE ${table} ADD COLUMN probe_after timestamptz;
+      ALTER TABLE ${table} ADD COLUMN probe_token uuid;
+      ALTER TABLE ${table} ADD COLUMN probes integer NOT NULL DEFAULT 0;
+    `,
+  },
 ];

@@ -1,4 +1,5 @@
-// The admin console's listings: records by state (unknown outcomes, in-flight claims, completed),
+// The admin console's listings: records by state (unknown outcomes, in-flight claims, completed,
+// reconciled with the upstream),
 // newest first by last_seen_at, in pages with a keyset cursor. Not on the request path.
 //
 // Cost: unknown outcomes come from their partial index (migration 4), so listing them reads only
@@ -12,7 +13,7 @@ import { quoteTableName } from '../../db/identifier';
 import { type RecordBasics, type RecordBasicsRow, recordBasics } from './record-queries';
 import { inTransaction } from '../../db/transaction';
 
-export const LIST_STATES = ['unknown', 'in_flight', 'completed', 'all'] as const;
+export const LIST_STATES = ['unknown', 'in_flight', 'completed', 'reconciled', 'all'] as const;
 export type ListState = (typeof LIST_STATES)[number];
 
 export interface ListQuery {
@@ -53,6 +54,8 @@ const FILTERS: Record<ListState, string> = {
   unknown: `outcome_unknown AND state = 'completed'`,
   in_flight: `state = 'in_progress'`,
   completed: `state = 'completed' AND NOT outcome_unknown`,
+  // Unknown outcomes a probe found upstream (docs/reconcile.md): rare, found by their history.
+  reconciled: `state = 'completed' AND NOT outcome_unknown AND events @> '[{"event":"reconciled"}]'::jsonb`,
   all: 'true',
 };
 

@@ -1,0 +1,215 @@
+// The records a reconcile probe works on (docs/reconcile.md): an unknown outcome keeps what a probe
+// needs (migration 5), a probe is taken by moving probe_after ahead under a probe_token, and what the
+// probe found is written only by the holder of that token — so two instances, or a retry and the
+// sweeper, never probe one record in one period, and a late probe never overwrites a newer answer.
+//
+//   unknown ─ keep ─► due at created_at + after ─ take (token, probe_after += hold·2^probes) ─► probe
+//       found ─► completed with the answer (outcome_unknown false), replayed; caches evicted
+//       not found ─► deleted: the next request with the key runs; caches evicted
+//       anything else ─► left as it is: due again at probe_after
+import type { Pool } from 'pg';
+import { randomUUID } from 'node:crypto';
+import { quoteTableName } from '../../db/identifier';
+import { inTransaction } from '../../db/transaction';
+import { recordDigest, type RecordId, type StoredResponse } from '../record';
+import { evictionChannel } from './statements';
+
+/** A probe this process holds: only its token may write what the probe found. */
+export interface ProbeTicket {
+  readonly id: RecordId;
+  readonly route: string;
+  readonly token: string;
+  /** The original body, when it was kept. */
+  readonly body: Buffer | null;
+  /** Probes taken of the record so far, this one included. */
+  readonly probes: number;
+}
+
+export interface ProbeTiming {
+  /** "Not found" is trusted this long after the original was sent (created_at). */
+  readonly afterMs: number;
+  readonly giveUpAfterMs: number;
+  /** How long a taken probe holds the record before the next (doubled per probe, up to 32×). */
+  readonly holdMs: number;
+}
+
+export type ProbeTake =
+  | { readonly kind: 'taken'; readonly ticket: ProbeTicket }
+  /** Not due yet (dueInMs), or past giveUpAfter (null). */
+  | { readonly kind: 'not-due'; readonly dueInMs: number | null }
+  /** No unknown outcome under this key any more (resolved, cleared, expired). */
+  | { readonly kind: 'gone' };
+
+const secs = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
+const WHERE_KEY = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
+const UNKNOWN = "state = 'completed' AND outcome_unknown AND expires_at > now()";
+
+export class ReconcileStore {
+  private readonly table: string;
+  private readonly lockKey: string;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly tableName: string,
+  ) {
+    this.table = quoteTableName(tableName);
+    this.lockKey = `idempotency-proxy:reconcile:${tableName}`;
+  }
+
+  /**
+   * Keeps the original body with the unknown outcome just stored under `claimToken`; returns how long
+   * until its first probe is due, or null when the record no longer holds that outcome.
+   */
+  async keep(
+    id: RecordId,
+    claimToken: string,
+    body: Buffer,
+    afterMs: number,
+  ): Promise<number | null> {
+    const { rows } = await this.pool.query<{ due_in_ms: number }>(
+      `UPDATE ${this.table} SET reconcile_body = $5::bytea, probes = 0, probe_token = NULL,
+              probe_after = created_at + ${secs('$6')}
+       WHERE ${WHERE_KEY} AND claim_token::text = $4::text AND ${UNKNOWN}
+       RETURNING GREATEST(0, ceil(extract(epoch FROM (probe_after - now())) * 1000))::float8 AS due_in_ms`,
+      [id.scope, id.tenant, id.key, claimToken, body, afterMs],
+    );
+    return rows[0]?.due_in_ms ?? null;
+  }
+
+  /** Takes the record's probe if it is due. */
+  async take(id: RecordId, timing: ProbeTiming): Promise<ProbeTake> {
+    const token = randomUUID();
+    const { rows } = await this.pool.query<TicketRow>(
+      `UPDATE ${this.table} SET probe_token = $4::uuid, probes = probes + 1,
+              probe_after = now() + ${secs('$5')} * power(2, LEAST(probes, 5))
+       WHERE ${WHERE_KEY} AND ${UNKNOWN}
+         AND COALESCE(probe_after, created_at + ${secs('$6')}) <= now()
+         AND created_at + ${secs('$7')} > now()
+       RETURNING scope, tenant, key, route, probe_token::text AS token, reconcile_body, probes`,
+      [id.scope, id.tenant, id.key, token, timing.holdMs, timing.afterMs, timing.giveUpAfterMs],
+    );
+    if (rows[0]) return { kind: 'taken', ticket: ticketOf(rows[0]) };
+    return this.dueIn(id, timing);
+  }
+
+  /** When the record's next probe is due, without taking it. */
+  async dueIn(id: RecordId, timing: ProbeTiming): Promise<Exclude<ProbeTake, { kind: 'taken' }>> {
+    const due = await this.pool.query<{ due_in_ms: number; probing: boolean }>(
+      `SELECT GREATEST(0, ceil(extract(epoch FROM (COALESCE(probe_after, created_at + ${secs('$4')}) - now())) * 1000))::float8 AS due_in_ms,
+              created_at + ${secs('$5')} > now() AS probing
+       FROM ${this.table} WHERE ${WHERE_KEY} AND ${UNKNOWN}`,
+      [id.scope, id.tenant, id.key, timing.afterMs, timing.giveUpAfterMs],
+    );
+    const row = due.rows[0];
+    if (!row) return { kind: 'gone' };
+    return { kind: 'not-due', dueInMs: row.probing ? Math.max(row.due_in_ms, 1) : null };
+  }
+
+  /**
+   * Takes the due probes of one route's unknown outcomes, at most `limit`, under the sweep's
+   * try-lock: undefined when another instance is sweeping now. The lock is transaction-level, held
+   * only while the probes are taken, never while they run (see pruner.ts on why not a session lock).
+   */
+  async takeDue(
+    route: string,
+    timing: ProbeTiming,
+    limit: number,
+  ): Promise<ProbeTicket[] | undefined> {
+    return inTransaction(this.pool, async (client) => {
+      const locked = await client.query<{ locked: boolean }>(
+        'SELECT pg_try_advisory_xact_lock(hashtext($1::text)) AS locked',
+        [`${this.lockKey}:${route}`],
+      );
+      if (!locked.rows[0]?.locked) return undefined;
+      const { rows } = await client.query<TicketRow>(
+        `UPDATE ${this.table} AS r
+           SET probe_token = md5(random()::text || clock_timestamp()::text)::uuid,
+               probes = r.probes + 1,
+               probe_after = now() + ${secs('$2')} * power(2, LEAST(r.probes, 5))
+         WHERE (r.scope, r.tenant, r.key) IN (
+           SELECT scope, tenant, key FROM ${this.table}
+           WHERE ${UNKNOWN} AND route = $1::text
+             AND COALESCE(probe_after, created_at + ${secs('$3')}) <= now()
+             AND created_at + ${secs('$4')} > now()
+           ORDER BY created_at LIMIT $5::int FOR UPDATE SKIP LOCKED)
+         RETURNING r.scope, r.tenant, r.key, r.route, r.probe_token::text AS token,
+                   r.reconcile_body, r.probes`,
+        [route, timing.holdMs, timing.afterMs, timing.giveUpAfterMs, limit],
+      );
+      return rows.map(ticketOf);
+    });
+  }
+
+  /**
+   * The probe found the call: the record is completed with `response`, replayed from now on.
+   * Returns its expiry (epoch ms), or null when the ticket no longer holds the record.
+   */
+  async found(ticket: ProbeTicket, response: StoredResponse): Promise<number | null> {
+    const { id } = ticket;
+    return inTransaction(this.pool, async (client) => {
+      const { rows } = await client.query<{ expires_at_ms: number }>(
+        `UPDATE ${this.table} SET status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+                body_omitted = false, outcome_unknown = false, completed_at = now(),
+                reconcile_body = NULL, probe_after = NULL, probe_token = NULL,
+                events = events || jsonb_build_array(jsonb_build_object(
+                  'event', 'reconciled', 'at', now(), 'status', $5::smallint))
+         WHERE ${WHERE_KEY} AND probe_token = $4::uuid AND ${UNKNOWN}
+         RETURNING floor(extract(epoch FROM expires_at) * 1000)::float8 AS expires_at_ms`,
+        [
+          id.scope,
+          id.tenant,
+          id.key,
+          ticket.token,
+          response.status,
+          JSON.stringify(response.headers),
+          response.body,
+        ],
+      );
+      if (!rows[0]) return null;
+      await this.evict(client, id);
+      return rows[0].expires_at_ms;
+    });
+  }
+
+  /** The probe says the call never happened: the record goes, so the next request runs. */
+  async notFound(ticket: ProbeTicket): Promise<boolean> {
+    const { id } = ticket;
+    return inTransaction(this.pool, async (client) => {
+      const { rowCount } = await client.query(
+        `DELETE FROM ${this.table} WHERE ${WHERE_KEY} AND probe_token = $4::uuid AND ${UNKNOWN}`,
+        [id.scope, id.tenant, id.key, ticket.token],
+      );
+      if (rowCount !== 1) return false;
+      await this.evict(client, id);
+      return true;
+    });
+  }
+
+  /** Every instance's replay cache forgets the record (the NOTIFY is sent when this commits). */
+  private async evict(client: { query: Pool['query'] }, id: RecordId): Promise<void> {
+    await client.query('SELECT pg_notify($1::text, $2::text)', [
+      evictionChannel(this.tableName),
+      recordDigest(id),
+    ]);
+  }
+}
+
+interface TicketRow {
+  scope: string;
+  tenant: string;
+  key: string;
+  route: string;
+  token: string;
+  reconcile_body: Buffer | null;
+  probes: number;
+}
+
+function ticketOf(row: TicketRow): ProbeTicket {
+  return {
+    id: { scope: row.scope, tenant: row.tenant, key: row.key },
+    route: row.route,
+    token: row.token,
+    body: row.reconcile_body,
+    probes: row.probes,
+  };
+}
