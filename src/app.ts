@@ -165,7 +165,7 @@ export function createApp(options: AppOptions): App {
           onStoreError,
           principals: current.principals,
         };
-        const timings: Timings = { store: 0, upstream: 0, wait: 0 };
+        const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
         runProtected(deps, protocolOf(policy), request)
           .then((outcome) => noteOutcome(entry, outcome, timings))
@@ -282,6 +282,7 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
   entry.storeMs = timings.store;
   entry.upstreamMs = timings.upstream;
   entry.waitMs = timings.wait;
+  if (timings.firstByte !== undefined) entry.firstByteMs = roundMs(timings.firstByte);
 }
 
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */

@@ -21,6 +21,7 @@ import {
   type Landing,
   type RecordId,
 } from '../store/record';
+import { LiveAnswer } from '../store/live-answer';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
 import { clientGone, sendUpstream, transportFailure } from './outgoing';
 import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
@@ -60,6 +61,7 @@ export async function runProtected<C extends Call>(
         performance.now() + policy.waitTimeoutMs,
         policy.maxWaitersPerKey,
         () => clientGone(request.res),
+        policy.onConcurrent === 'attach' ? new LiveAnswer() : undefined,
       )
     : undefined;
   try {
@@ -129,6 +131,17 @@ async function claimAndAnswer<C extends Call>(
           ...answered('executed'),
           shadow: decision.verdict,
         });
+      case 'attach': {
+        const attached = protocol.attach?.(request, call, decision.live);
+        // The answer outgrew what can be joined whole since: claim again, and wait for the record.
+        if (attached === undefined) {
+          claim = await claimOnce();
+          break;
+        }
+        const end = await attached;
+        if (end === 'gone') return outcomeOf(call, 'client_gone', claim);
+        return { ...answered('attached'), outcomeUnknown: end === 'failed' || undefined };
+      }
       case 'wait': {
         const started = performance.now();
         await storeCall(deps, request, 'wait', () =>
@@ -236,7 +249,7 @@ async function forward<C extends Call>(
     return done('upstream_error', true);
   };
 
-  const receiver = protocol.receive(request, call, settle);
+  const receiver = protocol.receive(request, call, settle, claimant?.live);
   deps.observer?.claimsHeld(1);
   const started = performance.now();
   try {
@@ -269,6 +282,7 @@ async function forward<C extends Call>(
     return done('executed');
   } finally {
     receiver.close();
+    claimant?.live?.close();
     deps.observer?.claimsHeld(-1);
   }
 }
