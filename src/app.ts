@@ -278,6 +278,7 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
   entry.coalesced = outcome.from === 'leader' || undefined;
   entry.outcomeUnknown = outcome.outcomeUnknown;
   entry.landing = outcome.landing;
+  entry.streamedBytes = outcome.streamedBytes;
   entry.shadow = outcome.shadow;
   entry.storeMs = timings.store;
   entry.upstreamMs = timings.upstream;

@@ -65,6 +65,8 @@ export interface RequestLogEntry {
   rawTarget?: string;
   /** A streamed answer: ms from the request's arrival to the first body byte sent to the client. */
   firstByteMs?: number;
+  /** A streamed answer: the bytes of its body sent on (all of them, or how far it got). */
+  streamedBytes?: number;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;
   totalMs: number;
@@ -95,6 +97,7 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     rawTarget: undefined,
     tool: undefined,
     firstByteMs: undefined,
+    streamedBytes: undefined,
   };
 }
 

@@ -208,6 +208,7 @@ async function forward<C extends Call>(
     attempts,
     outcomeUnknown,
     landing,
+    streamedBytes: receiver.streamedBytes,
   });
   // The upstream has answered, so the client gets its answer whatever the store says: a write the
   // store could not make at once it keeps sending (queued), and one it gives up on (failed) leaves

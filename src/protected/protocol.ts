@@ -130,6 +130,8 @@ export interface Outcome {
    * `failed` (the store gave up on it).
    */
   readonly landing?: 'queued' | 'stale' | 'failed';
+  /** Bytes of a streamed answer sent to the client (kept when it broke off, for the operator). */
+  readonly streamedBytes?: number;
 }
 
 /**
@@ -185,6 +187,8 @@ export interface AnswerReceiver extends ResponseReceiver {
   readonly status: number;
   /** True once the client has the head (a stream, or an answer too large to keep whole). */
   readonly streaming: boolean;
+  /** Bytes of the body the client has been sent as they came; undefined when none was streamed. */
+  readonly streamedBytes?: number;
   /** True once the receiver has settled the claim itself. */
   readonly settled: boolean;
   /** The settlement for an answer that has ended. */

@@ -29,8 +29,7 @@ import {
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId } from '../store/record';
-import { attachClient } from './attach';
-import { UpstreamAnswer } from './rest-answer';
+import { attachClient, UpstreamAnswer } from './rest-answer';
 import {
   BODY_OMITTED_HEADER,
   type Call,

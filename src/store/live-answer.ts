@@ -8,7 +8,7 @@
 //
 //   waiting ──open(head)──► open ──end()──► ended      close() before open: opened resolves false
 //                            └──fail()──► failed       (the answer was not a stream: repeats wait)
-import type { HeaderPairs } from './record';
+import type { HeaderPairs } from '../http/headers';
 
 export interface LiveHead {
   readonly status: number;

@@ -237,7 +237,11 @@ test('a stream that stalls past the upstream timeout is cut, and its outcome is 
   const key = nextKey();
   const first = await post(proxy, '/stream', key);
   await expect(first.body).rejects.toThrow('aborted');
-  expect(Buffer.concat(first.chunks).toString()).toBe(SSE.pieces.slice(0, 2).join(''));
+  const sent = SSE.pieces.slice(0, 2).join('');
+  expect(Buffer.concat(first.chunks).toString()).toBe(sent);
+  // The operator's record of how far it got: the log line of the call that was cut.
+  const line = proxy.logs.find((entry) => entry.key === key);
+  expect(line).toMatchObject({ outcomeUnknown: true, streamedBytes: sent.length });
   const retry = await post(proxy, '/stream', key);
   expect(retry.res.statusCode).toBe(504);
   expect(retry.res.headers['idempotency-outcome']).toBe('unknown');
