@@ -10,6 +10,7 @@ import {
   type StreamUpstream,
 } from '../support/stream-upstream';
 import { eventually } from '../support/eventually';
+import { recordFigures } from '../support/run-report';
 
 const SSE: StreamScript = {
   contentType: 'text/event-stream',
@@ -39,6 +40,10 @@ routes:
   - { name: stream, match: { path: /stream }, upstream: api, idempotency: { onConcurrent: attach, lockTimeout: 10s } }
   - { name: small, match: { path: /small }, upstream: api, idempotency: { maxResponseBytes: 64b } }
   - { name: bulk, match: { path: /bulk }, upstream: api, idempotency: { maxResponseBytes: 1mb } }
+  - name: bulk-attach
+    match: { path: /bulk-attach }
+    upstream: api
+    idempotency: { onConcurrent: attach, maxResponseBytes: 1mb }
   - name: typed
     match: { path: /typed }
     upstream: api
@@ -209,6 +214,9 @@ test('a repeat on another instance waits for the record and gets the whole body'
   open();
   const waited = await elsewhere;
   const [firstBody, waitedBody] = await Promise.all([first.body, waited.body]);
+  recordFigures(__filename, 'a repeat on another instance', {
+    answeredAfterUpstreamEndMs: performance.now() - upstream.endedAt()!,
+  });
   expect(waitedBody.equals(firstBody)).toBe(true);
   expect(waited.res.headers['idempotent-replayed']).toBe('true');
   expect(upstream.executions()).toHaveLength(1);
@@ -300,4 +308,26 @@ test('a client that reads slowly holds the upstream back: the proxy never buffer
   expect(upstream.executions()).toHaveLength(1);
   const replay = await post(proxy, '/bulk', key);
   expect(replay.res.headers['idempotent-body-omitted']).toBe('true');
+});
+
+test('an attached repeat that reads slowly is cut off once it falls too far behind; the first is not held back', async () => {
+  const piece = `${JSON.stringify({ fill: 'y'.repeat(64 * 1024 - 12) })}\n`;
+  const pieces = 256; // 16 MiB
+  upstream.script = {
+    contentType: 'application/x-ndjson',
+    pieces: Array(pieces).fill(piece),
+    paceMs: 0,
+  };
+  const key = nextKey();
+  const open = upstream.gate(2);
+  const first = await post(proxy, '/bulk-attach', key);
+  await eventually(() => expect(first.received()).toBe(3 * piece.length));
+  const slow = await post(proxy, '/bulk-attach', key, { paused: true });
+  expect(slow.res.headers['idempotent-replayed']).toBe('true');
+  open();
+  expect((await first.body).length).toBe(pieces * piece.length);
+  slow.res.resume();
+  await expect(slow.body).rejects.toThrow('aborted');
+  expect(slow.received()).toBeLessThan(pieces * piece.length);
+  expect(upstream.executions()).toHaveLength(1);
 });

@@ -19,6 +19,8 @@ export interface StreamScript {
 export interface StreamUpstream extends TestUpstream {
   /** What happened, in order: `upstream:sent:<i>`, `upstream:end`, and what the test adds. */
   readonly order: string[];
+  /** performance.now() when the last stream ended, for figures (never asserted on). */
+  readonly endedAt: () => number | undefined;
   /** Holds the stream after piece `index` until the returned function is called. */
   gate(index: number): () => void;
   script: StreamScript;
@@ -27,7 +29,7 @@ export interface StreamUpstream extends TestUpstream {
 export async function startStreamUpstream(script: StreamScript): Promise<StreamUpstream> {
   const order: string[] = [];
   const gates = new Map<number, Promise<void>>();
-  const state = { script };
+  const state: { script: StreamScript; endedAt?: number } = { script };
   const upstream = await startUpstream(async (_req, res: http.ServerResponse) => {
     const { contentType, pieces, paceMs, breakAfter, stallAfter } = state.script;
     res.writeHead(200, contentType === undefined ? {} : { 'content-type': contentType });
@@ -46,7 +48,7 @@ export async function startStreamUpstream(script: StreamScript): Promise<StreamU
       else if (i < pieces.length - 1) await sleep(paceMs);
     }
     order.push('upstream:end');
-    res.end();
+    res.end(() => (state.endedAt = performance.now()));
   });
   const gate = (index: number): (() => void) => {
     let open!: () => void;
@@ -54,12 +56,15 @@ export async function startStreamUpstream(script: StreamScript): Promise<StreamU
     return () => open();
   };
   // Accessors, not Object.assign (which would copy the script once, as a plain value).
-  return Object.defineProperties(Object.assign(upstream, { order, gate }), {
-    script: {
-      get: () => state.script,
-      set: (next: StreamScript) => (state.script = next),
+  return Object.defineProperties(
+    Object.assign(upstream, { order, gate, endedAt: () => state.endedAt }),
+    {
+      script: {
+        get: () => state.script,
+        set: (next: StreamScript) => (state.script = next),
+      },
     },
-  }) as StreamUpstream;
+  ) as StreamUpstream;
 }
 
 function write(res: http.ServerResponse, piece: string): Promise<void> {
