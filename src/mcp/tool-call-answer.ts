@@ -22,6 +22,7 @@ import {
 } from '../idempotency/canonical-json';
 import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
+import { StreamCapture } from '../protected/stream-capture';
 import { type AnswerReceiver, expiresHeader } from '../protected/protocol';
 import type { HeaderPairs } from '../store/record';
 import {
@@ -59,8 +60,8 @@ export class ToolCallAnswer implements AnswerReceiver {
   private found = false;
   /** Bytes after the final response, written once the record is settled. */
   private held: Buffer[] = [];
-  private chunks: Buffer[] = [];
-  private total = 0;
+  /** A JSON answer as it arrives (protected/stream-capture.ts). */
+  private readonly kept: StreamCapture;
 
   private readonly policy: IdempotencyPolicy;
 
@@ -73,6 +74,7 @@ export class ToolCallAnswer implements AnswerReceiver {
     readonly close: () => void,
   ) {
     this.policy = call.policy;
+    this.kept = new StreamCapture(call.policy.maxResponseBytes);
   }
 
   head(status: number, headers: IncomingHttpHeaders): void {
@@ -123,7 +125,7 @@ export class ToolCallAnswer implements AnswerReceiver {
       return this.unknown(
         'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
       );
-    if (this.streaming) return stored(this.notStored(this.total));
+    if (this.streaming) return stored(this.notStored(this.kept.total));
     const final = this.finalIn(this.body());
     return (
       final ??
@@ -186,20 +188,18 @@ export class ToolCallAnswer implements AnswerReceiver {
 
   /** A JSON answer, kept up to maxResponseBytes; a larger one streams to the client as it comes. */
   private keep(chunk: Buffer): Promise<void> | undefined {
-    this.total += chunk.length;
-    if (!this.streaming && this.total > this.policy.maxResponseBytes) {
+    if (this.kept.add(chunk)) return undefined;
+    const earlier = this.kept.takeOverflowed();
+    if (!this.streaming) {
       this.streaming = true;
       startStreaming(this.res, this.status, this.headers, this.contentLength);
-      for (const kept of this.chunks) this.res.write(kept);
-      this.chunks = [];
+      for (const kept of earlier) this.res.write(kept);
     }
-    if (this.streaming) return writeChunk(this.res, chunk);
-    this.chunks.push(chunk);
-    return undefined;
+    return writeChunk(this.res, chunk);
   }
 
   private body(): Buffer {
-    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+    return this.kept.body();
   }
 
   /** The settlement if `text` is the JSON-RPC response to this call, else undefined. */
