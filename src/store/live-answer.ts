@@ -45,6 +45,11 @@ export class LiveAnswer {
     return this.state === 'open' && this.capture!.whole;
   }
 
+  /** True until the answer streams or ends: `opened` has not resolved yet. */
+  get pending(): boolean {
+    return this.state === 'waiting';
+  }
+
   /** How many repeats are attached now. */
   get attached(): number {
     return this.listeners.size;

@@ -146,7 +146,10 @@ export class LocalKeys {
               ? Promise.race([
                   entry.changed.promise,
                   entry.settled.promise,
-                  live?.opened.then((open) => (open ? undefined : NEVER)) ?? NEVER,
+                  // Only while it may still open: a settled promise would wake this loop forever.
+                  live?.pending === true
+                    ? live.opened.then((open) => (open ? undefined : NEVER))
+                    : NEVER,
                 ])
               : entry.settled.promise;
         // A client gone or a deadline passed: the claimant knows, and stops (pipeline.ts).
