@@ -5,7 +5,8 @@
 //   claim ─┬─ claimed ──► forward
 //          ├─ completed ─► replay
 //          ├─ mismatch ──► 422 (record untouched)
-//          └─ in flight ─┬─ lease left ─► 409 + Retry-After, or (wait) wait until it changes
+//          ├─ attached ──► attach (onConcurrent: attach, a stream running in this process)
+//          └─ in flight ─┬─ lease left ─► 409 + Retry-After, or (wait, attach) wait until it changes
 //                        └─ lease over ─► fail: settle as unknown, replay
 //                                         retry: take over, forward
 //

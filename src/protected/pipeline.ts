@@ -1,7 +1,8 @@
 // One protected request, whatever its protocol (docs/record-lifecycle.md):
 //
 //   read the call ─► claim ─► decide ─┬─ answer: replay, 422, 409, 503 ───────────────► Outcome
-//   (protocol)       (store)  (pure)  ├─ wait / take over / settle unknown ─► claim again, or answer
+//   (protocol)       (store)  (pure)  ├─ attach: join the stream the key's first request runs here
+//                                     ├─ wait / take over / settle unknown ─► claim again, or answer
 //                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
 //
 // The protocol (protocol.ts: rest.ts, mcp/protocol.ts) reads the call and writes the answers; the
