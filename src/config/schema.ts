@@ -207,7 +207,8 @@ export const IDEMPOTENCY_DEFAULTS = {
   replaySetCookie: false,
   logKey: 'plain',
   maxWaitersPerKey: 1000,
-  streams: { contentTypes: ['text/event-stream', 'application/x-ndjson'], chunked: true },
+  // Not chunked by default: Node's own writeHead + end(body) sends a plain answer chunked.
+  streams: { contentTypes: ['text/event-stream', 'application/x-ndjson'], chunked: false },
   // Headers that answer one caller's credentials: a later caller replaying the record must not get
   // another's challenge or nonce. Set-Cookie has its own switch (replaySetCookie).
   dropReplayHeaders: ['www-authenticate', 'authentication-info', 'proxy-authentication-info'],
@@ -282,7 +283,7 @@ const streamsBlock = strict(
     ),
     chunked: opt(
       bool,
-      'An answer sent chunked with no Content-Length is a stream too.',
+      'An answer sent chunked with no Content-Length is a stream too (off by default: many servers send a plain answer chunked).',
       D.streams.chunked,
     ),
   },

@@ -37,7 +37,10 @@ const yaml = (url: string): string => `
 store: { table: "\${TEST_TABLE}" }
 upstreams: { api: { url: ${url}, timeout: 2s } }
 routes:
-  - { name: stream, match: { path: /stream }, upstream: api, idempotency: { onConcurrent: attach, lockTimeout: 10s } }
+  - name: stream
+    match: { path: /stream }
+    upstream: api
+    idempotency: { onConcurrent: attach, lockTimeout: 10s, streams: { chunked: true } }
   - { name: small, match: { path: /small }, upstream: api, idempotency: { maxResponseBytes: 64b } }
   - { name: bulk, match: { path: /bulk }, upstream: api, idempotency: { maxResponseBytes: 1mb } }
   - name: bulk-attach
@@ -47,7 +50,7 @@ routes:
   - name: typed
     match: { path: /typed }
     upstream: api
-    idempotency: { streams: { contentTypes: [text/event-stream], chunked: false } }
+    idempotency: { streams: { contentTypes: [text/event-stream] } }
 `;
 
 beforeAll(async () => {
@@ -147,10 +150,15 @@ describe.each([
     expect(upstream.executions()).toHaveLength(1);
     const line = proxy.logs.find((entry) => entry.key === key && entry.outcome === 'executed');
     expect(line?.firstByteMs).toEqual(expect.any(Number));
+    expect(line?.streamedBytes).toBe(whole(script).length);
+    const metrics = await proxy.metrics.registry.metrics();
+    expect(metrics).toMatch(
+      /^idempotency_proxy_stream_first_byte_seconds_count\{route="stream"\} [1-9]/m,
+    );
   });
 });
 
-test('a route whose streams rule names only event streams keeps a chunked answer whole', async () => {
+test('a chunked answer of another type is kept whole by default, and sent with its length', async () => {
   upstream.script = CHUNKED;
   const key = nextKey();
   let first = true;

@@ -109,7 +109,7 @@ describe('defaults', () => {
       replayedHeader: 'Idempotent-Replayed',
       streams: {
         contentTypes: new Set(['text/event-stream', 'application/x-ndjson']),
-        chunked: true,
+        chunked: false,
       },
       enforce: true,
       allowSafeMethods: false,
