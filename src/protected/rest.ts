@@ -29,7 +29,8 @@ import {
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId } from '../store/record';
-import { attachClient, UpstreamAnswer } from './rest-answer';
+import { attachClient } from './outgoing';
+import { UpstreamAnswer } from './rest-answer';
 import {
   BODY_OMITTED_HEADER,
   type Call,

@@ -25,8 +25,11 @@ export interface Capture {
 /** A repeat attached to the answer. */
 export interface LiveListener {
   chunk(chunk: Buffer): void;
-  /** The record is settled and the answer ended as it did for the first client. */
-  end(): void;
+  /**
+   * The record is settled and the answer ended as it did for the first client; `final`: the message
+   * it ended with, where a protocol answers each caller under its own id (MCP).
+   */
+  end(final?: Buffer): void;
   /** The answer broke off (the upstream failed mid-stream): the repeat's answer is cut too. */
   fail(): void;
 }
@@ -67,8 +70,8 @@ export class LiveAnswer {
     for (const listener of this.listeners) listener.chunk(chunk);
   }
 
-  end(): void {
-    this.finish('ended');
+  end(final?: Buffer): void {
+    this.finish('ended', final);
   }
 
   fail(): void {
@@ -98,13 +101,13 @@ export class LiveAnswer {
     this.listeners.delete(listener);
   }
 
-  private finish(state: 'ended' | 'failed'): void {
+  private finish(state: 'ended' | 'failed', final?: Buffer): void {
     if (this.state !== 'open') return;
     this.state = state;
     const listeners = [...this.listeners];
     this.listeners.clear();
     for (const listener of listeners) {
-      if (state === 'ended') listener.end();
+      if (state === 'ended') listener.end(final);
       else listener.fail();
     }
   }

@@ -47,6 +47,7 @@ routes:
     match: { path: /bulk-attach }
     upstream: api
     idempotency: { onConcurrent: attach, maxResponseBytes: 1mb }
+  - { name: tools, match: { path: /mcp }, upstream: api, idempotency: { onConcurrent: attach, mcp: {} } }
   - name: typed
     match: { path: /typed }
     upstream: api
@@ -85,7 +86,12 @@ function post(
   target: TestProxy,
   path: string,
   key: string,
-  options: { body?: string; onChunk?: (chunk: Buffer) => void; paused?: boolean } = {},
+  options: {
+    body?: string;
+    onChunk?: (chunk: Buffer) => void;
+    paused?: boolean;
+    headers?: http.OutgoingHttpHeaders;
+  } = {},
 ): Promise<Streamed> {
   return new Promise((resolve, reject) => {
     const payload = options.body ?? '{"ask":"stream"}';
@@ -95,6 +101,7 @@ function post(
         'idempotency-key': key,
         'content-type': 'application/json',
         'content-length': Buffer.byteLength(payload),
+        ...options.headers,
       },
     });
     req.on('response', (res) => {
@@ -338,4 +345,56 @@ test('an attached repeat that reads slowly is cut off once it falls too far behi
   await expect(slow.body).rejects.toThrow('aborted');
   expect(slow.received()).toBeLessThan(pieces * piece.length);
   expect(upstream.executions()).toHaveLength(1);
+});
+
+describe('an MCP tool call', () => {
+  const call = (id: number): string =>
+    JSON.stringify({
+      jsonrpc: '2.0',
+      id,
+      method: 'tools/call',
+      params: { name: 'refund', arguments: { order: 42 } },
+    });
+  const progress = (n: number): string =>
+    `event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":${n}}}\n\n`;
+  const MCP: StreamScript = {
+    contentType: 'text/event-stream',
+    pieces: [
+      progress(1),
+      // A request of the server's own: for the first caller only.
+      'event: message\ndata: {"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}\n\n',
+      progress(2),
+      progress(3),
+      'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"refunded"}]}}\n\n',
+    ],
+    paceMs: 100,
+  };
+  const headers = { accept: 'application/json, text/event-stream' };
+
+  test('a retry attaches: the notifications so far and live, then the result under its own id', async () => {
+    upstream.script = MCP;
+    const key = nextKey();
+    const open = upstream.gate(2);
+    const first = await post(proxy, '/mcp', key, { body: call(1), headers });
+    await eventually(() => expect(first.received()).toBe(MCP.pieces.slice(0, 3).join('').length));
+    const retry = await post(proxy, '/mcp', key, { body: call(2), headers });
+    await eventually(() =>
+      expect(Buffer.concat(retry.chunks).toString()).toBe(progress(1) + progress(2)),
+    );
+    open();
+    const [firstBody, retryBody] = await Promise.all([first.body, retry.body]);
+    expect(firstBody.toString()).toBe(MCP.pieces.join(''));
+    expect(retryBody.toString()).toBe(
+      `${progress(1)}${progress(2)}${progress(3)}event: message\ndata: {"jsonrpc":"2.0","id":2,"result":{"content":[{"text":"refunded","type":"text"}]}}\n\n`,
+    );
+    // The result as the record keeps it (canonical JSON), as a later replay gets it too.
+    const replay = await post(proxy, '/mcp', key, { body: call(3), headers });
+    expect(JSON.parse((await replay.body).toString())).toEqual({
+      jsonrpc: '2.0',
+      id: 3,
+      result: { content: [{ type: 'text', text: 'refunded' }] },
+    });
+    expect(retry.res.headers['idempotent-replayed']).toBe('true');
+    expect(upstream.executions()).toHaveLength(1);
+  });
 });
