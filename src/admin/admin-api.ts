@@ -17,6 +17,7 @@ import {
 import { findRecord } from '../store/postgres/record-queries';
 import type { RecordId } from '../store/record';
 import { authorized, decodeSegment, json, problem, tenantOf } from './admin-http';
+import { routeOfScope } from '../idempotency/scope';
 import type { AdminDeps } from './admin-deps';
 
 export const DEFAULT_LIMIT = 50;
@@ -156,7 +157,7 @@ function resolveTenant(config: ProxyConfig, scope: string, params: URLSearchPara
           error: 'tenantHash is the 64 hex digits /api/records lists as "tenant" (empty for none).',
         };
   }
-  const route = config.routes.find((r) => r.idempotency?.scope === scope);
+  const route = routeOfScope(config.routes, scope);
   const parts = route?.idempotency?.tenant ?? [];
   if (values.length === 0) return { hash: tenantOf(parts, []) };
   if (!route)

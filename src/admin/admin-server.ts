@@ -15,6 +15,7 @@ import { handleApi } from './admin-api';
 import type { AdminDeps } from './admin-deps';
 import { sendConsolePage } from './console-page';
 import { createListener, type Listener } from '../listener';
+import { routeOfScope } from '../idempotency/scope';
 
 const READINESS_TIMEOUT_MS = 2_000;
 
@@ -133,7 +134,7 @@ async function keys(
     })
   )
     return;
-  const route = config.routes.find((r) => r.idempotency?.scope === scope);
+  const route = routeOfScope(config.routes, scope);
   if (!route?.idempotency) {
     return problem(res, 404, 'Unknown route', `No protected route or group is named "${scope}".`);
   }

@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { hashKey } from '../app';
 import type { ProxyConfig } from '../config/types';
 import { deleteRecord } from '../store/postgres/record-queries';
+import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';
 
 /** Deletes `id`'s record; false when there was none. */
@@ -25,7 +26,7 @@ export async function clearRecord(
   // Even when no row was there: memory must not hold what the database does not.
   forget?.(id);
   if (!deleted) return false;
-  const route = config.routes.find((r) => r.idempotency?.scope === id.scope);
+  const route = routeOfScope(config.routes, id.scope);
   logger?.info(
     {
       admin: 'clear',

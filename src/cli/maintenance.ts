@@ -8,6 +8,7 @@ import type { CliArgs } from './args';
 import { UsageError } from './args';
 import { openDatabase } from './database';
 import { clearRecord } from '../admin/clear-record';
+import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';
 
 export async function runPrune(config: ProxyConfig, logger: Logger): Promise<number> {
@@ -30,7 +31,9 @@ function recordIdOf(
   tenants: readonly string[],
   key: string,
 ): RecordId {
-  const route = config.routes.find((r) => r.idempotency?.scope === name || r.name === name);
+  const route =
+    config.routes.find((r) => r.idempotency?.scope === name || r.name === name) ??
+    routeOfScope(config.routes, name);
   if (!route?.idempotency) {
     const known = [...new Set(config.routes.flatMap((r) => r.idempotency?.scope ?? []))];
     throw new UsageError(
@@ -42,8 +45,10 @@ function recordIdOf(
       `route "${route.name}" is scoped by ${route.idempotency.tenant.length} tenant part(s); pass one --tenant per part, in order`,
     );
   }
+  // A route scoped by path (an ACP profile's) is named with it: `checkout /checkout_sessions`.
+  const { scope, scopeByPath } = route.idempotency;
   return {
-    scope: route.idempotency.scope,
+    scope: scopeByPath && name.startsWith(`${scope} /`) ? name : scope,
     tenant: tenantOf(route.idempotency.tenant, tenants),
     key,
   };

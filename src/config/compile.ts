@@ -25,6 +25,10 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from './types';
 import { parseDurationMs, parseSizeBytes } from './units';
+import { problemJson } from '../http/problem';
+import { PROFILES } from '../profiles';
+import { applyProfile } from '../profiles/apply';
+import { checkProfileRoute } from '../profiles/check';
 import { formatPath, type IssuePath, type PathIssue } from './path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
@@ -186,6 +190,11 @@ export function checkConfig(parsed: ParsedConfig): PathIssue[] {
       ['defaults', 'mcp'],
       'mcp marks one route as fronting an MCP server; set it on that route, not in defaults',
     );
+  if (parsed.defaults?.profile !== undefined)
+    add(
+      ['defaults', 'profile'],
+      "profile makes one route speak a commerce protocol's contract; set it on that route, not in defaults",
+    );
   if (parsed.defaults?.a2a !== undefined)
     add(
       ['defaults', 'a2a'],
@@ -219,6 +228,8 @@ function checkProtectedRoute(
       });
     });
   }
+  if (block.profile !== undefined)
+    issues.push(...checkProfileRoute(PROFILES[block.profile], block, defaults, at, BUILT_IN.ttl));
   if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
   const derive = block.key?.derive ?? defaults?.key?.derive;
@@ -433,7 +444,7 @@ function resolvePolicy(
     parts,
     ignore: mcp ? [] : fingerprint.ignore.map((field) => field.split('.').slice(1)),
   };
-  return {
+  const policy: IdempotencyPolicy = {
     scope: pick('group') ?? route.name,
     key: {
       header: key.header.toLowerCase(),
@@ -493,7 +504,12 @@ function resolvePolicy(
     ]),
     mcp,
     a2a: block.a2a === undefined ? null : {},
+    profile: null,
+    errorShape: problemJson,
+    echoKeyAs: null,
+    scopeByPath: false,
   };
+  return block.profile === undefined ? policy : applyProfile(policy, PROFILES[block.profile]);
 }
 
 function compileMcp(block: NonNullable<IdempotencyBlock['mcp']>): McpPolicy {

@@ -420,6 +420,10 @@ export const idempotencySchema = strict(
       mcpOrFlag,
       'The route fronts an MCP server (Streamable HTTP): only tools/call requests for the listed tools are protected, keyed by header, params.idempotencyKey or tool + arguments; everything else passes through.',
     ),
+    profile: opt(
+      z.enum(['acp', 'ucp'], { error: 'expected acp or ucp' }),
+      "Speak a commerce protocol's idempotency contract (statuses, error bodies, key and storage rules): acp (Agentic Commerce Protocol) or ucp (Universal Commerce Protocol); see docs/protocol-profiles.md.",
+    ),
     a2a: opt(
       a2aOrFlag,
       'The route fronts an A2A agent: only message sends (JSON-RPC SendMessage, SendStreamingMessage, message/send, message/stream; HTTP+JSON POST …/message:send, …/message:stream) are protected, keyed by the key header or message.messageId; everything else passes through.',

@@ -2,6 +2,8 @@
 // validated, defaulted and converted to units (milliseconds, bytes), so nothing on the request path
 // re-checks config. Produced by compile.ts from the zod-parsed YAML; frozen after compilation.
 
+import type { ErrorShape } from '../http/problem';
+
 export type HttpMethod = 'GET' | 'HEAD' | 'OPTIONS' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 export const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -112,6 +114,8 @@ export type RequestPart =
   | { readonly kind: 'path' }
   | { readonly kind: 'query' }
   | { readonly kind: 'body' }
+  /** The body's bytes, never parsed as JSON (a protocol profile's, not a config part). */
+  | { readonly kind: 'raw-body' }
   | { readonly kind: 'body-field'; readonly path: readonly string[] }
   | { readonly kind: 'header'; readonly name: string } // lower-case
   | { readonly kind: 'query-param'; readonly name: string };
@@ -217,6 +221,14 @@ export interface IdempotencyPolicy {
   readonly mcp: McpPolicy | null;
   /** Set on a route that fronts an A2A agent: only message sends are claimed, keyed by messageId. */
   readonly a2a: A2aPolicy | null;
+  /** The commerce protocol whose contract the route speaks (src/profiles), or null. */
+  readonly profile: 'acp' | 'ucp' | null;
+  /** How the proxy's own errors are written on this route: problem+json, or the profile's shape. */
+  readonly errorShape: ErrorShape;
+  /** Response header every answer to a keyed request echoes its key in (original spelling); null: none. */
+  readonly echoKeyAs: string | null;
+  /** Keys are unique per request path too (the record's scope is the route's plus the path). */
+  readonly scopeByPath: boolean;
 }
 
 export interface RouteMatch {

@@ -1,4 +1,5 @@
-// Renders the proxy's own errors as application/problem+json (RFC 9457).
+// Renders the proxy's own errors as application/problem+json (RFC 9457), or, on a route that speaks
+// a commerce protocol's contract (idempotency.profile), in that protocol's own error shape.
 import type { ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 
@@ -43,17 +44,33 @@ export function problemHeaders(error: ProxyError, bodyLength: number): [string, 
   return headers;
 }
 
+/** One of the proxy's errors as written on the wire: status, headers (content-length too) and body. */
+export interface ErrorAnswer {
+  readonly status: number;
+  readonly headers: [string, string][];
+  readonly body: Buffer;
+}
+
+/** How a route writes the proxy's errors: problem+json, or a protocol profile's shape (src/profiles). */
+export type ErrorShape = (error: ProxyError) => ErrorAnswer;
+
+export const problemJson: ErrorShape = (error) => {
+  const body = Buffer.from(JSON.stringify(problemBody(error)));
+  return { status: error.status, headers: problemHeaders(error, body.length), body };
+};
+
 export function sendProblem(
   res: ServerResponse,
   error: ProxyError,
   extraHeaders: readonly (readonly [string, string])[] = [],
+  shape: ErrorShape = problemJson,
 ): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
-  const body = Buffer.from(JSON.stringify(problemBody(error)));
-  const headers = [...problemHeaders(error, body.length), ...extraHeaders];
-  res.writeHead(error.status, headers.flat());
-  res.end(body);
+  const answer = shape(error);
+  const headers = [...answer.headers, ...extraHeaders];
+  res.writeHead(answer.status, headers.flat());
+  res.end(answer.body);
 }

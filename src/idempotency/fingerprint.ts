@@ -10,6 +10,7 @@
 //   path          "path", path as received (not percent-decoded)
 //   query         "query", pair count, then name and value of each pair (canonical order, below)
 //   body          "body", mode ("json" | "bytes"), content (canonical JSON | raw bytes)
+//   raw-body      "raw-body", the bytes as sent, whatever the content type (a UCP profile's)
 //   body-field    "body-field", segment count, segments..., then "absent" | "json", canonical JSON
 //   header        "header", name, then "absent" | "present", value count, values...
 //   query-param   "query-param", name, then "absent" | "present", value count, values...
@@ -90,7 +91,7 @@ export function computeRawFingerprint(
   const framed = new FramedHash('fingerprint-raw/v1');
   let bodyWritten = false;
   for (const part of policy.parts) {
-    if (part.kind !== 'body' && part.kind !== 'body-field') {
+    if (part.kind !== 'body' && part.kind !== 'body-field' && part.kind !== 'raw-body') {
       writePart(framed, part, input, NO_BODY, policy.ignore);
     } else if (!bodyWritten) {
       bodyWritten = true;
@@ -322,6 +323,9 @@ function writePart(
       return;
     case 'body':
       writeBody(framed.field('body'), input, body, ignore);
+      return;
+    case 'raw-body':
+      framed.field('raw-body').field(input.body);
       return;
     case 'body-field':
       writeBodyField(framed.field('body-field').list(part.path), part.path, body, ignore);

@@ -37,10 +37,13 @@ export async function readPrincipal(
         route: route.name,
         retryAfterSeconds: 1,
       }),
+      [],
+      policy.errorShape,
     );
   } else {
     const error = new ProxyError('AUTH_TOKEN_INVALID', verified.detail, { route: route.name });
-    sendProblem(res, error, [['www-authenticate', wwwAuthenticate(verified.detail)]]);
+    const challenge = [['www-authenticate', wwwAuthenticate(verified.detail)]] as const;
+    sendProblem(res, error, challenge, policy.errorShape);
   }
   return { label: 'unauthorized' };
 }

@@ -9,6 +9,7 @@ import type { OutcomeLabel } from '../http/request-log';
 import type { RequestTarget } from '../http/router';
 import type { RequestTrace } from '../observability/tracing';
 import type { JwtPrincipals } from '../auth/jwt-principals';
+import { scopeOf } from '../idempotency/scope';
 import { type Claims, tenantHash } from '../idempotency/tenant';
 import type { LiveAnswer } from '../store/live-answer';
 import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
@@ -99,14 +100,17 @@ export interface Call {
   readonly tool?: string;
 }
 
-/** The record a call with `key` claims under `policy` (its scope, and the request's tenant). */
+/**
+ * The record a call with `key` claims under `policy` (its scope, and the request's tenant). A route
+ * scoped by path (an ACP profile's: identity + endpoint path) adds the request path to its scope.
+ */
 export function recordIdOf(
   request: ProtectedRequest,
-  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant'>,
+  policy: Pick<IdempotencyPolicy, 'scope' | 'tenant' | 'scopeByPath'>,
   key: string,
 ): RecordId {
   const tenant = tenantHash(request.req.headers, policy.tenant, request.principal);
-  return { scope: policy.scope, tenant, key };
+  return { scope: scopeOf(policy, request.target.path), tenant, key };
 }
 
 /**

@@ -14,6 +14,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { LiveAnswer } from '../store/live-answer';
+import type { IdempotencyPolicy } from '../config/types';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 import type { Settlement } from './decide';
 import { startStreaming, writeChunk } from './outgoing';
@@ -93,7 +94,8 @@ export class UpstreamAnswer implements AnswerReceiver {
   end(expiresAt?: number): void {
     if (!this.streaming) {
       const expires = expiresHeader(expiresAt);
-      writeWhole(this.res, this.status, this.headers, this.capture.body(), expires);
+      const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
+      writeWhole(this.res, this.status, this.headers, this.capture.body(), withEcho(expires, echo));
     } else if (!this.res.destroyed) {
       if (this.held !== undefined) this.res.write(this.held);
       this.held = undefined;
@@ -114,7 +116,8 @@ export class UpstreamAnswer implements AnswerReceiver {
     this.streaming = true;
     const length = this.contentLength;
     this.holdsLast = typeof length === 'string';
-    startStreaming(this.res, this.status, this.headers, length);
+    const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
+    startStreaming(this.res, this.status, withEcho(this.headers, echo), length);
   }
 
   /** The headers a repeat gets: Set-Cookie only where the route replays it. */
@@ -124,3 +127,25 @@ export class UpstreamAnswer implements AnswerReceiver {
       : this.headers.filter(([name]) => name !== 'set-cookie');
   }
 }
+
+/**
+ * The key echoed on an answer, on a route that echoes it (an ACP profile's `Idempotency-Key`):
+ * nothing when the answer carries it already (the upstream echoed it), or there is no key.
+ */
+export function echoedKey(
+  policy: IdempotencyPolicy,
+  key: string | undefined,
+  headers: HeaderPairs,
+): HeaderPairs {
+  const echo = policy.echoKeyAs;
+  if (echo === null || key === undefined) return NO_HEADERS;
+  const lower = echo.toLowerCase();
+  return headers.some(([name]) => name === lower) ? NO_HEADERS : [[echo, key]];
+}
+
+/** `headers` with the echoed key after them; the same array when there is none (most routes). */
+export function withEcho(headers: HeaderPairs, echo: HeaderPairs): HeaderPairs {
+  return echo.length === 0 ? headers : [...headers, ...echo];
+}
+
+const NO_HEADERS: HeaderPairs = Object.freeze([]);

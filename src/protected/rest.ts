@@ -16,7 +16,7 @@
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
-import { problemBody, problemHeaders, sendProblem } from '../http/problem';
+import { sendProblem } from '../http/problem';
 import { writeWhole } from '../http/response';
 import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
 import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
@@ -30,7 +30,7 @@ import {
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId } from '../store/record';
 import { attachClient } from './outgoing';
-import { UpstreamAnswer } from './rest-answer';
+import { echoedKey, UpstreamAnswer, withEcho } from './rest-answer';
 import {
   BODY_OMITTED_HEADER,
   type Call,
@@ -51,27 +51,37 @@ export const REST: Protocol<Call> = {
   read: readRestCall,
   replay(request, call, stored, replayed) {
     const expires = expiresHeader(stored.expiresAt);
+    const echo = echoedKey(request.policy, call.id.key, stored.headers);
     if (!replayed)
-      return writeWhole(request.res, stored.status, stored.headers, stored.body, expires);
+      return writeWhole(
+        request.res,
+        stored.status,
+        stored.headers,
+        stored.body,
+        withEcho(expires, echo),
+      );
     const extra: (readonly [string, string])[] = [
       [request.policy.replayedHeader, 'true'],
       ...expires,
     ];
+    if (echo.length !== 0) extra.push(echo[0]!);
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
     if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
     const headers = replayHeaders(stored.headers, request.policy.dropReplayHeaders);
     writeWhole(request.res, stored.status, headers, stored.body, extra);
   },
-  refuse(request, _call, error) {
-    sendProblem(request.res, error);
+  refuse(request, call, error) {
+    const { policy } = request;
+    sendProblem(request.res, error, echoedKey(policy, call.id.key, []), policy.errorShape);
   },
-  unknownOutcome(_call, error) {
-    const body = Buffer.from(JSON.stringify(problemBody(error)));
+  unknownOutcome(call, error) {
+    const answer = call.policy.errorShape(error);
     const headers: HeaderPairs = [
-      ...problemHeaders(error, body.length).filter(([name]) => name !== 'content-length'),
+      ...answer.headers.filter(([name]) => name !== 'content-length'),
       [OUTCOME_HEADER, 'unknown'],
     ];
-    return { status: error.status, headers, body, bodyOmitted: false, outcomeUnknown: true };
+    const { status, body } = answer;
+    return { status, headers, body, bodyOmitted: false, outcomeUnknown: true };
   },
   reusedDetail:
     'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
@@ -82,6 +92,7 @@ export const REST: Protocol<Call> = {
     return attachClient(request, live, (headers) => [
       ...replayHeaders(headers, request.policy.dropReplayHeaders),
       ...extra,
+      ...echoedKey(request.policy, call.id.key, headers),
     ]);
   },
 };
@@ -113,16 +124,9 @@ async function readRestCall(
         request,
         missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
       );
-    sendProblem(
-      res,
-      new ProxyError(
-        missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID',
-        parsed.detail,
-        {
-          route: route.name,
-        },
-      ),
-    );
+    const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+    const error = new ProxyError(code, parsed.detail, { route: route.name });
+    sendProblem(res, error, [], policy.errorShape);
     return { label: missing ? 'missing_key' : 'invalid_key' };
   }
   const headerKey = parsed.ok ? parsed.key : undefined;
@@ -147,6 +151,8 @@ async function readRestCall(
         `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
         { route: route.name, key: headerKey },
       ),
+      echoedKey(policy, headerKey, []),
+      policy.errorShape,
     );
     return { label: 'too_large', key: headerKey };
   }
@@ -206,7 +212,7 @@ async function readRestCall(
         key: sentKey,
         shadow: 'would_reject_duplicate_key',
       });
-    sendProblem(res, duplicateKeyError(route.name, sentKey));
+    sendProblem(res, duplicateKeyError(route.name, sentKey), [], policy.errorShape);
     return { label: 'bad_request', key: sentKey };
   }
 }
@@ -232,7 +238,7 @@ async function readBodyKey(
         label: 'executed',
         shadow: 'would_reject_duplicate_key',
       });
-    sendProblem(res, duplicateKeyError(route.name, undefined));
+    sendProblem(res, duplicateKeyError(route.name, undefined), [], policy.errorShape);
     return { label: 'bad_request' };
   }
   if (found?.ok) return { ok: true, key: found.key };
@@ -247,7 +253,7 @@ async function readBodyKey(
     });
   const detail = found === undefined ? missingKeyDetail(policy.key) : found.detail;
   const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-  sendProblem(res, new ProxyError(code, detail, { route: route.name }));
+  sendProblem(res, new ProxyError(code, detail, { route: route.name }), [], policy.errorShape);
   return { label: missing ? 'missing_key' : 'invalid_key' };
 }
 

@@ -67,7 +67,7 @@ export async function forwardUnstored(
   } catch (error) {
     if (answered)
       res.destroy(); // the client already has a head and part of a body
-    else sendProblem(res, transportFailure(route, error, key).error);
+    else sendProblem(res, transportFailure(route, error, key).error, [], request.policy.errorShape);
     return { ...outcome, label: 'upstream_error' };
   } finally {
     request.timings.upstream += performance.now() - started;

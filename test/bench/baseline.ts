@@ -1,9 +1,12 @@
 // --baseline <git-ref> (npm run bench, npm run bench:instructions): a second build of the proxy,
 // from another commit, measured in the same run as the current one.
 //
-// The ref is checked out into a temporary git worktree (`git worktree add --detach`), the current
-// checkout's node_modules is symlinked into it, and it is built with the proxy's own
-// `npx tsc -p tsconfig.json`. The built tree (without .git) is copied to
+// The ref is checked out into a temporary git worktree (`git worktree add --detach`) and built with
+// the proxy's own `npx tsc -p tsconfig.json`. Its dependencies are the current checkout's
+// node_modules (a symlink) when its package-lock.json is the same; when the lockfile differs it
+// gets its own (`npm ci`), because a build measured on another build's dependencies may not even
+// run (a commit from before a major undici upgrade calls the new undici with the old handler API).
+// The built tree (without .git) is copied to
 // <os.tmpdir()>/idempotency-proxy-baseline/<commit>/ and the worktree removed — at once, and also on
 // a failure or a Ctrl-C — so a second run with the same commit starts from the cache in no time.
 // The bench itself (test/bench) is always the current checkout's: only the proxy comes from the ref.
@@ -21,6 +24,8 @@ interface Marker {
   readonly commit: string;
   readonly builtAt: string;
   readonly buildWarning?: string;
+  /** 'own': installed from the commit's own lockfile, kept in the cache with it. */
+  readonly dependencies?: 'own' | 'current checkout';
 }
 
 /** What exists only while the baseline is being built: removed by finishBuild or the exit hook. */
@@ -37,8 +42,9 @@ export async function prepareBaseline(ref: string): Promise<Build> {
   const label = `baseline ${ref} (${short})`;
   const dir = path.join(BASELINE_CACHE, commit);
   const cached = readMarker(dir);
-  if (cached && fs.existsSync(path.join(dir, 'dist', 'main.js'))) {
-    linkNodeModules(dir);
+  // A cache entry from before the bench told dependencies apart may hold the wrong ones: built anew.
+  if (cached?.dependencies && fs.existsSync(path.join(dir, 'dist', 'main.js'))) {
+    if (cached.dependencies !== 'own') linkNodeModules(dir);
     say(`baseline ${ref} = ${short}: built before, from ${dir}`);
     return build(label, dir, ref, commit, true, cached.buildWarning);
   }
@@ -55,8 +61,19 @@ export async function prepareBaseline(ref: string): Promise<Build> {
   git(['worktree', 'add', '--detach', worktree, commit]);
   pending.worktree = worktree;
   try {
-    linkNodeModules(worktree);
-    say(`baseline ${short}: npx tsc -p tsconfig.json (node_modules: the current checkout's)…`);
+    const dependencies = sameLockfile(worktree) ? 'current checkout' : 'own';
+    if (dependencies === 'own') {
+      say(`baseline ${short}: its package-lock.json differs from this checkout's: npm ci…`);
+      const install = await run('npm', ['ci', '--no-audit', '--no-fund'], worktree);
+      if (install.code !== 0) {
+        throw new Error(`the baseline ${ref} (${short}): npm ci failed:\n${install.output}`);
+      }
+    } else {
+      linkNodeModules(worktree);
+    }
+    say(
+      `baseline ${short}: npx tsc -p tsconfig.json (node_modules: ${dependencies === 'own' ? 'its own' : "the current checkout's"})…`,
+    );
     const { code, output } = await run('npx', ['tsc', '-p', 'tsconfig.json'], worktree);
     let buildWarning: string | undefined;
     if (code !== 0) {
@@ -74,12 +91,25 @@ export async function prepareBaseline(ref: string): Promise<Build> {
       recursive: true,
       filter: (source) => !['.git', 'node_modules'].includes(path.relative(worktree, source)),
     });
-    const marker: Marker = { ref, commit, builtAt: new Date().toISOString(), buildWarning };
+    if (dependencies === 'own') {
+      // Moved, not copied: the workspace links inside are relative, so they still point into the tree.
+      fs.renameSync(
+        path.join(worktree, 'node_modules'),
+        path.join(pending.partial, 'node_modules'),
+      );
+    }
+    const marker: Marker = {
+      ref,
+      commit,
+      builtAt: new Date().toISOString(),
+      buildWarning,
+      dependencies,
+    };
     fs.writeFileSync(path.join(pending.partial, MARKER), `${JSON.stringify(marker, null, 2)}\n`);
     fs.rmSync(dir, { recursive: true, force: true }); // a half-made one without its marker
     fs.renameSync(pending.partial, dir);
     pending.partial = undefined;
-    linkNodeModules(dir);
+    if (dependencies !== 'own') linkNodeModules(dir);
     say(
       `baseline ${short}: built in ${((Date.now() - started) / 1000).toFixed(0)} s, cached in ${dir}`,
     );
@@ -125,7 +155,20 @@ function readMarker(dir: string): Marker | undefined {
   }
 }
 
-/** The dependencies are taken as the same (or close enough): the current checkout's node_modules. */
+/** Whether the checked-out commit locks the same dependencies as the current checkout. */
+function sameLockfile(worktree: string): boolean {
+  const lockfile = (root: string): string | undefined => {
+    try {
+      return fs.readFileSync(path.join(root, 'package-lock.json'), 'utf8');
+    } catch {
+      return undefined;
+    }
+  };
+  const theirs = lockfile(worktree);
+  return theirs !== undefined && theirs === lockfile(ROOT);
+}
+
+/** The same lockfile: the current checkout's node_modules serves the baseline too. */
 function linkNodeModules(dir: string): void {
   const link = path.join(dir, 'node_modules');
   fs.rmSync(link, { force: true });

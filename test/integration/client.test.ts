@@ -79,6 +79,14 @@ routes:
     match: { path: /dead }
     upstream: dead
     idempotency: {}
+  - name: acp
+    match: { path: /acp/** }
+    upstream: api
+    idempotency: { profile: acp, tenant: ['header:x-shop-caller'] }
+  - name: ucp
+    match: { path: /ucp/** }
+    upstream: api
+    idempotency: { profile: ucp, tenant: ['header:x-shop-caller'] }
 `,
   });
 });
@@ -252,6 +260,62 @@ describe('against the proxy', () => {
     expect(executionsOf(key)).toHaveLength(1);
   });
 
+  describe.each([
+    ['acp', 422],
+    ['ucp', 409],
+  ])('on a %s profile route', (profile, conflictStatus) => {
+    const shopPost = (key: string, extra: Partial<IdempotentFetchInit> = {}) =>
+      post(key, {
+        headers: { 'content-type': 'application/json', 'x-shop-caller': 'agent-7' },
+        ...extra,
+      });
+
+    test(`a ${conflictStatus} idempotency_conflict is final: one attempt`, async () => {
+      const key = newKey();
+      const { waits, sleep: fakeSleep } = recordingSleep();
+      await idempotentFetch(`${proxy.url}/${profile}/checkout`, shopPost(key));
+      const changed = await idempotentFetch(
+        `${proxy.url}/${profile}/checkout`,
+        shopPost(key, { body: JSON.stringify({ ...refund, amount: 45 }), sleep: fakeSleep }),
+      );
+      expect(changed).toMatchObject({ status: conflictStatus, attempts: 1, replayed: false });
+      expect(await changed.response.json()).toMatchObject({ code: 'idempotency_conflict' });
+      expect(waits).toEqual([]);
+      expect(executionsOf(key)).toHaveLength(1);
+    });
+
+    test('the in-flight 409 with Retry-After is retried until the first answer replays', async () => {
+      const key = newKey();
+      const url = `${proxy.url}/${profile}/checkout?hold`;
+      const first = fetch(url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-shop-caller': 'agent-7',
+          'idempotency-key': key,
+        },
+        body: JSON.stringify(refund),
+      });
+      await heldUpstream(key);
+      const retries: RetryInfo[] = [];
+      const result = await idempotentFetch(
+        url,
+        shopPost(key, {
+          retry: { baseDelayMs: 20, maxDelayMs: 50, maxAttempts: 50 },
+          onRetry: (info) => {
+            retries.push(info);
+            release(key);
+          },
+        }),
+      );
+      expect((await first).status).toBe(201);
+      expect(result).toMatchObject({ status: 201, replayed: true });
+      expect(retries[0]).toMatchObject({ reason: 'in-flight', status: 409 });
+      expect(retries[0]?.retryAfterMs).toBeGreaterThanOrEqual(1_000);
+      expect(executionsOf(key)).toHaveLength(1);
+    });
+  });
+
   test('surfaces Idempotency-Outcome: unknown and does not retry it', async () => {
     const key = newKey();
     const { waits, sleep: fakeSleep } = recordingSleep();
@@ -328,6 +392,26 @@ describe('without a proxy', () => {
     });
     expect(result).toMatchObject({ status, attempts: 1 });
     expect(calls).toHaveLength(1);
+  });
+
+  test('retries a 409 with Retry-After (in flight), not one without (a UCP conflict)', async () => {
+    const inFlight = fixed(409, { 'retry-after': '0' });
+    const retried = await idempotentFetch('http://proxy.test/x', {
+      method: 'POST',
+      idempotencyKey: 'k-1',
+      fetch: inFlight.fake,
+      retry: { maxAttempts: 2 },
+    });
+    expect(retried).toMatchObject({ status: 409, attempts: 2 });
+    const conflict = fixed(409);
+    const final = await idempotentFetch('http://proxy.test/x', {
+      method: 'POST',
+      idempotencyKey: 'k-1',
+      fetch: conflict.fake,
+      retry: { maxAttempts: 2 },
+    });
+    expect(final).toMatchObject({ status: 409, attempts: 1 });
+    expect(conflict.calls).toHaveLength(1);
   });
 
   test('does not retry a replayed answer, whatever its status', async () => {

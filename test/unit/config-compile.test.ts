@@ -6,6 +6,7 @@ import { describeConfig, describeStored, maskPassword } from '../../src/config/d
 import { parseConfigText } from '../../src/config/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
+import { problemJson } from '../../src/http/problem';
 
 const SPEC_EXAMPLE = fs.readFileSync(
   path.join(__dirname, '../fixtures/config/spec-example.yaml'),
@@ -78,8 +79,10 @@ describe('defaults', () => {
   });
 
   it('fills every idempotency field of a protected route from the built-in defaults', () => {
-    const { storesStatus, fingerprintEpoch, ...policy } = config.routes[0]!.idempotency!;
+    const { storesStatus, fingerprintEpoch, errorShape, ...policy } =
+      config.routes[0]!.idempotency!;
     expect(fingerprintEpoch).toMatch(/^[\w-]{16}$/);
+    expect(errorShape).toBe(problemJson);
     expect(policy).toEqual({
       scope: 'orders',
       key: {
@@ -118,6 +121,9 @@ describe('defaults', () => {
       maxWaitersPerKey: 1000,
       mcp: null,
       a2a: null,
+      profile: null,
+      echoKeyAs: null,
+      scopeByPath: false,
       dropReplayHeaders: new Set([
         'www-authenticate',
         'authentication-info',

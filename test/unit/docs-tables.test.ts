@@ -9,6 +9,7 @@ import ts from 'typescript';
 import { ERROR_TABLE } from '../../src/errors';
 import { newLogEntry } from '../../src/http/request-log';
 import { ProxyMetrics } from '../../src/observability/metrics';
+import { PROFILES } from '../../src/profiles';
 
 const ROOT = path.join(__dirname, '../..');
 const read = (file: string) => fs.readFileSync(path.join(ROOT, file), 'utf8');
@@ -176,4 +177,17 @@ describe('docs/metrics-and-logs.md log fields', () => {
     );
     expect(sorted(documented.flatMap((cells) => codes(cells[1])))).toEqual(sorted(verdicts));
   });
+});
+
+describe('docs/protocol-profiles.md: one table per profile', () => {
+  const headings = {
+    acp: '## ACP: Agentic Commerce Protocol',
+    ucp: '## UCP: Universal Commerce Protocol',
+  };
+  for (const profile of Object.values(PROFILES)) {
+    it(`${profile.name}: states every rule of src/profiles/${profile.name}.ts, line by line`, () => {
+      const rows = table('docs/protocol-profiles.md', headings[profile.name], 'rule');
+      expect(rows).toEqual(profile.rules.map((r) => [r.rule, r.proxy, r.source]));
+    });
+  }
 });

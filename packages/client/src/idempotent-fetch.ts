@@ -138,9 +138,11 @@ export class IdempotentFetchError extends Error {
  * is final.
  *
  * Retried (after `Retry-After`, capped at `maxDelayMs`, else full-jitter backoff): network errors,
- * attempts over `attemptTimeoutMs`, 409 (the first request is still running), 429, 503, and 502/504
- * *without* `Idempotency-Outcome: unknown` (nothing reached the upstream). Final, returned as is:
- * everything else — successes, 400, 413, 422 and other 4xx, 500, a replay, and a 502/504 *with*
+ * attempts over `attemptTimeoutMs`, 409 with `Retry-After` (the first request is still running),
+ * 429, 503, and 502/504 *without* `Idempotency-Outcome: unknown` (nothing reached the upstream).
+ * Final, returned as is: everything else — successes, 400, 413, 422 (a key reused with another
+ * body; on an ACP profile route too), a 409 without `Retry-After` (a UCP profile route's key
+ * reused) and other 4xx, 500, a replay, and a 502/504 *with*
  * `Idempotency-Outcome: unknown`, which the proxy has stored and would only replay.
  *
  * Resolves with the last response once an answer is final or the attempts or the budget run out
@@ -224,6 +226,7 @@ export async function idempotentFetch(
         status: response.status,
         replayed,
         outcomeUnknown: outcome !== undefined,
+        retryAfterSent: response.headers.has('retry-after'),
       });
       if (retryReason === undefined) return final;
       const retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after'), now());

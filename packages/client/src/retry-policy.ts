@@ -4,7 +4,8 @@
 //
 //   answer                                   retry?  wait
 //   network error / attempt timed out        yes     backoff         (it may have run: same key)
-//   409 key in flight                        yes     Retry-After ≤ maxDelayMs, else backoff
+//   409 key in flight (with Retry-After)     yes     Retry-After ≤ maxDelayMs, else backoff
+//   409 without Retry-After                  no      (a UCP route's key reused with another body)
 //   429, 503                                 yes     Retry-After ≤ maxDelayMs, else backoff
 //   502, 504 without Idempotency-Outcome     yes     Retry-After ≤ maxDelayMs, else backoff
 //   502, 504 with Idempotency-Outcome: unknown  no   (stored under `fail`: a retry replays it)
@@ -101,6 +102,12 @@ export interface ResponseFacts {
   readonly status: number;
   readonly replayed: boolean;
   readonly outcomeUnknown: boolean;
+  /**
+   * Whether the answer carries `Retry-After`. The proxy's in-flight 409 always does (so does ACP's
+   * `idempotency_in_flight`); a 409 without it is final — on a UCP profile route, the key reused
+   * with another body. Unset: treated as sent.
+   */
+  readonly retryAfterSent?: boolean;
 }
 
 /** The reason to retry a response, or undefined when the response is the final answer. */
@@ -112,7 +119,7 @@ export function retryReasonFor(facts: ResponseFacts): RetryReason | undefined {
   if (facts.outcomeUnknown) return undefined;
   switch (facts.status) {
     case 409:
-      return 'in-flight';
+      return facts.retryAfterSent === false ? undefined : 'in-flight';
     case 429:
       return 'rate-limited';
     case 503:

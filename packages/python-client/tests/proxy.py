@@ -42,6 +42,16 @@ upstreams:
   tools: {{ url: {upstream_url}, timeout: 10s }}
   impatient: {{ url: {upstream_url}, timeout: 1s }}
 routes:
+  - name: acp
+    match: {{ path: /acp/** }}
+    upstream: tools
+    stripPrefix: /acp
+    idempotency: {{ profile: acp, tenant: ["header:x-shop-caller"], lockTimeout: 20s }}
+  - name: ucp
+    match: {{ path: /ucp/** }}
+    upstream: tools
+    stripPrefix: /ucp
+    idempotency: {{ profile: ucp, tenant: ["header:x-shop-caller"], lockTimeout: 20s }}
   - name: unknown
     match: {{ path: /unknown/** }}
     upstream: impatient

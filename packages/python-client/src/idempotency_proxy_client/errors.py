@@ -52,19 +52,20 @@ class UnknownOutcomeError(IdempotencyError):
 
 
 class KeyReusedError(IdempotencyError):
-    """422 from the proxy: this key already belongs to a request with another payload.
+    """This key already belongs to a request with another payload: 422 from the proxy (problem+json,
+    or the flat error of an ACP profile route), or 409 from a UCP profile route.
 
     Nothing was forwarded and the first request's record is untouched. Resend the arguments saved
     when the action was first attempted, or derive a new key for what is a new action.
     """
 
-    def __init__(self, *, key: str, detail: str | None, response: Any):
+    def __init__(self, *, key: str, detail: str | None, response: Any, status: int = 422):
         super().__init__(
-            f"idempotency key {key} was already used with a different request payload (422); "
+            f"idempotency key {key} was already used with a different request payload ({status}); "
             "resend the original arguments or use a new key for a new action"
             + (f": {detail}" if detail else ""),
             key=key,
-            status=422,
+            status=status,
             detail=detail,
             response=response,
         )
@@ -72,10 +73,16 @@ class KeyReusedError(IdempotencyError):
 
 #: The proxy's problem ``code`` for a key reused with another fingerprint.
 KEY_REUSED_CODE = "IDEMPOTENCY_KEY_REUSED"
+#: The codes of a key reused with another payload: the proxy's, and the commerce protocols' (ACP
+#: 422 and UCP 409 on a profile route).
+KEY_REUSED_CODES = frozenset({KEY_REUSED_CODE, "idempotency_conflict"})
+#: The statuses such an answer comes with.
+MISMATCH_STATUSES = frozenset({409, 422})
 
 
 def problem_fields(content_type: str | None, body: bytes) -> tuple[str | None, str | None]:
-    """``(code, detail)`` of an RFC 9457 problem document; ``(None, None)`` for anything else."""
+    """``(code, detail)`` of an RFC 9457 problem document, or of a commerce protocol's error (ACP's
+    ``message``, UCP's ``content``); ``(None, None)`` for anything else."""
     if content_type is None or "json" not in content_type.lower():
         return None, None
     try:
@@ -84,7 +91,8 @@ def problem_fields(content_type: str | None, body: bytes) -> tuple[str | None, s
         return None, None
     if not isinstance(document, dict):
         return None, None
-    code, detail = document.get("code"), document.get("detail")
+    code = document.get("code")
+    detail = document.get("detail", document.get("message", document.get("content")))
     return (
         code if isinstance(code, str) else None,
         detail if isinstance(detail, str) else None,

@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from .errors import KEY_REUSED_CODE, KeyReusedError, UnknownOutcomeError, problem_fields
+from .errors import (
+    KEY_REUSED_CODES,
+    MISMATCH_STATUSES,
+    KeyReusedError,
+    UnknownOutcomeError,
+    problem_fields,
+)
 from .keys import DEFAULT_KEY_NAMESPACE, derive_key
 from .outcome import DEFAULT_REPLAYED_HEADER, IdempotencyInfo, read_info
 from .policy import Attempts, RetryPolicy, parse_retry_after, retry_reason
@@ -151,7 +157,7 @@ class Exchange:
     def retry_after_response(self, status: int, headers: Mapping[str, str]) -> float | None:
         """The wait before retrying this answer, or ``None`` when it is the one to return."""
         info = self.info(headers)
-        reason = retry_reason(status, info.replayed, info.outcome)
+        reason = retry_reason(status, info.replayed, info.outcome, "retry-after" in headers)
         if reason is None:
             return None
         delay = self.attempts.wait_before_next(parse_retry_after(headers.get("retry-after")))
@@ -163,10 +169,11 @@ class Exchange:
         return read_info(headers, self.key, self.attempts.count, self.settings.replayed_header)
 
     def needs_body(self, status: int, headers: Mapping[str, str]) -> bool:
-        """True when :meth:`conclude` must see the body: to tell the proxy's 422 from the
-        upstream's, or to put the detail of an unknown outcome in the exception."""
+        """True when :meth:`conclude` must see the body: to tell the proxy's 422 (or a UCP
+        route's 409) from the upstream's, or to put the detail of an unknown outcome in the
+        exception."""
         info = self.info(headers)
-        if status == 422 and not info.replayed:
+        if status in MISMATCH_STATUSES and not info.replayed:
             return True
         return info.outcome == "unknown" and self.settings.raise_on_unknown_outcome
 
@@ -177,8 +184,8 @@ class Exchange:
         unknown outcome unless asked not to."""
         info = self.info(headers)
         code, detail = problem_fields(headers.get("content-type"), body or b"")
-        if status == 422 and not info.replayed and code == KEY_REUSED_CODE:
-            raise KeyReusedError(key=self.key, detail=detail, response=response)
+        if status in MISMATCH_STATUSES and not info.replayed and code in KEY_REUSED_CODES:
+            raise KeyReusedError(key=self.key, status=status, detail=detail, response=response)
         if info.outcome == "unknown" and self.settings.raise_on_unknown_outcome:
             raise UnknownOutcomeError(
                 info=info,

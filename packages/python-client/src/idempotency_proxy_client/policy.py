@@ -4,7 +4,8 @@ Shared by the httpx transports and the requests adapter; it mirrors the TypeScri
 
     answer                                       retry?  wait
     connection error / timeout                   yes     backoff (it may have run: same key)
-    409 key in flight                            yes     Retry-After <= max_delay, else backoff
+    409 key in flight (with Retry-After)         yes     Retry-After <= max_delay, else backoff
+    409 without Retry-After                      no      a UCP route's key reused: KeyReusedError
     429, 503                                     yes     Retry-After <= max_delay, else backoff
     502, 504 without Idempotency-Outcome         yes     Retry-After <= max_delay, else backoff
     an Idempotency-Outcome (unknown, reconciled) no      the proxy stored it: a retry replays it
@@ -59,9 +60,18 @@ class RetryPolicy:
         return rand * min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
 
 
-def retry_reason(status: int, replayed: bool, outcome: str | None) -> str | None:
-    """Why a response is worth another attempt, or ``None`` when it is the final answer."""
+def retry_reason(
+    status: int, replayed: bool, outcome: str | None, retry_after_sent: bool = True
+) -> str | None:
+    """Why a response is worth another attempt, or ``None`` when it is the final answer.
+
+    The proxy's in-flight 409 always carries ``Retry-After`` (so does ACP's
+    ``idempotency_in_flight``); a 409 without it is final: on a UCP profile route, the key reused
+    with another body.
+    """
     if replayed or outcome is not None:
+        return None
+    if status == 409 and not retry_after_sent:
         return None
     return {
         409: "in-flight",
