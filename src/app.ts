@@ -169,7 +169,7 @@ export function createApp(options: AppOptions): App {
           principals: current.principals,
           reconciler: options.reconciler,
         };
-        const timings: Timings = { store: 0, upstream: 0, wait: 0 };
+        const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
         runProtected(deps, protocolOf(policy), request)
           .then((outcome) => noteOutcome(entry, outcome, timings))
@@ -283,10 +283,12 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
   entry.outcomeUnknown = outcome.outcomeUnknown;
   entry.landing = outcome.landing;
   entry.reconcile = outcome.reconcile;
+  entry.streamedBytes = outcome.streamedBytes;
   entry.shadow = outcome.shadow;
   entry.storeMs = timings.store;
   entry.upstreamMs = timings.upstream;
   entry.waitMs = timings.wait;
+  if (timings.firstByte !== undefined) entry.firstByteMs = roundMs(timings.firstByte);
 }
 
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */

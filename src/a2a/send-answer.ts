@@ -26,6 +26,7 @@ import { JSON_HEADERS, storedMessage } from '../mcp/jsonrpc';
 import { SseReader } from '../mcp/sse';
 import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
+import { StreamCapture } from '../protected/stream-capture';
 import type { AnswerReceiver } from '../protected/protocol';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 import { a2aProblem, REST_HEADERS, restErrorBody, rpcErrorMessage, rpcErrorObject } from './errors';
@@ -56,14 +57,18 @@ export class SendAnswer implements AnswerReceiver {
   /** Each event's stored line (JSON-RPC: the message without its id). */
   private lines: string[] = [];
   private results = 0;
-  private chunks: Buffer[] = [];
+  /** Bytes of the event stream's stored lines, kept or not. */
   private total = 0;
+  /** A JSON answer as it arrives (protected/stream-capture.ts). */
+  private readonly kept: StreamCapture;
 
   constructor(
     private readonly res: ServerResponse,
     private readonly place: SendPlace,
     readonly close: () => void,
-  ) {}
+  ) {
+    this.kept = new StreamCapture(place.policy.maxResponseBytes);
+  }
 
   head(status: number, headers: IncomingHttpHeaders): void {
     this.status = status;
@@ -102,7 +107,7 @@ export class SendAnswer implements AnswerReceiver {
         `The A2A agent answered HTTP ${status} without a response to the message, so it may have acted on it.`,
       );
     if (this.events !== undefined) return this.streamSettlement();
-    if (this.streaming) return this.notStored(this.total);
+    if (this.streaming) return this.notStored(this.kept.total);
     const body = this.body();
     if (this.place.idText === undefined) return stored(this.status, this.storedHeaders(), body);
     const message = safeParse(body);
@@ -194,20 +199,18 @@ export class SendAnswer implements AnswerReceiver {
 
   /** A JSON answer, kept up to maxResponseBytes; a larger one streams to the client as it comes. */
   private keep(chunk: Buffer): Promise<void> | undefined {
-    this.total += chunk.length;
-    if (!this.streaming && this.total > this.policy.maxResponseBytes) {
+    if (this.kept.add(chunk)) return undefined;
+    const earlier = this.kept.takeOverflowed();
+    if (!this.streaming) {
       this.streaming = true;
       startStreaming(this.res, this.status, this.headers, this.contentLength);
-      for (const kept of this.chunks) this.res.write(kept);
-      this.chunks = [];
+      for (const kept of earlier) this.res.write(kept);
     }
-    if (this.streaming) return writeChunk(this.res, chunk);
-    this.chunks.push(chunk);
-    return undefined;
+    return writeChunk(this.res, chunk);
   }
 
   private body(): Buffer {
-    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+    return this.kept.body();
   }
 
   /** The answer's Content-Type only: the rest of the agent's head is not what a retry needs. */

@@ -422,6 +422,11 @@ function resolvePolicy(
   const block: IdempotencyBlock = own === true ? {} : own;
   const pick = <K extends keyof IdempotencyBlock>(field: K) => block[field] ?? defaults?.[field];
   const key = { ...BUILT_IN.key, ...defined(defaults?.key), ...defined(block.key) };
+  const streams = {
+    ...BUILT_IN.streams,
+    ...defined(defaults?.streams),
+    ...defined(block.streams),
+  };
   const fingerprint = {
     ...BUILT_IN.fingerprint,
     ...defined(defaults?.fingerprint),
@@ -462,6 +467,10 @@ function resolvePolicy(
     onConcurrent: pick('onConcurrent') ?? (mcp ? 'wait' : BUILT_IN.onConcurrent),
     waitTimeoutMs: parseDurationMs(pick('waitTimeout') ?? BUILT_IN.waitTimeout),
     maxWaitersPerKey: pick('maxWaitersPerKey') ?? BUILT_IN.maxWaitersPerKey,
+    streams: {
+      contentTypes: new Set(streams.contentTypes.map((type) => type.toLowerCase())),
+      chunked: streams.chunked,
+    },
     fingerprint: fingerprintPolicy,
     fingerprintEpoch: fingerprintEpoch(fingerprintPolicy, mcp?.ignore),
     tenant,

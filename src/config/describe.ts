@@ -162,6 +162,7 @@ function describePolicy(policy: IdempotencyPolicy): string[] {
     `fingerprint: ${fingerprint.parts.map(describePart).join(', ')}${ignore.length > 0 ? `; ignoring ${ignore.join(', ')}` : ''}`,
     `stores: ${describeStored(policy.storesStatus)}`,
     `limits: request ${formatSize(policy.maxRequestBytes)}, stored response ${formatSize(policy.maxResponseBytes)}; replay marker ${policy.replayedHeader}${policy.replaySetCookie ? '; replays Set-Cookie' : ''}`,
+    `streams: ${[...policy.streams.contentTypes].join(', ')}${policy.streams.chunked ? ', and any answer sent chunked with no Content-Length' : ''} (sent on as they arrive)`,
     `never replayed: date (sent fresh)${[...policy.dropReplayHeaders].map((name) => `, ${name}`).join('')}`,
     ...(key.derive
       ? [

@@ -207,6 +207,8 @@ export const IDEMPOTENCY_DEFAULTS = {
   replaySetCookie: false,
   logKey: 'plain',
   maxWaitersPerKey: 1000,
+  // Not chunked by default: Node's own writeHead + end(body) sends a plain answer chunked.
+  streams: { contentTypes: ['text/event-stream', 'application/x-ndjson'], chunked: false },
   // Headers that answer one caller's credentials: a later caller replaying the record must not get
   // another's challenge or nonce. Set-Cookie has its own switch (replaySetCookie).
   dropReplayHeaders: ['www-authenticate', 'authentication-info', 'proxy-authentication-info'],
@@ -265,6 +267,27 @@ const fingerprintBlock = strict(
     ),
   },
   'fingerprint settings (parts, ignore)',
+);
+
+const mediaType = pattern(
+  /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+$/i,
+  'expected a media type like "text/event-stream" (no parameters)',
+  'media type',
+);
+const streamsBlock = strict(
+  {
+    contentTypes: opt(
+      z.array(mediaType),
+      'Content-Types of an answer that is a stream: sent on as each chunk arrives, and stored once whole.',
+      D.streams.contentTypes,
+    ),
+    chunked: opt(
+      bool,
+      'An answer sent chunked with no Content-Length is a stream too (off by default: many servers send a plain answer chunked).',
+      D.streams.chunked,
+    ),
+  },
+  'stream settings (contentTypes, chunked)',
 );
 
 const toolPattern = pattern(
@@ -415,17 +438,25 @@ export const idempotencySchema = strict(
       D.unknownOutcome,
     ),
     onConcurrent: opt(
-      z.enum(['reject', 'wait'], { error: 'expected reject or wait' }),
-      'A repeat while the first is in flight: reject (409 + Retry-After) or wait (block until it completes, then replay).',
+      z.enum(['reject', 'wait', 'attach'], { error: 'expected reject, wait or attach' }),
+      'A repeat while the first is in flight: reject (409 + Retry-After), wait (block until it completes, then replay) or attach (a streamed answer: what was sent so far, then the rest live; else as wait).',
       D.onConcurrent,
     ),
-    waitTimeout: opt(timer, 'Longest wait under onConcurrent: wait (then 409).', D.waitTimeout),
+    waitTimeout: opt(
+      timer,
+      'Longest wait under onConcurrent: wait or attach (then 409).',
+      D.waitTimeout,
+    ),
     maxWaitersPerKey: opt(
       integer(1, 1_000_000),
       'Repeats of one key this instance holds waiting for its first request; more get 409.',
       D.maxWaitersPerKey,
     ),
     fingerprint: opt(fingerprintBlock, 'Which request parts a repeat must match (else 422).'),
+    streams: opt(
+      streamsBlock,
+      'Which answers are streams: passed to the client chunk by chunk as they arrive, captured and stored once whole.',
+    ),
     store: opt(
       storeList,
       'Upstream statuses saved and replayed (classes or numbers), except release.',

@@ -194,6 +194,14 @@ export interface ReconcilePolicy {
   readonly giveUpAfterMs: number;
 }
 
+/** `streams:` compiled: what makes an upstream answer a stream. */
+export interface StreamRule {
+  /** Lower-case media types, no parameters. */
+  readonly contentTypes: ReadonlySet<string>;
+  /** An answer with no Content-Length, sent chunked, is a stream. */
+  readonly chunked: boolean;
+}
+
 export interface IdempotencyPolicy {
   /** Route name, or `group` when keys are shared across routes. */
   readonly scope: string;
@@ -203,8 +211,10 @@ export interface IdempotencyPolicy {
   readonly ttlMs: number;
   readonly lockTimeoutMs: number;
   readonly unknownOutcome: 'fail' | 'retry';
-  readonly onConcurrent: 'reject' | 'wait';
+  readonly onConcurrent: 'reject' | 'wait' | 'attach';
   readonly waitTimeoutMs: number;
+  /** Which upstream answers are streams (protected/stream-rule.ts): sent on as they arrive. */
+  readonly streams: StreamRule;
   /** Repeats of one key an instance holds waiting on its first request (local-keys.ts); more get 409. */
   readonly maxWaitersPerKey: number;
   readonly fingerprint: FingerprintPolicy;

@@ -3,6 +3,8 @@
 export type OutcomeLabel =
   | 'executed'
   | 'replayed'
+  /** A repeat joined the answer its key's first request was streaming (onConcurrent: attach). */
+  | 'attached'
   | 'in_flight'
   | 'mismatch'
   | 'missing_key'
@@ -63,6 +65,10 @@ export interface RequestLogEntry {
   tool?: string;
   /** The target's path as sent (loggedPath: no query, `;` values masked), when the edge rewrote it. */
   rawTarget?: string;
+  /** A streamed answer: ms from the request's arrival to the first body byte sent to the client. */
+  firstByteMs?: number;
+  /** A streamed answer: the bytes of its body sent on (all of them, or how far it got). */
+  streamedBytes?: number;
   /** Time spent waiting for an in-flight duplicate (onConcurrent: wait). */
   waitMs: number;
   totalMs: number;
@@ -93,6 +99,8 @@ export function newLogEntry(method: string, path: string): RequestLogEntry {
     reconcile: undefined,
     rawTarget: undefined,
     tool: undefined,
+    firstByteMs: undefined,
+    streamedBytes: undefined,
   };
 }
 

@@ -25,6 +25,7 @@ import {
   type Protocol,
   recordIdOf,
 } from '../protected/protocol';
+import { attachClient } from '../protected/outgoing';
 import { forwardUnstored } from '../protected/shadow';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 import { callPlaceOf, type InFlightToolCalls, sessionOf } from './in-flight-calls';
@@ -74,7 +75,7 @@ export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
     unknownOutcome: (_call, error) => storedUnknownOutcome(error, OUTCOME_HEADER),
     reusedDetail:
       'This key was already used for a call with another tool or other arguments. Use a new key for a new call, or resend the original call unchanged to get its stored result.',
-    receive(request, call, settle) {
+    receive(request, call, settle, live) {
       // The record's own scope and tenant: a cancel is held only for the caller whose call this is.
       const place = {
         scope: call.id.scope,
@@ -83,8 +84,26 @@ export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
       };
       toolCalls.add(place, call.idText);
       const where = { route: request.route.name, key: call.id.key, policy: call.policy };
-      return new ToolCallAnswer(request.res, { ...where, idText: call.idText }, settle, () =>
-        toolCalls.delete(place, call.idText),
+      return new ToolCallAnswer(
+        request.res,
+        { ...where, idText: call.idText },
+        settle,
+        () => toolCalls.delete(place, call.idText),
+        live,
+      );
+    },
+    attach(request, call, live) {
+      // The first call's events so far, then the rest live, then its final message under this
+      // caller's own id.
+      const marks = replayHeaders(request, call, { bodyOmitted: false });
+      return attachClient(
+        request,
+        live,
+        (headers) => [...headers.filter(([name]) => name !== 'set-cookie'), ...marks],
+        (final) =>
+          final === undefined
+            ? undefined
+            : Buffer.from(`event: message\ndata: ${withId(final, call.idText).toString()}\n\n`),
       );
     },
   };
@@ -188,7 +207,7 @@ function refuseBody(res: ServerResponse, refusal: BodyRefusal): Outcome {
 function replayHeaders(
   request: ProtectedRequest,
   call: ToolCall,
-  stored: StoredResponse,
+  stored: Pick<StoredResponse, 'bodyOmitted'>,
 ): HeaderPairs {
   const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
   if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);

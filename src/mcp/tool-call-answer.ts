@@ -22,7 +22,9 @@ import {
 } from '../idempotency/canonical-json';
 import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
+import { StreamCapture } from '../protected/stream-capture';
 import { type AnswerReceiver, expiresHeader } from '../protected/protocol';
+import type { LiveAnswer } from '../store/live-answer';
 import type { HeaderPairs } from '../store/record';
 import {
   errorMessage,
@@ -31,7 +33,7 @@ import {
   type JsonRpcErrorObject,
   storedMessage,
 } from './jsonrpc';
-import { SseReader } from './sse';
+import { type SseEvent, SseReader } from './sse';
 
 /** A protected tools/call as its answers need it: where it runs and under which JSON-RPC id. */
 export interface ToolCallPlace {
@@ -46,6 +48,7 @@ const ID = ['id'];
 const RESULT = ['result'];
 const RESULT_TYPE = ['result', 'resultType'];
 const ERROR = ['error'];
+const METHOD = ['method'];
 
 export class ToolCallAnswer implements AnswerReceiver {
   status = 0;
@@ -59,8 +62,12 @@ export class ToolCallAnswer implements AnswerReceiver {
   private found = false;
   /** Bytes after the final response, written once the record is settled. */
   private held: Buffer[] = [];
-  private chunks: Buffer[] = [];
-  private total = 0;
+  /** Under attach: the event-stream bytes passed on so far, for a repeat that attaches late. */
+  private passed: StreamCapture | undefined;
+  /** Under attach: the final message without its id, for the attached repeats. */
+  private finalForRepeats: Buffer | undefined;
+  /** A JSON answer as it arrives (protected/stream-capture.ts). */
+  private readonly kept: StreamCapture;
 
   private readonly policy: IdempotencyPolicy;
 
@@ -71,8 +78,11 @@ export class ToolCallAnswer implements AnswerReceiver {
     private readonly settle: (settlement: Settlement) => Promise<void>,
     /** The forward is over. */
     readonly close: () => void,
+    /** Under onConcurrent: attach, where the event stream is published for this key's repeats. */
+    private readonly live?: LiveAnswer,
   ) {
     this.policy = call.policy;
+    this.kept = new StreamCapture(call.policy.maxResponseBytes);
   }
 
   head(status: number, headers: IncomingHttpHeaders): void {
@@ -83,6 +93,10 @@ export class ToolCallAnswer implements AnswerReceiver {
       this.events = new SseReader();
       this.streaming = true;
       startStreaming(this.res, status, this.headers, undefined);
+      if (this.live !== undefined) {
+        this.passed = new StreamCapture(this.policy.maxResponseBytes);
+        this.live.open({ status, headers: this.headers }, this.passed);
+      }
     }
   }
 
@@ -102,7 +116,10 @@ export class ToolCallAnswer implements AnswerReceiver {
       }
       verdict = event.data === undefined ? undefined : this.finalIn(event.data);
       if (verdict !== undefined) this.held.push(event.bytes);
-      else written = writeChunk(this.res, event.bytes) ?? written;
+      else {
+        this.publish(event);
+        written = writeChunk(this.res, event.bytes) ?? written;
+      }
     }
     if (verdict === undefined) return written;
     this.found = true;
@@ -123,7 +140,7 @@ export class ToolCallAnswer implements AnswerReceiver {
       return this.unknown(
         'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
       );
-    if (this.streaming) return stored(this.notStored(this.total));
+    if (this.streaming) return stored(this.notStored(this.kept.total));
     const final = this.finalIn(this.body());
     return (
       final ??
@@ -135,6 +152,7 @@ export class ToolCallAnswer implements AnswerReceiver {
 
   /** Finishes the client's answer once the record is settled. */
   end(expiresAt?: number): void {
+    this.live?.end(this.finalForRepeats);
     if (this.res.destroyed) return;
     if (!this.streaming) {
       writeWhole(this.res, this.status, this.headers, this.body(), expiresHeader(expiresAt));
@@ -153,6 +171,7 @@ export class ToolCallAnswer implements AnswerReceiver {
    * cut.
    */
   endBroken(error: ProxyError): void {
+    this.live?.fail();
     if (this.res.destroyed) return;
     if (this.events === undefined) {
       this.res.destroy();
@@ -184,22 +203,39 @@ export class ToolCallAnswer implements AnswerReceiver {
     }
   }
 
+  /**
+   * Passes an event the first client got on to the repeats attached to the stream: notifications
+   * (progress, logs), not the server's own requests, which only the first caller may answer.
+   */
+  private publish(event: SseEvent): void {
+    if (this.live === undefined || this.passed === undefined) return;
+    if (event.data !== undefined) {
+      let message: ParsedJson | null = null;
+      try {
+        message = parseJson(event.data);
+      } catch {
+        // not JSON: passed on as the first client got it
+      }
+      if (message !== null && hasValueAt(message, ID) && hasValueAt(message, METHOD)) return;
+    }
+    this.passed.add(event.bytes);
+    this.live.push(event.bytes);
+  }
+
   /** A JSON answer, kept up to maxResponseBytes; a larger one streams to the client as it comes. */
   private keep(chunk: Buffer): Promise<void> | undefined {
-    this.total += chunk.length;
-    if (!this.streaming && this.total > this.policy.maxResponseBytes) {
+    if (this.kept.add(chunk)) return undefined;
+    const earlier = this.kept.takeOverflowed();
+    if (!this.streaming) {
       this.streaming = true;
       startStreaming(this.res, this.status, this.headers, this.contentLength);
-      for (const kept of this.chunks) this.res.write(kept);
-      this.chunks = [];
+      for (const kept of earlier) this.res.write(kept);
     }
-    if (this.streaming) return writeChunk(this.res, chunk);
-    this.chunks.push(chunk);
-    return undefined;
+    return writeChunk(this.res, chunk);
   }
 
   private body(): Buffer {
-    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+    return this.kept.body();
   }
 
   /** The settlement if `text` is the JSON-RPC response to this call, else undefined. */
@@ -211,6 +247,7 @@ export class ToolCallAnswer implements AnswerReceiver {
       return undefined; // a duplicate key: not something the proxy can store faithfully
     }
     if (message === null || canonicalizeAt(message, ID) !== this.call.idText) return undefined;
+    if (this.live !== undefined) this.finalForRepeats = finalForRepeats(message);
     if (hasValueAt(message, ERROR)) return { kind: 'release' };
     if (!hasValueAt(message, RESULT)) return undefined; // a request of the server's own
     if (stringAt(message, RESULT_TYPE) === 'input_required') return { kind: 'release' };
@@ -228,6 +265,17 @@ export class ToolCallAnswer implements AnswerReceiver {
     };
     return storedMessage('error', JSON.stringify(error));
   }
+}
+
+/** The final message as each attached repeat gets it, under its own id (withId). */
+function finalForRepeats(message: ParsedJson): Buffer | undefined {
+  const member = hasValueAt(message, ERROR)
+    ? 'error'
+    : hasValueAt(message, RESULT)
+      ? 'result'
+      : undefined;
+  if (member === undefined) return undefined;
+  return storedMessage(member, canonicalizeAt(message, [member])!);
 }
 
 /** A tool's final message as its record keeps it (its id spliced in per caller: jsonrpc.ts). */

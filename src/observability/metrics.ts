@@ -22,6 +22,7 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly unknownOutcomes: Counter<'route'>;
   private readonly shadow: Counter<'route' | 'would'>;
   private readonly upstreamSeconds: Histogram<'route'>;
+  private readonly firstByteSeconds: Histogram<'route'>;
   private readonly storeSeconds: Histogram<'operation'>;
   private readonly storeErrors: Counter<'operation'>;
   private readonly inFlightClaims: Gauge;
@@ -84,6 +85,13 @@ export class ProxyMetrics implements ProtectedObserver {
     this.upstreamSeconds = new Histogram({
       name: `${PREFIX}upstream_duration_seconds`,
       help: 'Time spent on upstream calls of protected requests.',
+      labelNames: ['route'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.firstByteSeconds = new Histogram({
+      name: `${PREFIX}stream_first_byte_seconds`,
+      help: 'Streamed answers of protected requests: time from the request to its first body byte sent on.',
       labelNames: ['route'],
       buckets: LATENCY_BUCKETS,
       registers,
@@ -206,6 +214,8 @@ export class ProxyMetrics implements ProtectedObserver {
       if (!child) this.upstreamChildren.set(route, (child = this.upstreamSeconds.labels(route)));
       child.observe(entry.upstreamMs / 1000);
     }
+    if (entry.firstByteMs !== undefined)
+      this.firstByteSeconds.observe({ route }, entry.firstByteMs / 1000);
     if (entry.tool !== undefined)
       this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
   }

@@ -50,7 +50,7 @@ export const ACP: Profile = {
     {
       rule: 'Same key, original request still in flight: 409 `idempotency_in_flight`',
       proxy:
-        '409 `{"type":"invalid_request","code":"idempotency_in_flight",…}` with `Retry-After` (seconds left on the first request’s lease); `check` refuses `onConcurrent: wait`',
+        '409 `{"type":"invalid_request","code":"idempotency_in_flight",…}` with `Retry-After` (seconds left on the first request’s lease); `check` refuses `onConcurrent: wait` and `attach`',
       source: `${RFC}, 6.4 Error Responses`,
     },
     {

@@ -5,7 +5,8 @@
 //   claim ─┬─ claimed ──► forward
 //          ├─ completed ─► replay
 //          ├─ mismatch ──► 422 (record untouched)
-//          └─ in flight ─┬─ lease left ─► 409 + Retry-After, or (wait) wait until it changes
+//          ├─ attached ──► attach (onConcurrent: attach, a stream running in this process)
+//          └─ in flight ─┬─ lease left ─► 409 + Retry-After, or (wait, attach) wait until it changes
 //                        └─ lease over ─► fail: settle as unknown, replay
 //                                         retry: take over, forward
 //
@@ -14,6 +15,7 @@
 import type { IdempotencyPolicy } from '../config/types';
 import type { ProxyError } from '../errors';
 import type { RequestLogEntry } from '../http/request-log';
+import type { LiveAnswer } from '../store/live-answer';
 import type { ClaimResult, StoredResponse } from '../store/record';
 
 export type ShadowVerdict = NonNullable<RequestLogEntry['shadow']>;
@@ -38,6 +40,8 @@ export type Decision =
   | { readonly kind: 'in-flight'; readonly leaseRemainingMs: number }
   /** onConcurrent: wait — wait for the record to change, then claim again. */
   | { readonly kind: 'wait' }
+  /** onConcurrent: attach — join the answer this process's first request is streaming. */
+  | { readonly kind: 'attach'; readonly live: LiveAnswer }
   /** The holder's lease ended (unknownOutcome: retry): take the claim over and forward. */
   | { readonly kind: 'take-over'; readonly fence: string }
   /** The holder's lease ended (unknownOutcome: fail): store the unknown outcome and replay it. */
@@ -82,10 +86,13 @@ export function decide(
       return { kind: 'replay', response: claim.response };
     case 'mismatch':
       return { kind: 'mismatch' };
+    case 'attached':
+      return { kind: 'attach', live: claim.live };
     case 'in-flight': {
       const lease = claim.leaseRemainingMs;
       if (lease > 0) {
-        const waits = policy.onConcurrent === 'wait' && claim.full !== true && !attempt.waitOver;
+        // Across instances there is no stream to attach to: attach waits for the record.
+        const waits = policy.onConcurrent !== 'reject' && claim.full !== true && !attempt.waitOver;
         if (waits) return { kind: 'wait' };
         return { kind: 'in-flight', leaseRemainingMs: Math.max(1, lease - attempt.waitedMs) };
       }
@@ -108,9 +115,11 @@ function shadowVerdict(claim: ClaimResult, policy: IdempotencyPolicy): ShadowVer
       return 'would_replay';
     case 'mismatch':
       return 'would_reject_mismatch';
+    case 'attached':
+      return 'would_wait';
     case 'in-flight':
       if (claim.leaseRemainingMs > 0)
-        return policy.onConcurrent === 'wait' ? 'would_wait' : 'would_reject_in_flight';
+        return policy.onConcurrent === 'reject' ? 'would_reject_in_flight' : 'would_wait';
       return policy.unknownOutcome === 'retry' ? undefined : 'would_replay';
   }
 }

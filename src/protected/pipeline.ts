@@ -1,7 +1,8 @@
 // One protected request, whatever its protocol (docs/record-lifecycle.md):
 //
 //   read the call ─► claim ─► decide ─┬─ answer: replay, 422, 409, 503 ───────────────► Outcome
-//   (protocol)       (store)  (pure)  ├─ wait / take over / settle unknown ─► claim again, or answer
+//   (protocol)       (store)  (pure)  ├─ attach: join the stream the key's first request runs here
+//                                     ├─ wait / take over / settle unknown ─► claim again, or answer
 //                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
 //
 // The protocol (protocol.ts: rest.ts, mcp/protocol.ts) reads the call and writes the answers; the
@@ -21,6 +22,7 @@ import {
   type Landing,
   type RecordId,
 } from '../store/record';
+import { LiveAnswer } from '../store/live-answer';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
 import { clientGone, sendUpstream, transportFailure } from './outgoing';
 import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
@@ -61,6 +63,7 @@ export async function runProtected<C extends Call>(
         performance.now() + policy.waitTimeoutMs,
         policy.maxWaitersPerKey,
         () => clientGone(request.res),
+        policy.onConcurrent === 'attach' ? new LiveAnswer() : undefined,
       )
     : undefined;
   try {
@@ -162,6 +165,17 @@ async function claimAndAnswer<C extends Call>(
           ...answered('executed'),
           shadow: decision.verdict,
         });
+      case 'attach': {
+        const attached = protocol.attach?.(request, call, decision.live);
+        // The answer outgrew what can be joined whole since: claim again, and wait for the record.
+        if (attached === undefined) {
+          claim = await claimOnce();
+          break;
+        }
+        const end = await attached;
+        if (end === 'gone') return outcomeOf(call, 'client_gone', claim);
+        return { ...answered('attached'), outcomeUnknown: end === 'failed' || undefined };
+      }
       case 'wait': {
         const started = performance.now();
         await storeCall(deps, request, 'wait', () =>
@@ -235,6 +249,7 @@ async function forward<C extends Call>(
     attempts,
     outcomeUnknown,
     landing,
+    streamedBytes: receiver.streamedBytes,
   });
   // The upstream has answered, so the client gets its answer whatever the store says: a write the
   // store could not make at once it keeps sending (queued), and one it gives up on (failed) leaves
@@ -278,7 +293,7 @@ async function forward<C extends Call>(
     return done('upstream_error', true);
   };
 
-  const receiver = protocol.receive(request, call, settle);
+  const receiver = protocol.receive(request, call, settle, claimant?.live);
   deps.observer?.claimsHeld(1);
   const started = performance.now();
   try {
@@ -311,6 +326,7 @@ async function forward<C extends Call>(
     return done('executed');
   } finally {
     receiver.close();
+    claimant?.live?.close();
     deps.observer?.claimsHeld(-1);
   }
 }

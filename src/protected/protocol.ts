@@ -11,6 +11,7 @@ import type { RequestTrace } from '../observability/tracing';
 import type { JwtPrincipals } from '../auth/jwt-principals';
 import { scopeOf } from '../idempotency/scope';
 import { type Claims, tenantHash } from '../idempotency/tenant';
+import type { LiveAnswer } from '../store/live-answer';
 import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
@@ -61,6 +62,10 @@ export interface Timings {
   store: number;
   upstream: number;
   wait: number;
+  /** performance.now() when the request arrived. */
+  readonly startedAt: number;
+  /** A streamed answer: ms from the request's arrival to its first body byte sent to the client. */
+  firstByte?: number;
 }
 
 export interface ProtectedRequest {
@@ -134,6 +139,8 @@ export interface Outcome {
   readonly landing?: 'queued' | 'stale' | 'failed';
   /** What a reconcile probe this request made (or waited for) said (docs/reconcile.md). */
   readonly reconcile?: ReconcileLabel;
+  /** Bytes of a streamed answer sent to the client (kept when it broke off, for the operator). */
+  readonly streamedBytes?: number;
 }
 
 /**
@@ -164,20 +171,33 @@ export interface Protocol<C extends Call> {
   readonly reusedDetail: string;
   /**
    * Takes the upstream's answer to a claimed call. `settle` completes or releases the claim (it
-   * never rejects); a receiver may call it itself as soon as the answer decides it.
+   * never rejects); a receiver may call it itself as soon as the answer decides it. `live`, under
+   * onConcurrent: attach: where a receiver that streams the answer publishes it for repeats.
    */
   receive(
     request: ProtectedRequest,
     call: C,
     settle: (settlement: Settlement) => Promise<void>,
+    live?: LiveAnswer,
   ): AnswerReceiver;
+  /**
+   * Writes the answer another request of this process is streaming to this repeat's client (what
+   * was sent so far, then the rest live); resolves how it ended. Undefined when the answer can no
+   * longer be joined (or the protocol attaches to nothing): the repeat claims again, and waits.
+   */
+  attach?(request: ProtectedRequest, call: C, live: LiveAnswer): Promise<AttachEnd> | undefined;
 }
+
+/** How an attached repeat's answer ended: whole, cut with the first's, or its client left. */
+export type AttachEnd = 'ended' | 'failed' | 'gone';
 
 export interface AnswerReceiver extends ResponseReceiver {
   /** The upstream's status once its head arrived; 0 before. */
   readonly status: number;
   /** True once the client has the head (a stream, or an answer too large to keep whole). */
   readonly streaming: boolean;
+  /** Bytes of the body the client has been sent as they came; undefined when none was streamed. */
+  readonly streamedBytes?: number;
   /** True once the receiver has settled the claim itself. */
   readonly settled: boolean;
   /** The settlement for an answer that has ended. */

@@ -13,12 +13,11 @@
 // A sent key's fingerprint is computed only if the store asks for it: a repeat of bytes seen
 // before is answered by their raw fingerprint (store/coalescing-store.ts). Canonical JSON costs a
 // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
 import { sendProblem } from '../http/problem';
-import { responseHeaderPairs, writeWhole } from '../http/response';
+import { writeWhole } from '../http/response';
 import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
 import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
 import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from '../idempotency/derived-key';
@@ -29,11 +28,10 @@ import {
   RAW_FINGERPRINT_MIN_BYTES,
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
-import type { HeaderPairs, RecordId, StoredResponse } from '../store/record';
-import type { Settlement } from './decide';
-import { startStreaming, writeChunk } from './outgoing';
+import type { HeaderPairs, RecordId } from '../store/record';
+import { attachClient } from './outgoing';
+import { echoedKey, UpstreamAnswer, withEcho } from './rest-answer';
 import {
-  type AnswerReceiver,
   BODY_OMITTED_HEADER,
   type Call,
   expiresHeader,
@@ -69,7 +67,7 @@ export const REST: Protocol<Call> = {
     if (echo.length !== 0) extra.push(echo[0]!);
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
     if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-    const headers = replayHeaders(stored, request.policy.dropReplayHeaders);
+    const headers = replayHeaders(stored.headers, request.policy.dropReplayHeaders);
     writeWhole(request.res, stored.status, headers, stored.body, extra);
   },
   refuse(request, call, error) {
@@ -87,7 +85,16 @@ export const REST: Protocol<Call> = {
   },
   reusedDetail:
     'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
-  receive: (request, call) => new UpstreamAnswer(request.res, call),
+  receive: (request, call, _settle, live) => new UpstreamAnswer(request, call, live),
+  attach(request, call, live) {
+    const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
+    if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
+    return attachClient(request, live, (headers) => [
+      ...replayHeaders(headers, request.policy.dropReplayHeaders),
+      ...extra,
+      ...echoedKey(request.policy, call.id.key, headers),
+    ]);
+  },
 };
 
 /** The call in a protected REST request, or how the request was finished without one. */
@@ -306,128 +313,14 @@ function wholeBody(body: Buffer): DigestedBody {
 }
 
 /**
- * The key echoed on an answer, on a route that echoes it (an ACP profile's `Idempotency-Key`):
- * nothing when the answer carries it already (the upstream echoed it), or there is no key.
- */
-function echoedKey(
-  policy: IdempotencyPolicy,
-  key: string | undefined,
-  headers: HeaderPairs,
-): HeaderPairs {
-  const echo = policy.echoKeyAs;
-  if (echo === null || key === undefined) return NO_HEADERS;
-  const lower = echo.toLowerCase();
-  return headers.some(([name]) => name === lower) ? NO_HEADERS : [[echo, key]];
-}
-
-/** `headers` with the echoed key after them; the same array when there is none (most routes). */
-function withEcho(headers: HeaderPairs, echo: HeaderPairs): HeaderPairs {
-  return echo.length === 0 ? headers : [...headers, ...echo];
-}
-
-const NO_HEADERS: HeaderPairs = Object.freeze([]);
-
-/**
  * The stored headers a later caller gets: never the stored Date (Node sends the current one: a
  * replay is a new message), never one the route drops (dropReplayHeaders: another caller's
  * challenge or nonce). Usually neither is there, and the stored array is used as is.
  */
-function replayHeaders(stored: StoredResponse, dropped: ReadonlySet<string>): HeaderPairs {
-  const headers = stored.headers;
+function replayHeaders(headers: HeaderPairs, dropped: ReadonlySet<string>): HeaderPairs {
   for (const [name] of headers) {
     if (name === 'date' || dropped.has(name))
       return headers.filter(([other]) => other !== 'date' && !dropped.has(other));
   }
   return headers;
-}
-
-/**
- * Collects the upstream's answer to store it; one larger than maxResponseBytes is streamed to the
- * client as it arrives instead (replays then get its status and headers only).
- */
-class UpstreamAnswer implements AnswerReceiver {
-  status = 0;
-  streaming = false;
-  readonly settled = false;
-  private headers: HeaderPairs = [];
-  private contentLength: string | string[] | undefined;
-  private chunks: Buffer[] = [];
-  /**
-   * The latest chunk of a streamed answer, held back until the record is stored: with the
-   * upstream's Content-Length the client takes the answer as complete at its last byte, and a retry
-   * it sends then must find the record completed, not in flight.
-   */
-  private held: Buffer | undefined;
-  private total = 0;
-
-  constructor(
-    private readonly res: ServerResponse,
-    private readonly call: Call,
-  ) {}
-
-  head(status: number, headers: IncomingHttpHeaders): void {
-    this.status = status;
-    this.headers = responseHeaderPairs(headers, { keepSetCookie: true });
-    this.contentLength = headers['content-length'];
-  }
-
-  data(chunk: Buffer): Promise<void> | undefined {
-    this.total += chunk.length;
-    if (!this.streaming && this.total > this.call.policy.maxResponseBytes) {
-      this.streaming = true;
-      const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
-      startStreaming(this.res, this.status, withEcho(this.headers, echo), this.contentLength);
-      for (const buffered of this.chunks) this.res.write(buffered);
-      this.chunks = [];
-    }
-    if (this.streaming) {
-      const previous = this.held;
-      this.held = chunk;
-      return previous === undefined ? undefined : writeChunk(this.res, previous);
-    }
-    this.chunks.push(chunk);
-    return undefined;
-  }
-
-  /** Stored when the route keeps the status; else released, so a retry executes again. */
-  settlement(): Settlement {
-    const { policy } = this.call;
-    if (!policy.storesStatus(this.status)) return { kind: 'release' };
-    const headers = policy.replaySetCookie
-      ? this.headers
-      : this.headers.filter(([name]) => name !== 'set-cookie');
-    const response: StoredResponse = {
-      status: this.status,
-      headers,
-      body: this.body(),
-      bodyOmitted: this.streaming,
-      outcomeUnknown: false,
-    };
-    return { kind: 'complete', response };
-  }
-
-  end(expiresAt?: number): void {
-    if (!this.streaming) {
-      const expires = expiresHeader(expiresAt);
-      const echo = echoedKey(this.call.policy, this.call.id.key, this.headers);
-      return writeWhole(this.res, this.status, this.headers, this.body(), withEcho(expires, echo));
-    }
-    if (this.res.destroyed) return;
-    if (this.held !== undefined) this.res.write(this.held);
-    this.held = undefined;
-    this.res.end();
-  }
-
-  /** The client already has a head and part of a body: all it can be told is that it broke off. */
-  endBroken(): void {
-    this.res.destroy();
-  }
-
-  close(): void {}
-
-  /** The whole body, or an empty one when it was streamed. */
-  private body(): Buffer {
-    if (this.streaming) return EMPTY_BODY;
-    return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
-  }
 }

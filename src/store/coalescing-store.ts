@@ -148,7 +148,7 @@ export class CoalescingStore implements RequestStore {
     const taken = await this.withLeader(leader, () =>
       this.store.takeOver(id, fence, leaseMs, claimExpiryMs),
     );
-    if (taken !== null) leader?.forwarding(leaseMs);
+    if (taken !== null) leader?.forwarding(leaseMs, claimant?.live);
     return taken;
   }
 
@@ -273,7 +273,7 @@ export class CoalescingStore implements RequestStore {
     if (leader === undefined) return result;
     switch (result.kind) {
       case 'claimed':
-        leader.forwarding(request.leaseMs);
+        leader.forwarding(request.leaseMs, request.claimant?.live);
         break;
       case 'completed':
         leader.settle({ kind: 'completed', response: result.response });
@@ -284,7 +284,7 @@ export class CoalescingStore implements RequestStore {
       case 'in-flight':
         // A lease that has ended is settled or taken over next, still by this leader.
         if (result.leaseRemainingMs === 0) break;
-        if (request.claimant?.onConcurrent === 'wait') leader.waiting(result.leaseRemainingMs);
+        if (request.claimant?.onConcurrent !== 'reject') leader.waiting(result.leaseRemainingMs);
         else leader.settle({ kind: 'in-flight', leaseRemainingMs: result.leaseRemainingMs });
     }
     return result;
@@ -321,6 +321,9 @@ export class CoalescingStore implements RequestStore {
         return this.answered(id, completedFrom('leader', followed.response));
       case 'mismatch':
         return this.answered(id, MISMATCH_FROM_LEADER);
+      case 'attached':
+        this.countAnswered(id, true);
+        return { ...followed, attempts: 0, from: 'leader' };
       case 'in-flight': {
         const result: ClaimResult = { ...followed, attempts: 0, from: 'leader' };
         // A follower whose client left is not answered: nothing to count.

@@ -9,6 +9,8 @@
 //   repeat, same fingerprint:
 //     reject: claiming → wait for the claim's answer; forwarding → 409 with the lease it knows
 //     wait:   joins the leader (at most maxWaitersPerKey; over it → 409) and gets its result
+//     attach: as wait, but once the leader streams its answer (live-answer.ts) the repeat attaches
+//             to it: what was sent so far, then the rest live
 //   repeat, other fingerprint: 422 when the leader holds the claim (its row has the leader's
 //     fingerprint); otherwise asks the store itself.
 //
@@ -17,6 +19,7 @@
 // elsewhere, the store being down, or "ask the store" (released, or anything else). The coalescing
 // store (coalescing-store.ts) is the only user: to the pipeline a follower's answer is a claim's.
 import { performance } from 'node:perf_hooks';
+import type { LiveAnswer } from './live-answer';
 import type { ClaimState, StoredResponse } from './record';
 
 /** What a leader ends with: what any repeat would have read from the store then. */
@@ -41,7 +44,7 @@ export interface FollowOptions {
   readonly fingerprint: Buffer | undefined;
   /** The request's raw fingerprint (fingerprint.ts), when it has one. */
   readonly raw: Buffer | undefined;
-  readonly mode: 'reject' | 'wait';
+  readonly mode: 'reject' | 'wait' | 'attach';
   /** performance.now() after which a waiter stops and answers 409. */
   readonly deadline: number;
   readonly maxWaiters: number;
@@ -58,6 +61,8 @@ interface Entry {
   /** performance.now() when the known lease ends; 0 while claiming. */
   leaseEndsAt: number;
   followers: number;
+  /** The answer the leader streams, when its repeats may attach (onConcurrent: attach). */
+  live: LiveAnswer | undefined;
   /** Replaced at every phase change; resolved to wake followers that wait for one. */
   changed: Deferred<void>;
   readonly settled: Deferred<LeaderResult>;
@@ -77,6 +82,7 @@ export class LocalKeys {
       phase: 'claiming',
       leaseEndsAt: 0,
       followers: 0,
+      live: undefined,
       changed: deferred(),
       settled: deferred(),
     };
@@ -129,15 +135,28 @@ export class LocalKeys {
         timer = setTimeout(() => resolve('timeout'), Math.max(0, options.deadline - this.now()));
       });
       for (;;) {
-        // reject: only the claim's answer is worth waiting for; wait: the leader's whole result.
+        const live = options.mode === 'attach' ? entry.live : undefined;
+        if (live?.attachable === true) return { kind: 'attached', live };
+        // reject: only the claim's answer is worth waiting for; wait: the leader's whole result;
+        // attach: that, or the leader's answer starting to stream.
         const wake =
           options.mode === 'reject'
             ? Promise.race([entry.changed.promise, entry.settled.promise])
-            : entry.settled.promise;
+            : options.mode === 'attach'
+              ? Promise.race([
+                  entry.changed.promise,
+                  entry.settled.promise,
+                  // Only while it may still open: a settled promise would wake this loop forever.
+                  live?.pending === true
+                    ? live.opened.then((open) => (open ? undefined : NEVER))
+                    : NEVER,
+                ])
+              : entry.settled.promise;
         // A client gone or a deadline passed: the claimant knows, and stops (pipeline.ts).
         const woke = await Promise.race([wake, timeout, options.gone()]);
         if (woke === 'gone' || woke === 'timeout') return inFlight();
         if (woke !== undefined) return followedOf(woke, options.mode);
+        if (options.mode === 'attach') continue;
         if (entry.phase !== 'claiming')
           return lease() === 0 ? { kind: 'ask-store', lead: false } : inFlight();
       }
@@ -158,8 +177,12 @@ export class Leader {
     private readonly remove: () => void,
   ) {}
 
-  /** This process holds the claim now, for `leaseMs`. */
-  forwarding(leaseMs: number): void {
+  /**
+   * This process holds the claim now, for `leaseMs`; `live` is the answer it will stream, when its
+   * repeats may attach to it.
+   */
+  forwarding(leaseMs: number, live?: LiveAnswer): void {
+    if (!this.done) this.entry.live = live;
     this.move('forwarding', leaseMs);
   }
 
@@ -189,7 +212,10 @@ export class Leader {
 
 const MISMATCH: Followed = { kind: 'mismatch' };
 
-function followedOf(result: LeaderResult, mode: 'reject' | 'wait'): Followed {
+/** A wake-up that never comes: an attach waiter whose leader's answer is not a stream. */
+const NEVER = new Promise<never>(() => undefined);
+
+function followedOf(result: LeaderResult, mode: FollowOptions['mode']): Followed {
   switch (result.kind) {
     case 'completed':
       return { kind: 'completed', response: result.response, expiresInMs: 0 };
@@ -198,7 +224,7 @@ function followedOf(result: LeaderResult, mode: 'reject' | 'wait'): Followed {
       return result;
     case 'in-flight':
       // A waiter keeps waiting for a claim held elsewhere, through the store like any waiter.
-      if (mode === 'wait') return { kind: 'ask-store', lead: true };
+      if (mode !== 'reject') return { kind: 'ask-store', lead: true };
       return { kind: 'in-flight', fence: '', leaseRemainingMs: result.leaseRemainingMs };
     case 'ask-store':
       return { kind: 'ask-store', lead: true };

@@ -10,6 +10,7 @@
 
 import { createHash } from 'node:crypto';
 import type { HeaderPairs } from '../http/headers';
+import type { LiveAnswer } from './live-answer';
 
 export const RECORD_STATE = { IN_PROGRESS: 'in_progress', COMPLETED: 'completed' } as const;
 export type RecordState = (typeof RECORD_STATE)[keyof typeof RECORD_STATE];
@@ -74,7 +75,12 @@ export type ClaimState =
       readonly leaseRemainingMs: number;
       /** The key already has its maxWaitersPerKey waiters in this process: do not wait too. */
       readonly full?: boolean;
-    };
+    }
+  /**
+   * Only from memory (coalescing-store.ts), under onConcurrent: attach: this process's first request
+   * of the key is streaming its answer; the repeat joins it.
+   */
+  | { readonly kind: 'attached'; readonly live: LiveAnswer };
 
 export interface ClaimRequest {
   readonly id: RecordId;
@@ -112,12 +118,17 @@ export class Claimant {
   private cleanup: (() => void) | undefined;
 
   constructor(
-    readonly onConcurrent: 'reject' | 'wait',
+    readonly onConcurrent: 'reject' | 'wait' | 'attach',
     /** performance.now() after which a waiting claimant stops waiting (waitTimeout). */
     readonly deadline: number,
     /** How many requests may wait on one in-flight key in this process (maxWaitersPerKey). */
     readonly maxWaiters: number,
     private readonly whenClientGone: () => Promise<unknown>,
+    /**
+     * Under onConcurrent: attach, the answer this request streams if it gets the claim: repeats in
+     * this process attach to it (live-answer.ts).
+     */
+    readonly live?: LiveAnswer,
   ) {}
 
   /** Resolves once the client has gone; made on first use, since most requests never wait. */

@@ -42,6 +42,7 @@ import {
 } from './report';
 import { runStoreFloor } from './store-floor';
 import { type BigBodyResult, formatBigBody, measureBigBody } from './big-body';
+import { formatStreams, measureStreams, type StreamsResult } from './measure-streams';
 import { prepareBaseline } from './baseline';
 import { type BuildComparison, compareRuns, formatComparison, sideBySide } from './compare';
 import { CONFIG_VARIANTS, type ConfigVariant, SCENARIOS } from './scenarios';
@@ -382,6 +383,26 @@ async function main(): Promise<number> {
   const baselineBigBody = baseline ? await withOtherBuild(bigBodies) : undefined;
   const bigBody = await bigBodies();
 
+  const streams = async (): Promise<StreamsResult | { failed: string } | { skipped: string }> => {
+    const tag = stack.other ? ` [${stack.build.label}]` : '';
+    if (!stack.proxy) return { skipped: 'no proxy running between scenarios (--cpu-prof)' };
+    try {
+      say(
+        `streams${tag}: time to first byte and per-chunk latency, directly and through the proxy…`,
+      );
+      const attachPath = stack.build.name === 'current' ? '/stream-attach' : undefined;
+      const result = await measureStreams(stack.endpoints!, attachPath);
+      process.stdout.write(`\n${tag ? `${stack.build.label}: ` : ''}${formatStreams(result)}\n`);
+      return result;
+    } catch (error) {
+      const failed = { failed: error instanceof Error ? error.message : String(error) };
+      process.stdout.write(`\nStreams: failed: ${failed.failed}\n`);
+      return failed;
+    }
+  };
+  const baselineStreamed = baseline ? await withOtherBuild(streams) : undefined;
+  const streamed = await streams();
+
   let workers: WorkersRun[] | { failed: string } | undefined;
   if (options.workers.length > 0) {
     try {
@@ -411,6 +432,7 @@ async function main(): Promise<number> {
         environment: environment.data,
         runs,
         bigBody,
+        streams: streamed,
         targets: targetsByRun[targetsByRun.length - 1] ?? checkTargets(last, runs),
         targetsByRun,
         targetSummary,
@@ -426,6 +448,7 @@ async function main(): Promise<number> {
                 table: stack.other?.table,
                 runs: baselineRuns,
                 bigBody: baselineBigBody,
+                streams: baselineStreamed,
                 targets: checkTargets(
                   baselineRuns[baselineRuns.length - 1]!,
                   baselineRuns,

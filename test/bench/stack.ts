@@ -331,6 +331,19 @@ routes:
     match: { method: POST, path: /slow }
     upstream: slow
     idempotency: { lockTimeout: 15m }
+  - name: stream
+    match: { method: POST, path: /stream }
+    upstream: app
+    idempotency: {}${
+      // onConcurrent: attach is new: only this build's config has the route (a baseline has not).
+      build.name === 'current'
+        ? `
+  - name: stream-attach
+    match: { method: POST, path: /stream-attach }
+    upstream: app
+    idempotency: { onConcurrent: attach }`
+        : ''
+    }
   - name: passthrough
     match: { path: /** }
     upstream: app

@@ -2,6 +2,9 @@
 // answered 201 with a small JSON body once its request body has been read; anything else gets 200.
 // POST /slow is held open until GET /release-slow (or 10 minutes): the 409 storm needs one request
 // that stays in flight for the whole scenario.
+// POST /stream answers an event stream: `events` events (default 20) `every` ms apart (default 20),
+// each carrying the moment it was sent (performance.timeOrigin + now, comparable across processes
+// on one machine), for the streams measurement (measure-streams.ts).
 // Started by run-bench with an IPC channel; sends {type:'ready', port}. Env: BENCH_PORT (0 = any).
 import http from 'node:http';
 import { serveHelper } from './helper-process';
@@ -40,10 +43,29 @@ const server = http.createServer((req, res) => {
       for (const waiting of [...held]) release(waiting);
       return answer(res, 200, `{"released":${count}}`);
     }
+    // /stream and /stream-attach (the proxy's route with onConcurrent: attach)
+    if (req.method === 'POST' && req.url?.startsWith('/stream')) return stream(req, res);
     if (req.method === 'POST') return created201(res);
     answer(res, 200, '{"ok":true}');
   });
 });
+
+function stream(req: http.IncomingMessage, res: http.ServerResponse): void {
+  const query = new URL(req.url ?? '/', 'http://upstream').searchParams;
+  const events = Number(query.get('events') ?? 20);
+  const every = Number(query.get('every') ?? 20);
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store' });
+  res.flushHeaders();
+  let sent = 0;
+  const next = (): void => {
+    if (res.destroyed) return;
+    const sentAt = performance.timeOrigin + performance.now();
+    res.write(`id: ${sent}\ndata: {"i":${sent},"sentAt":${sentAt}}\n\n`);
+    if (++sent === events) return void res.end();
+    setTimeout(next, every);
+  };
+  next();
+}
 
 function release(res: http.ServerResponse): void {
   held.delete(res);

@@ -514,6 +514,7 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
 function repeatOf(result: ClaimResult): Repeat {
   if (result.kind === 'completed') return { kind: 'replay', response: result.response };
   if (result.kind === 'mismatch') return { kind: 'mismatch' };
+  if (result.kind === 'attached') throw new Error('a key store never attaches: only memory does');
   return result;
 }
 

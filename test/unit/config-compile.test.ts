@@ -110,6 +110,10 @@ describe('defaults', () => {
       maxRequestBytes: 1_048_576,
       maxResponseBytes: 8_388_608,
       replayedHeader: 'Idempotent-Replayed',
+      streams: {
+        contentTypes: new Set(['text/event-stream', 'application/x-ndjson']),
+        chunked: false,
+      },
       enforce: true,
       allowSafeMethods: false,
       replaySetCookie: false,

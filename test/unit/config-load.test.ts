@@ -461,3 +461,41 @@ describe('files', () => {
     );
   });
 });
+
+describe('streams and onConcurrent: attach', () => {
+  it('reports a media type with parameters, and a bad chunked flag, each at its place', () => {
+    const text = ROUTES.replace(
+      'idempotency: {}',
+      'idempotency: { streams: { contentTypes: ["text/event-stream; charset=utf-8"], chunked: maybe } }',
+    );
+    expect(issuesOf(text)).toEqual([
+      {
+        path: 'routes[0].idempotency.streams.contentTypes[0]',
+        line: 7,
+        column: 46,
+        message:
+          'expected a media type like "text/event-stream" (no parameters), got "text/event-stream; charset=utf-8"',
+      },
+      {
+        path: 'routes[0].idempotency.streams.chunked',
+        line: 7,
+        column: 92,
+        message: 'expected true or false, got "maybe"',
+      },
+    ]);
+  });
+
+  it('names attach among the choices of onConcurrent', () => {
+    const text = ROUTES.replace('idempotency: {}', 'idempotency: { onConcurrent: join }');
+    expect(issuesOf(text)).toMatchObject([
+      {
+        path: 'routes[0].idempotency.onConcurrent',
+        message: 'expected reject, wait or attach, got "join"',
+      },
+    ]);
+    const attach = ROUTES.replace('idempotency: {}', 'idempotency: { onConcurrent: attach }');
+    expect(parseConfigText(attach, 'proxy.yaml', {}).routes[0]!.idempotency!.onConcurrent).toBe(
+      'attach',
+    );
+  });
+});

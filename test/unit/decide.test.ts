@@ -1,6 +1,7 @@
 // decide.ts is pure: every claim state × the policies that change its meaning × how the request's
 // waiting stands → one decision. What the pipeline then does with the store is pipeline.test.ts's;
 // the same paths against PostgreSQL are the integration suite's.
+import { LiveAnswer } from '../../src/store/live-answer';
 import { parseConfigText } from '../../src/config/load';
 import type { IdempotencyPolicy } from '../../src/config/types';
 import {
@@ -44,6 +45,7 @@ const CLAIMS: Record<string, ClaimResult> = {
     from: 'leader',
   },
   'lease over': { kind: 'in-flight', fence: 'theirs', leaseRemainingMs: 0, attempts: 2 },
+  'streaming here': { kind: 'attached', live: new LiveAnswer(), attempts: 0, from: 'leader' },
 };
 
 const WAITED_OUT: Attempt = { ...NOT_WAITED, waitOver: true, waitedMs: 1_000 };
@@ -78,6 +80,10 @@ const TABLE: [string, string, Attempt, string][] = [
   ['mismatch', 'enforce: false', NOT_WAITED, 'shadow would_reject_mismatch'],
   ['running', 'onConcurrent: reject', NOT_WAITED, 'in-flight 2500'],
   ['running', 'onConcurrent: wait', NOT_WAITED, 'wait'],
+  ['running', 'onConcurrent: attach', NOT_WAITED, 'wait'],
+  ['running', 'onConcurrent: attach', WAITED_OUT, 'in-flight 1500'],
+  ['streaming here', 'onConcurrent: attach', NOT_WAITED, 'attach'],
+  ['running', 'enforce: false, onConcurrent: attach', NOT_WAITED, 'shadow would_wait'],
   // The wait ran out: the lease it answers with is what is left of it after the wait.
   ['running', 'onConcurrent: wait', WAITED_OUT, 'in-flight 1500'],
   ['running, waiters full', 'onConcurrent: wait', NOT_WAITED, 'in-flight 2500'],

@@ -89,12 +89,13 @@ test('the pipeline knows no protocol: protected/ imports nothing from mcp/ or a2
     ),
   ).toEqual([]);
   // What an adapter may use: the Protocol and its types, the decisions' types, the outgoing
-  // helpers, and unstored forwarding.
+  // helpers, unstored forwarding, and the capture of an answer as it arrives.
   const surface = [
     'protected/protocol.ts',
     'protected/decide.ts',
     'protected/outgoing.ts',
     'protected/shadow.ts',
+    'protected/stream-capture.ts',
   ];
   const reached = edges.filter(
     ([from, to]) =>

@@ -54,6 +54,7 @@ describe('idempotency.profile: acp', () => {
     ['fingerprint: { parts: [body] }', 'fingerprint', /remove fingerprint/],
     ['unknownOutcome: fail', 'unknownOutcome', /5xx/],
     ['onConcurrent: wait', 'onConcurrent', /409/],
+    ['onConcurrent: attach', 'onConcurrent', /409/],
     ['enforce: false', 'enforce', /shadow mode/],
     ['mcp: {}', 'profile', /REST binding/],
     ['replayedHeader: X-Replayed', 'replayedHeader', /Idempotent-Replayed: true/],
