@@ -282,8 +282,13 @@ async function forward<C extends Call>(
     clientHasHead: boolean,
   ): Promise<Outcome> => {
     let stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
-    // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
-    if (policy.unknownOutcome === 'fail') await settle({ kind: 'complete', response: stored });
+    // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends. What
+    // arrived of an answer that broke off goes with the record, for the operator only.
+    if (policy.unknownOutcome === 'fail') {
+      const partial = receiver.partial?.();
+      const response = partial === undefined ? stored : { ...stored, partial };
+      await settle({ kind: 'complete', response });
+    }
     if (policy.unknownOutcome === 'fail' && landing === undefined)
       stored = await keepForProbe(deps, call, fence, stored);
     if (clientHasHead) receiver.endBroken(error.error);
