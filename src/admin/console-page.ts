@@ -320,7 +320,7 @@ const SCRIPT = `
     if (r.body) box.append(el('h4', { text: 'Stored body (' + r.body.encoding + ')' }), el('pre', { text: r.body.data }));
     const partial = r.partialUpstreamAnswer;
     if (partial) {
-      const kept = partial.cut ? ' — first ' + partial.storedBytes + ' kept (cut at maxResponseBytes)' : '';
+      const kept = partial.cut ? ', only the first ' + partial.storedBytes + ' kept' : '';
       box.append(
         el('h4', { text: 'Partial upstream answer (broke off; never replayed)' }),
         el('p', { text: 'status ' + partial.status + ', ' + partial.bytes + ' body bytes sent' + kept, cls: 'hint' }),

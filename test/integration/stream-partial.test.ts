@@ -37,6 +37,7 @@ upstreams: { api: { url: ${url}, timeout: 1s } }
 routes:
   - { name: stream, match: { path: /stream }, upstream: api, idempotency: {} }
   - { name: small, match: { path: /small }, upstream: api, idempotency: { maxResponseBytes: 64b } }
+  - { name: tools, match: { path: /mcp }, upstream: api, idempotency: { mcp: {} } }
   - name: retrying
     match: { path: /retrying }
     upstream: api
@@ -72,15 +73,20 @@ interface Answer {
 }
 
 /** POSTs to the proxy and reads the answer to its end, or to where it was cut. */
-function post(pathname: string, key: string): Promise<Answer> {
+function post(
+  pathname: string,
+  key: string,
+  payload = '{"ask":"stream"}',
+  headers: http.OutgoingHttpHeaders = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const payload = '{"ask":"stream"}';
     const req = http.request(`${proxy.url}${pathname}`, {
       method: 'POST',
       headers: {
         'idempotency-key': key,
         'content-type': 'application/json',
         'content-length': Buffer.byteLength(payload),
+        ...headers,
       },
     });
     req.on('response', (res) => {
@@ -209,6 +215,16 @@ test('a broken stream larger than maxResponseBytes keeps its first bytes, marked
   expect(partial).toMatchObject({ status: 200, bytes: sent.length, storedBytes: 64, cut: true });
   expect(partial.body!.encoding).toBe('base64');
   expect(bytesOf(partial.body).equals(sent.subarray(0, 64))).toBe(true);
+  const inspect = await runCli(
+    ['inspect', key, '--route', 'small', '--body', '--config', configFile],
+    { env: { DATABASE_URL: databaseUrl(), LOG_FORMAT: 'json' } },
+  );
+  expect(inspect.stdout).toContain(
+    `status 200, ${sent.length} body bytes sent, only the first 64 kept\n`,
+  );
+  expect(inspect.stdout).toContain(
+    `partial body (base64): ${sent.subarray(0, 64).toString('base64')}\n`,
+  );
 });
 
 test('clearing the key removes the partial answer with the record; the next call runs afresh', async () => {
@@ -227,6 +243,22 @@ test('clearing the key removes the partial answer with the record; the next call
   const again = await post('/stream', key);
   expect(again.broken).toBe(false);
   expect(again.body.toString()).toBe(SSE.pieces.join(''));
+  const record = await adminRecord('stream', key);
+  expect(record).toMatchObject({ status: 200, outcomeUnknown: false, partialUpstreamAnswer: null });
+  expect(upstream.executions()).toHaveLength(2);
+});
+
+test('a record claimed afresh after it expired drops the partial answer of the one before', async () => {
+  upstream.script = { ...SSE, stallAfter: 0 };
+  const key = nextKey();
+  expect((await post('/stream', key)).broken).toBe(true);
+  expect((await adminRecord('stream', key)).partialUpstreamAnswer).not.toBeNull();
+  await pool.query(
+    `UPDATE "${table}" SET expires_at = now() - interval '1 second' WHERE key = $1::text`,
+    [key],
+  );
+  upstream.script = SSE;
+  expect((await post('/stream', key)).body.toString()).toBe(SSE.pieces.join(''));
   const record = await adminRecord('stream', key);
   expect(record).toMatchObject({ status: 200, outcomeUnknown: false, partialUpstreamAnswer: null });
   expect(upstream.executions()).toHaveLength(2);
@@ -252,4 +284,37 @@ test('under unknownOutcome: retry nothing is settled, so nothing is kept: the re
     [key],
   );
   expect(rows).toEqual([{ state: 'in_progress', partial_answer: null }]);
+});
+
+test('an MCP tool call whose event stream stalls keeps its head and size: the proxy keeps no copy of the events', async () => {
+  const call = (id: number): string =>
+    JSON.stringify({
+      jsonrpc: '2.0',
+      id,
+      method: 'tools/call',
+      params: { name: 'refund', arguments: { order: 42 } },
+    });
+  const progress = (n: number): string =>
+    `event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":${n}}}\n\n`;
+  upstream.script = { ...SSE, pieces: [progress(1), progress(2), progress(3)], stallAfter: 1 };
+  const key = nextKey();
+  const accept = { accept: 'application/json, text/event-stream' };
+  const first = await post('/mcp', key, call(1), accept);
+  const sent = progress(1) + progress(2);
+  // As before: the events so far, then the error as the stream's last event.
+  expect(first.body.toString().startsWith(sent)).toBe(true);
+  expect(first.body.toString().slice(sent.length)).toMatch(/^event: message\ndata: .*"error"/);
+  const retry = await post('/mcp', key, call(2), accept);
+  expect(JSON.parse(retry.body.toString())).toMatchObject({ id: 2, error: {} });
+  expect(upstream.executions()).toHaveLength(1);
+  const record = await adminRecord('tools', key);
+  expect(record.outcomeUnknown).toBe(true);
+  expect(record.partialUpstreamAnswer).toEqual({
+    status: 200,
+    headers: expect.arrayContaining([['content-type', 'text/event-stream']]) as unknown,
+    bytes: Buffer.byteLength(sent),
+    storedBytes: 0,
+    cut: true,
+    body: { encoding: 'utf8', data: '' },
+  });
 });
