@@ -227,6 +227,22 @@ test('a broken stream larger than maxResponseBytes keeps its first bytes, marked
   );
 });
 
+test('an answer kept whole that breaks off after its head: the retry and the record as for a stream', async () => {
+  upstream.script = { ...SSE, contentType: 'application/json', breakAfter: 2 };
+  const key = nextKey();
+  // Not a stream: the client had no head yet, so it gets the unknown outcome itself.
+  const first = await post('/stream', key);
+  expect(first.status).toBe(502);
+  expect(first.headers['idempotency-outcome']).toBe('unknown');
+  expect(upstream.executions()).toHaveLength(1);
+  const partial = (await adminRecord('stream', key)).partialUpstreamAnswer!;
+  expect(partial.headers).toContainEqual(['content-type', 'application/json']);
+  const kept = bytesOf(partial.body);
+  expect(partial).toMatchObject({ status: 200, bytes: kept.length, cut: false });
+  expect(kept.length).toBeGreaterThanOrEqual(Buffer.byteLength(SSE.pieces.slice(0, 2).join('')));
+  expect(SSE.pieces.join('').startsWith(kept.toString())).toBe(true);
+});
+
 test('clearing the key removes the partial answer with the record; the next call runs afresh', async () => {
   upstream.script = { ...SSE, breakAfter: 0 };
   const key = nextKey();
