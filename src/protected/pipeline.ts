@@ -136,7 +136,13 @@ async function claimAndAnswer<C extends Call>(
         // An unknown outcome on a route with reconcile: ask the upstream first (once a request).
         if (response.outcomeUnknown && !probed && reconciles(deps, call)) {
           probed = true;
-          const step = await reconcileReplay(deps, request, call, response);
+          const step = await reconcileReplay(
+            deps,
+            request.route,
+            request.req.headers,
+            call,
+            response,
+          );
           reconciled = step.label;
           if (step.kind === 'claim-again') {
             claim = await claimOnce();

@@ -5,7 +5,9 @@
 // to answer — the upstream's answer, the unknown outcome with Retry-After, or "claim again".
 import type { ReconcileLabel, ReconcilingPolicy } from '../reconcile/resolution';
 import type { StoredResponse } from '../store/record';
-import type { Call, ProtectedDeps, ProtectedRequest } from './protocol';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { RouteConfig } from '../config/types';
+import type { Call, ProtectedDeps } from './protocol';
 
 export type ReconcileStep =
   | { readonly kind: 'answer'; readonly response: StoredResponse; readonly label?: ReconcileLabel }
@@ -58,21 +60,26 @@ export function keepOnceLanded(
   return () => deps.reconciler!.keep(reconcile, call.id, claimToken, call.body);
 }
 
-/** A repeat found an unknown outcome on a route that reconciles: probe it if due, and say what to answer. */
+/**
+ * A repeat found an unknown outcome on a route that reconciles: probe it if due, and say what to
+ * answer. Of the repeat it needs only its route and its headers (a probe with no configured headers
+ * is sent with the repeat's own authorization).
+ */
 export async function reconcileReplay(
   deps: ProtectedDeps,
-  request: ProtectedRequest,
+  route: RouteConfig,
+  headers: IncomingHttpHeaders,
   call: Call,
   stored: StoredResponse,
 ): Promise<ReconcileStep> {
   const policy = call.policy as ReconcilingPolicy;
   try {
     const resolution = await deps.reconciler!.resolve(
-      request.route,
+      route,
       policy,
       call.id,
       deps.upstreams,
-      request.req.headers,
+      headers,
     );
     switch (resolution.kind) {
       case 'found':
