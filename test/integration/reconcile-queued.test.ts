@@ -17,6 +17,7 @@ let proxy: TestProxy;
 beforeAll(async () => {
   cutter = await startReplyCutter(databaseUrl());
   ledger = await startRefundLedger();
+  ledger.lateMs = 1_500; // past the proxy's timeout; short, so nothing is left running at the end
   proxy = await startProxy({
     databaseUrl: cutter.url,
     yaml: `
