@@ -7,7 +7,7 @@
 //       found ─► completed with the answer (outcome_unknown false), replayed; caches evicted
 //       not found ─► deleted: the next request with the key runs; caches evicted
 //       anything else ─► left as it is: due again at probe_after
-//   past giveUpAfter ─ give up (a 'gave_up' event, once) ─► never probed again; an operator's
+//   past giveUpAfter ─ give up (a 'gave_up' event, once) ─► never probed again; an operator's now
 import type { Pool } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { quoteTableName } from '../../db/identifier';
@@ -66,8 +66,9 @@ export class ReconcileStore {
     private readonly tableName: string,
   ) {
     this.table = quoteTableName(tableName);
-    // Giving up writes only the history: the record stays as it is, for an operator.
-    this.giveUpStatement = `UPDATE ${this.table} SET probe_token = NULL,
+    // Giving up writes only the history: the record stays as it is, for an operator. A probe taken
+    // just before keeps its token, so what it finds still lands.
+    this.giveUpStatement = `UPDATE ${this.table} SET
               events = events || jsonb_build_array(jsonb_build_object(
                 'event', 'gave_up', 'at', now(), 'probes', probes))`;
     this.lockKey = `idempotency-proxy:reconcile:${tableName}`;
