@@ -20,7 +20,7 @@ import { JSON_HEADERS, storedMessage } from './jsonrpc';
 /**
  * The revisions with an initialize handshake the probe speaks, newest first (2026-07-28, which has
  * none, is passed through for clients but not spoken by the probe). A server answers initialize with
- * the one it will use; one outside this list leaves the probe inconclusive, as a client disconnects.
+ * the one it will use; one outside this list fails the probe, as a client disconnects.
  */
 export const PROBE_REVISIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'] as const;
 const MAX_ANSWER_BYTES = 1024 * 1024;
@@ -68,7 +68,9 @@ export async function sendToolProbe(
     });
     return verdictOfCall(reconcile, call);
   } finally {
-    if (init.sessionId !== undefined) await endSession(upstreams, route, path, session);
+    // Not waited for: what the probe found stands whatever the DELETE meets, and a slow one must
+    // not push the probe past its deadline (the DELETE has the upstream's timeout of its own).
+    if (init.sessionId !== undefined) void endSession(upstreams, route, path, session);
   }
 }
 

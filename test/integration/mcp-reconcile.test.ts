@@ -270,8 +270,9 @@ describe('an MCP route with reconcile.tool', () => {
     const probes = ledger.initialized.slice(probesBefore);
     expect(probes).toHaveLength(orders.length);
     expect(probes.every((version) => version === PROBE_REVISIONS[0])).toBe(true);
+    // Each probe's DELETE follows its answer: none is left open once they have arrived.
+    await until(() => ledger.openSessions() === 0, 'every probe session to be ended');
     expect(ledger.deleted.length).toBeGreaterThanOrEqual(orders.length);
-    expect(ledger.openSessions()).toBe(0);
     expect(ledger.refunds.filter((r) => orders.includes(r.order_id))).toHaveLength(3);
     recordFigures(__filename, 'mcp probe sessions', {
       probes: probes.length,
