@@ -35,7 +35,7 @@ import {
   UnreadableCall,
 } from './protocol';
 import { readPrincipal } from './principal';
-import { keepForProbe, reconcileReplay, reconciles } from './reconcile-step';
+import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
 import { forwardUnstored } from './shadow';
 import {
   claimCall,
@@ -262,7 +262,10 @@ async function forward<C extends Call>(
   // the claim in progress until its lease ends.
   /** When the stored answer expires, once it is stored (its Idempotency-Expires). */
   let expiresAt: number | undefined;
-  const settle = async (settlement: Settlement): Promise<void> => {
+  const settle = async (
+    settlement: Settlement,
+    followUp?: () => Promise<unknown>,
+  ): Promise<void> => {
     if (settlement.kind === 'complete')
       landing = notStored(
         await settleStoreCall(deps, request, 'complete', async () => {
@@ -272,6 +275,7 @@ async function forward<C extends Call>(
             settlement.response,
             policy.ttlMs,
             claimant,
+            followUp,
           );
           expiresAt = result.expiresAt;
           return result.landing;
@@ -289,9 +293,11 @@ async function forward<C extends Call>(
   ): Promise<Outcome> => {
     let stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
     // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
-    if (policy.unknownOutcome === 'fail') await settle({ kind: 'complete', response: stored });
-    if (policy.unknownOutcome === 'fail' && landing === undefined)
-      stored = await keepForProbe(deps, call, fence, stored);
+    // What a probe needs is kept with the record: by the store's outbox when the completion is queued.
+    if (policy.unknownOutcome === 'fail')
+      await settle({ kind: 'complete', response: stored }, keepOnceLanded(deps, call, fence));
+    if (policy.unknownOutcome === 'fail' && (landing === undefined || landing === 'queued'))
+      stored = await keepForProbe(deps, call, fence, stored, landing === 'queued');
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);
