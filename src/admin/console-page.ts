@@ -163,6 +163,11 @@ const SCRIPT = `
     if (typeof problem === 'string') return problem;
     return [problem.status, problem.code, problem.detail].filter((part) => part !== undefined).join(' · ');
   }
+  function reconcileText(reconcile) {
+    if (reconcile === 'given_up') return ' · reconcile gave up: only a clear settles it';
+    if (reconcile === 'probing') return ' · reconcile is probing the upstream';
+    return '';
+  }
   function emptyRow(tbody, columns, text) {
     const td = el('td', { text, cls: 'empty' });
     td.colSpan = columns;
@@ -182,7 +187,7 @@ const SCRIPT = `
         el('td', { text: shortTenant(r.tenant), cls: 'mono', title: r.tenant }),
         el('td', { text: r.attempts }),
         el('td', { text: ago(r.createdAt), title: r.createdAt }),
-        el('td', { text: problemText(r.problem), cls: 'problem' }),
+        el('td', { text: problemText(r.problem) + reconcileText(r.reconcile), cls: 'problem' }),
         el('td', {}, [viewButton(r), ' ', clearButton(r)]),
       ]));
     }

@@ -109,6 +109,27 @@ export function storedUnknownOutcome(error: ProxyError, outcomeHeader: string): 
 }
 
 /**
+ * A stored unknown outcome's error with `data.retryAfter` (seconds), as a 409 in flight carries it:
+ * on a route that reconciles, when the next probe may tell (docs/reconcile.md). A body that is not
+ * one of our stored errors is returned as it is.
+ */
+export function withRetryAfterData(stored: Buffer, retryAfterSeconds: number): Buffer {
+  if (!stored.subarray(0, STORED_PREFIX_BYTES.length).equals(STORED_PREFIX_BYTES)) return stored;
+  let message: { error?: { data?: unknown } };
+  try {
+    message = JSON.parse(stored.toString('utf8')) as typeof message;
+  } catch {
+    return stored;
+  }
+  const error = message.error;
+  if (typeof error?.data !== 'object' || error.data === null) return stored;
+  return storedMessage(
+    'error',
+    JSON.stringify({ ...error, data: { ...error.data, retryAfter: retryAfterSeconds } }),
+  );
+}
+
+/**
  * A stored message under the retry's id. A record that is not one of ours (a `group` shared with a
  * REST route) is returned as it was stored.
  */

@@ -35,6 +35,7 @@ import {
   jsonRpcError,
   storedUnknownOutcome,
   withId,
+  withRetryAfterData,
   writeJsonRpcError,
   writeTransportError,
 } from './jsonrpc';
@@ -233,7 +234,13 @@ function writeStoredMessage(
         : JSON_HEADERS;
   const expires = expiresHeader(stored.expiresAt);
   const all = expires.length === 0 ? extra : [...extra, ...expires];
-  writeWhole(res, 200, headers, withId(stored.body, call.idText), all);
+  // A JSON-RPC client reads the body, not the headers: Retry-After goes in data too, as a 409's.
+  const retryAfter = said.find(([name]) => name === 'retry-after')?.[1];
+  const body =
+    stored.outcomeUnknown && retryAfter !== undefined && /^\d+$/.test(retryAfter)
+      ? withRetryAfterData(stored.body, Number(retryAfter))
+      : stored.body;
+  writeWhole(res, 200, headers, withId(body, call.idText), all);
 }
 
 /**

@@ -1,6 +1,7 @@
 // An MCP route's reconcile probe (docs/reconcile.md): the configured tool call, sent to the route's
-// MCP server as a client would — initialize (keeping a session id if the server issues one), the
-// initialized notification, then tools/call — answered as JSON or as an event stream. Found: a
+// MCP server as a client would — initialize with the newest revision it knows (then speaking the one
+// the server answers), the initialized notification, tools/call, and a DELETE that ends the session
+// when the server issued one — answered as JSON or as an event stream. Found: a
 // result that is not isError and, with `exists`, whose structuredContent has the pointer; the stored
 // answer is that result (or the part answer.body names), replayed under each retry's id.
 import type { ReconcilePolicy, RouteConfig } from '../config/types';
@@ -16,7 +17,12 @@ import { RECONCILED, type ProbeVerdict } from '../reconcile/verdict';
 import type { UpstreamPools } from '../upstream/protected';
 import { JSON_HEADERS, storedMessage } from './jsonrpc';
 
-const PROTOCOL_VERSION = '2025-06-18';
+/**
+ * The revisions with an initialize handshake the probe speaks, newest first (2026-07-28, which has
+ * none, is passed through for clients but not spoken by the probe). A server answers initialize with
+ * the one it will use; one outside this list fails the probe, as a client disconnects.
+ */
+export const PROBE_REVISIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'] as const;
 const MAX_ANSWER_BYTES = 1024 * 1024;
 
 type ToolProbe = Extract<ReconcilePolicy['probe'], { kind: 'tool' }>;
@@ -40,22 +46,72 @@ export async function sendToolProbe(
     id: 1,
     method: 'initialize',
     params: {
-      protocolVersion: PROTOCOL_VERSION,
+      protocolVersion: PROBE_REVISIONS[0],
       capabilities: {},
       clientInfo: { name: 'idempotency-proxy-reconcile', version: '1' },
     },
   });
   if (init.sessionId !== undefined) session['mcp-session-id'] = init.sessionId;
-  await post(upstreams, route, path, session, {
-    jsonrpc: '2.0',
-    method: 'notifications/initialized',
-  });
-  const call = await post(upstreams, route, path, session, {
-    jsonrpc: '2.0',
-    id: 2,
-    method: 'tools/call',
-    params: { name: probe.name, arguments: args },
-  });
+  try {
+    const revision = negotiated(init.messages);
+    // Every request after initialize names the revision (Streamable HTTP, since 2025-06-18).
+    session['mcp-protocol-version'] = revision;
+    await post(upstreams, route, path, session, {
+      jsonrpc: '2.0',
+      method: 'notifications/initialized',
+    });
+    const call = await post(upstreams, route, path, session, {
+      jsonrpc: '2.0',
+      id: 2,
+      method: 'tools/call',
+      params: { name: probe.name, arguments: args },
+    });
+    return verdictOfCall(reconcile, call);
+  } finally {
+    // Not waited for: what the probe found stands whatever the DELETE meets, and a slow one must
+    // not push the probe past its deadline (the DELETE has the upstream's timeout of its own).
+    if (init.sessionId !== undefined) void endSession(upstreams, route, path, session);
+  }
+}
+
+/** The revision the server answered initialize with; throws when there is none the probe speaks. */
+function negotiated(messages: unknown[]): string {
+  const answer = messages.find(
+    (item): item is { result?: { protocolVersion?: unknown }; error?: unknown } =>
+      typeof item === 'object' && item !== null && (item as { id?: unknown }).id === 1,
+  );
+  const revision = answer?.result?.protocolVersion;
+  if (typeof revision !== 'string')
+    throw new Error(
+      `the MCP server answered the probe's initialize without a protocolVersion${answer?.error === undefined ? '' : `: ${JSON.stringify(answer.error).slice(0, 200)}`}`,
+    );
+  if (!(PROBE_REVISIONS as readonly string[]).includes(revision))
+    throw new Error(
+      `the MCP server answered initialize with protocol revision ${revision}, which the probe does not speak (${PROBE_REVISIONS.join(', ')})`,
+    );
+  return revision;
+}
+
+/**
+ * Ends the probe's session, so a probe never leaves one open on the server. A server that does not
+ * let clients end sessions answers 405; that, or a failed DELETE, changes nothing the probe found.
+ */
+async function endSession(
+  upstreams: UpstreamPools,
+  route: RouteConfig,
+  path: string,
+  session: Record<string, string>,
+): Promise<void> {
+  await upstreams
+    .send(
+      route.upstream,
+      { method: 'DELETE', path, headers: session, body: Buffer.alloc(0) },
+      { head: () => undefined, data: () => undefined },
+    )
+    .catch(() => undefined);
+}
+
+function verdictOfCall(reconcile: ReconcilePolicy, call: Posted): ProbeVerdict {
   const answer = call.messages.find(
     (item): item is Record<string, unknown> =>
       typeof item === 'object' && item !== null && (item as { id?: unknown }).id === 2,
@@ -151,7 +207,6 @@ async function post(
       headers: {
         'content-type': 'application/json',
         accept: 'application/json, text/event-stream',
-        'mcp-protocol-version': PROTOCOL_VERSION,
         ...session,
       },
       body: Buffer.from(JSON.stringify(message)),

@@ -3,6 +3,7 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RequestLogEntry } from '../http/request-log';
 import type { ProtectedObserver } from '../protected/protocol';
+import type { ProbeResult } from '../reconcile/reconciler';
 import type { WriteKind } from '../store/postgres/key-store';
 import type { Settlement } from '../store/postgres/write-outbox';
 import { OutcomeRing } from './outcome-ring';
@@ -127,7 +128,7 @@ export class ProxyMetrics implements ProtectedObserver {
     });
     this.reconcileProbes = new Counter({
       name: `${PREFIX}reconcile_probes_total`,
-      help: 'Probes asking an upstream about an unknown outcome, by route and result (found, not_found, inconclusive, failed).',
+      help: 'Probes asking an upstream about an unknown outcome, by route and result (found, not_found, inconclusive, failed); gave_up counts records given up past giveUpAfter, once each.',
       labelNames: ['route', 'result'],
       registers,
     });
@@ -245,8 +246,8 @@ export class ProxyMetrics implements ProtectedObserver {
     this.waitingRequests.set(count);
   }
 
-  /** One reconcile probe and what it said (reconcile/reconciler.ts). */
-  probed(route: string, result: 'found' | 'not_found' | 'inconclusive' | 'failed'): void {
+  /** One reconcile probe and what it said, or a record given up (reconcile/reconciler.ts). */
+  probed(route: string, result: ProbeResult): void {
     this.reconcileProbes.inc({ route, result });
   }
 

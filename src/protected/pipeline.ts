@@ -35,7 +35,7 @@ import {
   UnreadableCall,
 } from './protocol';
 import { readPrincipal } from './principal';
-import { keepForProbe, reconcileReplay, reconciles } from './reconcile-step';
+import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
 import { forwardUnstored } from './shadow';
 import {
   claimCall,
@@ -136,7 +136,13 @@ async function claimAndAnswer<C extends Call>(
         // An unknown outcome on a route with reconcile: ask the upstream first (once a request).
         if (response.outcomeUnknown && !probed && reconciles(deps, call)) {
           probed = true;
-          const step = await reconcileReplay(deps, request, call, response);
+          const step = await reconcileReplay(
+            deps,
+            request.route,
+            request.req.headers,
+            call,
+            response,
+          );
           reconciled = step.label;
           if (step.kind === 'claim-again') {
             claim = await claimOnce();
@@ -256,7 +262,10 @@ async function forward<C extends Call>(
   // the claim in progress until its lease ends.
   /** When the stored answer expires, once it is stored (its Idempotency-Expires). */
   let expiresAt: number | undefined;
-  const settle = async (settlement: Settlement): Promise<void> => {
+  const settle = async (
+    settlement: Settlement,
+    followUp?: () => Promise<unknown>,
+  ): Promise<void> => {
     if (settlement.kind === 'complete')
       landing = notStored(
         await settleStoreCall(deps, request, 'complete', async () => {
@@ -266,6 +275,7 @@ async function forward<C extends Call>(
             settlement.response,
             policy.ttlMs,
             claimant,
+            followUp,
           );
           expiresAt = result.expiresAt;
           return result.landing;
@@ -282,15 +292,16 @@ async function forward<C extends Call>(
     clientHasHead: boolean,
   ): Promise<Outcome> => {
     let stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
-    // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends. What
-    // arrived of an answer that broke off goes with the record, for the operator only.
+    // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
+    // What a probe needs is kept with the record: by the store's outbox when the completion is queued.
+    // What arrived of an answer that broke off goes with the record, for the operator only.
     if (policy.unknownOutcome === 'fail') {
       const partial = receiver.partial?.();
       const response = partial === undefined ? stored : { ...stored, partial };
-      await settle({ kind: 'complete', response });
+      await settle({ kind: 'complete', response }, keepOnceLanded(deps, call, fence));
     }
-    if (policy.unknownOutcome === 'fail' && landing === undefined)
-      stored = await keepForProbe(deps, call, fence, stored);
+    if (policy.unknownOutcome === 'fail' && (landing === undefined || landing === 'queued'))
+      stored = await keepForProbe(deps, call, fence, stored, landing === 'queued');
     if (clientHasHead) receiver.endBroken(error.error);
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);

@@ -5,7 +5,9 @@
 // to answer — the upstream's answer, the unknown outcome with Retry-After, or "claim again".
 import type { ReconcileLabel, ReconcilingPolicy } from '../reconcile/resolution';
 import type { StoredResponse } from '../store/record';
-import type { Call, ProtectedDeps, ProtectedRequest } from './protocol';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { RouteConfig } from '../config/types';
+import type { Call, ProtectedDeps } from './protocol';
 
 export type ReconcileStep =
   | { readonly kind: 'answer'; readonly response: StoredResponse; readonly label?: ReconcileLabel }
@@ -21,15 +23,19 @@ export function reconciles(deps: ProtectedDeps, call: Call): boolean {
  * Keeps what the probe needs with the unknown outcome just stored under `claimToken`; returns the
  * answer to send with Retry-After at its first probe. A failure here is logged, never the client's:
  * the record stays unknown (and a probe without the body still runs when its template needs none).
+ * A completion still `queued` has not landed: the store keeps the body once it does
+ * (keepOnceLanded), and the first probe is due at most `after` from now.
  */
 export async function keepForProbe(
   deps: ProtectedDeps,
   call: Call,
   claimToken: string,
   stored: StoredResponse,
+  queued = false,
 ): Promise<StoredResponse> {
   const reconcile = call.policy.reconcile;
   if (!reconciles(deps, call) || reconcile === null) return stored;
+  if (queued) return withRetryAfter(stored, reconcile.afterMs);
   try {
     const dueInMs = await deps.reconciler!.keep(reconcile, call.id, claimToken, call.body);
     return dueInMs === null ? stored : withRetryAfter(stored, dueInMs);
@@ -39,21 +45,41 @@ export async function keepForProbe(
   }
 }
 
-/** A repeat found an unknown outcome on a route that reconciles: probe it if due, and say what to answer. */
+/**
+ * The keep as a write that follows the unknown outcome's completion into the record, for the store
+ * to make when that completion is queued (KeyStore.complete's followUp), so the record ends as one
+ * stored at once does. Its failure fails the write, which the store's outbox then sends again.
+ */
+export function keepOnceLanded(
+  deps: ProtectedDeps,
+  call: Call,
+  claimToken: string,
+): (() => Promise<unknown>) | undefined {
+  const reconcile = call.policy.reconcile;
+  if (!reconciles(deps, call) || reconcile === null) return undefined;
+  return () => deps.reconciler!.keep(reconcile, call.id, claimToken, call.body);
+}
+
+/**
+ * A repeat found an unknown outcome on a route that reconciles: probe it if due, and say what to
+ * answer. Of the repeat it needs only its route and its headers (a probe with no configured headers
+ * is sent with the repeat's own authorization).
+ */
 export async function reconcileReplay(
   deps: ProtectedDeps,
-  request: ProtectedRequest,
+  route: RouteConfig,
+  headers: IncomingHttpHeaders,
   call: Call,
   stored: StoredResponse,
 ): Promise<ReconcileStep> {
   const policy = call.policy as ReconcilingPolicy;
   try {
     const resolution = await deps.reconciler!.resolve(
-      request.route,
+      route,
       policy,
       call.id,
       deps.upstreams,
-      request.req.headers,
+      headers,
     );
     switch (resolution.kind) {
       case 'found':

@@ -11,6 +11,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Logger } from 'pino';
 import type { IdempotencyPolicy, ProxyConfig, ReconcilePolicy, RouteConfig } from '../config/types';
 import type {
+  GivenUp,
   ProbeTake,
   ProbeTicket,
   ProbeTiming,
@@ -24,8 +25,11 @@ import { sendRequestProbe } from './http-probe';
 import { verdictOf, type ProbeVerdict } from './verdict';
 import type { Prober, ReconcilingPolicy, Resolution } from './resolution';
 
-/** How probes end, as metrics count them. */
-export type ProbeResult = 'found' | 'not_found' | 'inconclusive' | 'failed';
+/**
+ * How probes end, as metrics count them; `gave_up` is no probe: a record past giveUpAfter, counted
+ * once when it is given up.
+ */
+export type ProbeResult = 'found' | 'not_found' | 'inconclusive' | 'failed' | 'gave_up';
 
 export interface ReconcileObserver {
   probed(route: string, result: ProbeResult): void;
@@ -36,6 +40,8 @@ export interface SweepResult {
   readonly found: number;
   readonly notFound: number;
   readonly unknown: number;
+  /** Records given up in this sweep (past giveUpAfter). */
+  readonly gaveUp: number;
   /** Routes whose sweep another instance was running. */
   readonly skipped: number;
 }
@@ -71,8 +77,13 @@ export class Reconciler implements Prober {
     upstreams: UpstreamPools,
     retryHeaders: IncomingHttpHeaders,
   ): Promise<Resolution> {
-    const take: ProbeTake = await this.store.take(id, timingOf(route, policy.reconcile));
+    const timing = timingOf(route, policy.reconcile);
+    const take: ProbeTake = await this.store.take(id, timing);
     if (take.kind === 'gone') return take;
+    if (take.kind === 'not-due' && take.dueInMs === null) {
+      const givenUp = await this.store.giveUp(id, timing);
+      if (givenUp !== null) this.gaveUp(route, policy, givenUp);
+    }
     if (take.kind === 'not-due') return { kind: 'unknown', retryAfterMs: take.dueInMs };
     return this.probeTicket(route, policy, take.ticket, upstreams, retryHeaders);
   }
@@ -83,22 +94,24 @@ export class Reconciler implements Prober {
     upstreams: UpstreamPools,
     pick: (route: RouteConfig) => boolean,
   ): Promise<SweepResult> {
-    const totals = { probed: 0, found: 0, notFound: 0, unknown: 0, skipped: 0 };
+    const totals = { probed: 0, found: 0, notFound: 0, unknown: 0, gaveUp: 0, skipped: 0 };
     for (const route of config.routes) {
       const policy = route.idempotency;
       if (!policy?.reconcile || !pick(route)) continue;
       const reconciling = policy as ReconcilingPolicy;
       // Records carry the route that claimed them: a group's records are swept by their own route.
-      const tickets = await this.store.takeDue(
+      const taken = await this.store.takeDue(
         route.name,
         timingOf(route, reconciling.reconcile),
         SWEEP_BATCH,
       );
-      if (tickets === undefined) {
+      if (taken === undefined) {
         totals.skipped++;
         continue;
       }
-      for (const ticket of tickets) {
+      for (const givenUp of taken.givenUp) this.gaveUp(route, reconciling, givenUp);
+      totals.gaveUp += taken.givenUp.length;
+      for (const ticket of taken.tickets) {
         totals.probed++;
         const resolution = await this.probeTicket(route, reconciling, ticket, upstreams, undefined);
         if (resolution.kind === 'found') totals.found++;
@@ -120,7 +133,7 @@ export class Reconciler implements Prober {
     const key = forwardedKey(policy, ticket.id);
     const fields = {
       route: route.name,
-      key: policy.logKey === 'hash' ? hashed(ticket.id.key) : ticket.id.key,
+      key: logKeyOf(policy, ticket.id.key),
       probes: ticket.probes,
     };
     let verdict: ProbeVerdict;
@@ -173,6 +186,20 @@ export class Reconciler implements Prober {
         );
         return this.stillUnknown(route, policy, ticket.id);
     }
+  }
+
+  /** Tells of a record given up: one line and one count per record, whoever gave it up. */
+  private gaveUp(route: RouteConfig, policy: ReconcilingPolicy, givenUp: GivenUp): void {
+    this.observer?.probed(route.name, 'gave_up');
+    this.logger.warn(
+      {
+        route: route.name,
+        key: logKeyOf(policy, givenUp.id.key),
+        probes: givenUp.probes,
+        ageMs: givenUp.ageMs,
+      },
+      'reconcile: gave up after giveUpAfter; the outcome stays unknown for an operator (console, clear)',
+    );
   }
 
   /** The record stays unknown: when its next probe is due. */
@@ -239,6 +266,10 @@ function reasonOf(error: unknown): string {
     return typeof code === 'string' ? `${code}: ${error.message}` : error.message;
   }
   return String(error);
+}
+
+function logKeyOf(policy: IdempotencyPolicy, key: string): string {
+  return policy.logKey === 'hash' ? hashed(key) : key;
 }
 
 function hashed(key: string): string {

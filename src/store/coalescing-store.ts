@@ -121,10 +121,11 @@ export class CoalescingStore implements RequestStore {
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
+    followUp?: () => Promise<unknown>,
   ): Promise<CompleteResult> {
     // Not cached on completion: most keys are never repeated; the first repeat's claim admits it.
     // Only a stored answer is told to the repeats: one still queued is not the database's yet.
-    const result = await this.store.complete(id, fence, response, ttlMs);
+    const result = await this.store.complete(id, fence, response, ttlMs, undefined, followUp);
     if (result.landing === 'stored')
       this.leaderOf(claimant)?.settle({
         kind: 'completed',

@@ -205,7 +205,9 @@ export interface KeyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>;
   /**
    * Stores the answer under the claim with `fence` (see Landing); once stored, with the record's
-   * expiry as the database set it (its Idempotency-Expires).
+   * expiry as the database set it (its Idempotency-Expires). `followUp` is a write that belongs with
+   * the completion (an unknown outcome's reconcile body): when the completion is `queued`, the store
+   * makes it once the completion has landed; when it is stored at once, the caller makes it.
    */
   complete(
     id: RecordId,
@@ -213,6 +215,7 @@ export interface KeyStore {
     response: StoredResponse,
     ttlMs: number,
     claimant?: Claimant,
+    followUp?: () => Promise<unknown>,
   ): Promise<CompleteResult>;
   /** Drops an in-progress claim so a retry executes again (see Landing). */
   release(id: RecordId, fence: string, claimant?: Claimant): Promise<Landing>;

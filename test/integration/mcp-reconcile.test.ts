@@ -14,15 +14,21 @@ import { recordRequest } from '../support/mcp-tool-server';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { until } from '../support/eventually';
 import { recordFigures } from '../support/run-report';
+import { PROBE_REVISIONS } from '../../src/mcp/reconcile-probe';
 
 interface Ledger {
   readonly refunds: { refund_id: string; order_id: string; amount: number }[];
   lookups: number;
+  /** Sessions the server holds open now (the probe's must all be ended). */
+  openSessions(): number;
+  /** The protocolVersion each initialize asked for, and each DELETE's session id. */
+  readonly initialized: unknown[];
+  readonly deleted: string[];
 }
 
 async function startLedgerServer(
-  ledger: Ledger,
-): Promise<{ origin: string; close(): Promise<void> }> {
+  ledger: Omit<Ledger, 'openSessions'>,
+): Promise<{ origin: string; openSessions(): number; close(): Promise<void> }> {
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   const build = (): McpServer => {
     const server = new McpServer({ name: 'ledger', version: '1.0.0' });
@@ -78,12 +84,15 @@ async function startLedgerServer(
     void (async () => {
       const { json } = await recordRequest(req);
       const id = req.headers['mcp-session-id'];
+      if (req.method === 'DELETE' && typeof id === 'string') ledger.deleted.push(id);
       const existing = typeof id === 'string' ? sessions.get(id) : undefined;
       if (existing) return existing.handleRequest(req, res, json);
       if (isInitializeRequest(json)) {
+        ledger.initialized.push(json.params.protocolVersion);
         const transport = new StreamableHTTPServerTransport({
           sessionIdGenerator: () => randomUUID(),
           onsessioninitialized: (sid) => void sessions.set(sid, transport),
+          onsessionclosed: (sid) => void sessions.delete(sid),
         });
         await build().connect(transport);
         return transport.handleRequest(req, res, json);
@@ -102,6 +111,7 @@ async function startLedgerServer(
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    openSessions: () => sessions.size,
     close: async () => {
       for (const transport of sessions.values()) await transport.close();
       server.closeAllConnections();
@@ -110,8 +120,14 @@ async function startLedgerServer(
   };
 }
 
-const ledger: Ledger = { refunds: [], lookups: 0 };
-let upstream: { origin: string; close(): Promise<void> };
+const ledger: Ledger = {
+  refunds: [],
+  lookups: 0,
+  initialized: [],
+  deleted: [],
+  openSessions: () => upstream.openSessions(),
+};
+let upstream: { origin: string; openSessions(): number; close(): Promise<void> };
 let proxy: TestProxy;
 
 beforeAll(async () => {
@@ -162,9 +178,11 @@ describe('an MCP route with reconcile.tool', () => {
       answer_late_ms: 3_000,
     });
     expect(first.headers['idempotency-outcome']).toBe('unknown');
-    expect((first.json.error as { data: { type: string } }).data.type).toBe(
-      'idempotency_outcome_unknown',
-    );
+    const error = first.json.error as { data: { type: string; retryAfter: number } };
+    expect(error.data.type).toBe('idempotency_outcome_unknown');
+    // Retry-After in the body too, where a JSON-RPC client reads it (as a 409 in flight has it).
+    expect(error.data.retryAfter).toBe(Number(first.headers['retry-after']));
+    expect(error.data.retryAfter).toBeGreaterThanOrEqual(1);
     let id = 2;
     const answer = await until(
       async () => {
@@ -173,7 +191,10 @@ describe('an MCP route with reconcile.tool', () => {
           amount: 5,
           answer_late_ms: 3_000,
         });
-        return retry.headers['idempotency-outcome'] === 'unknown' ? undefined : retry;
+        if (retry.headers['idempotency-outcome'] !== 'unknown') return retry;
+        const data = (retry.json.error as { data: { retryAfter?: number } }).data;
+        expect(data.retryAfter).toBe(Number(retry.headers['retry-after']));
+        return undefined;
       },
       'the call to be reconciled',
       { timeoutMs: 15_000, intervalMs: 250 },
@@ -220,6 +241,42 @@ describe('an MCP route with reconcile.tool', () => {
     recordFigures(__filename, 'mcp not found', {
       executions: ran.length,
       agentGot: 'the forwarded call’s result',
+    });
+  });
+
+  it('every probe negotiates the newest revision and ends the session it opened: none is left open', async () => {
+    const probesBefore = ledger.initialized.length;
+    const orders = ['ord_20', 'ord_21', 'ord_22'];
+    await Promise.all(
+      orders.map((order, n) =>
+        callRefund(`mcp-s${n}`, 1, { order_id: order, amount: 3, answer_late_ms: 3_000 }),
+      ),
+    );
+    // Two found, one not found: the ledger forgets ord_22, so its probe finds nothing.
+    ledger.refunds.splice(
+      ledger.refunds.findIndex((r) => r.order_id === 'ord_22'),
+      1,
+    );
+    let id = 2;
+    for (const [n, order] of orders.entries())
+      await until(
+        async () => {
+          const retry = await callRefund(`mcp-s${n}`, id++, { order_id: order, amount: 3 });
+          return retry.headers['idempotency-outcome'] === 'unknown' ? undefined : retry;
+        },
+        `mcp-s${n} to be resolved`,
+        { timeoutMs: 15_000, intervalMs: 250 },
+      );
+    const probes = ledger.initialized.slice(probesBefore);
+    expect(probes).toHaveLength(orders.length);
+    expect(probes.every((version) => version === PROBE_REVISIONS[0])).toBe(true);
+    // Each probe's DELETE follows its answer: none is left open once they have arrived.
+    await until(() => ledger.openSessions() === 0, 'every probe session to be ended');
+    expect(ledger.deleted.length).toBeGreaterThanOrEqual(orders.length);
+    expect(ledger.refunds.filter((r) => orders.includes(r.order_id))).toHaveLength(3);
+    recordFigures(__filename, 'mcp probe sessions', {
+      probes: probes.length,
+      sessionsLeftOpen: ledger.openSessions(),
     });
   });
 });

@@ -12,6 +12,8 @@ export interface ReplyCutter {
   readonly url: string;
   /** Cuts the next connection whose client sends `marker`, in `mode`. One cut per call. */
   cutOn(marker: string, mode: CutMode): Promise<void>;
+  /** Forgets a cut armed and not yet made (its promise never settles). */
+  disarm(): void;
   close(): Promise<void>;
 }
 
@@ -84,6 +86,9 @@ export async function startReplyCutter(targetUrl: string): Promise<ReplyCutter> 
       new Promise<void>((resolve) => {
         armed = { marker, mode, done: resolve };
       }),
+    disarm: () => {
+      armed = undefined;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();

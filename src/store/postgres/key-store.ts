@@ -6,6 +6,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import type {
+  Claimant,
   ClaimRequest,
   CompleteResult,
   ClaimResult,
@@ -461,13 +462,17 @@ export class PostgresKeyStore implements KeyStore {
    * Completions go through the natural batcher: alone when the store keeps up, together when not.
    * One whose statement failed (a whole batch fails together: each of its completions comes here
    * alone) goes to the outbox, sent again on its own statement until it lands; the caller waits
-   * up to holdMs for that, then learns `queued`.
+   * up to holdMs for that, then learns `queued`. Its `followUp` goes with it: made after each
+   * attempt that lands, so the record ends as a completion stored at once would (a follow-up that
+   * fails is sent again with the completion, which then finds itself stored).
    */
   async complete(
     id: RecordId,
     fence: string,
     response: StoredResponse,
     ttlMs: number,
+    _claimant?: Claimant,
+    followUp?: () => Promise<unknown>,
   ): Promise<CompleteResult> {
     const completion: Completion = { id, fence, response, ttlMs };
     try {
@@ -485,7 +490,11 @@ export class PostgresKeyStore implements KeyStore {
         bytes: responseBytes(response),
         // An in-progress row lives at least ttl past its lease; after that a completion is moot.
         expiresAt: performance.now() + ttlMs,
-        attempt: () => this.completeAgain(completion),
+        attempt: async () => {
+          const result = await this.completeAgain(completion);
+          if (result === 'landed') await followUp?.();
+          return result;
+        },
       });
       return { landing };
     }

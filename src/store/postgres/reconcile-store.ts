@@ -7,6 +7,7 @@
 //       found ─► completed with the answer (outcome_unknown false), replayed; caches evicted
 //       not found ─► deleted: the next request with the key runs; caches evicted
 //       anything else ─► left as it is: due again at probe_after
+//   past giveUpAfter ─ give up (a 'gave_up' event, once) ─► never probed again; an operator's now
 import type { Pool } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { quoteTableName } from '../../db/identifier';
@@ -33,6 +34,15 @@ export interface ProbeTiming {
   readonly holdMs: number;
 }
 
+/** An unknown outcome just given up: past giveUpAfter, never probed again. */
+export interface GivenUp {
+  readonly id: RecordId;
+  /** Probes made of it. */
+  readonly probes: number;
+  /** Since the original was sent (created_at), in milliseconds. */
+  readonly ageMs: number;
+}
+
 export type ProbeTake =
   | { readonly kind: 'taken'; readonly ticket: ProbeTicket }
   /** Not due yet (dueInMs), or past giveUpAfter (null). */
@@ -43,16 +53,24 @@ export type ProbeTake =
 const secs = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
 const WHERE_KEY = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
 const UNKNOWN = "state = 'completed' AND outcome_unknown AND expires_at > now()";
+/** The record's history says it was given up (the listing reads the same event). */
+export const GAVE_UP = `events @> '[{"event":"gave_up"}]'::jsonb`;
 
 export class ReconcileStore {
   private readonly table: string;
   private readonly lockKey: string;
+  private readonly giveUpStatement: string;
 
   constructor(
     private readonly pool: Pool,
     private readonly tableName: string,
   ) {
     this.table = quoteTableName(tableName);
+    // Giving up writes only the history: the record stays as it is, for an operator. A probe taken
+    // just before keeps its token, so what it finds still lands.
+    this.giveUpStatement = `UPDATE ${this.table} SET
+              events = events || jsonb_build_array(jsonb_build_object(
+                'event', 'gave_up', 'at', now(), 'probes', probes))`;
     this.lockKey = `idempotency-proxy:reconcile:${tableName}`;
   }
 
@@ -106,21 +124,47 @@ export class ReconcileStore {
   }
 
   /**
+   * Gives up the record if it is past giveUpAfter and not given up yet: the one call that does gets
+   * it back (so it is told once, whoever finds it), every other call null.
+   */
+  async giveUp(id: RecordId, timing: ProbeTiming): Promise<GivenUp | null> {
+    const { rows } = await this.pool.query<GivenUpRow>(
+      `${this.giveUpStatement}
+       WHERE ${WHERE_KEY} AND ${UNKNOWN} AND NOT ${GAVE_UP}
+         AND created_at + ${secs('$4')} <= now()
+       RETURNING ${GIVEN_UP_COLUMNS}`,
+      [id.scope, id.tenant, id.key, timing.giveUpAfterMs],
+    );
+    return rows[0] ? givenUpOf(rows[0]) : null;
+  }
+
+  /**
    * Takes the due probes of one route's unknown outcomes, at most `limit`, under the sweep's
    * try-lock: undefined when another instance is sweeping now. The lock is transaction-level, held
    * only while the probes are taken, never while they run (see pruner.ts on why not a session lock).
+   * The records of the route past giveUpAfter are given up in the same round (at most `limit`).
    */
   async takeDue(
     route: string,
     timing: ProbeTiming,
     limit: number,
-  ): Promise<ProbeTicket[] | undefined> {
+  ): Promise<{ tickets: ProbeTicket[]; givenUp: GivenUp[] } | undefined> {
     return inTransaction(this.pool, async (client) => {
       const locked = await client.query<{ locked: boolean }>(
         'SELECT pg_try_advisory_xact_lock(hashtext($1::text)) AS locked',
         [`${this.lockKey}:${route}`],
       );
       if (!locked.rows[0]?.locked) return undefined;
+      const givenUp = await client.query<GivenUpRow>(
+        `${this.giveUpStatement}
+         WHERE (scope, tenant, key) IN (
+           SELECT scope, tenant, key FROM ${this.table}
+           WHERE ${UNKNOWN} AND route = $1::text AND NOT ${GAVE_UP}
+             AND created_at + ${secs('$2')} <= now()
+           ORDER BY created_at LIMIT $3::int FOR UPDATE SKIP LOCKED)
+         RETURNING ${GIVEN_UP_COLUMNS}`,
+        [route, timing.giveUpAfterMs, limit],
+      );
       const { rows } = await client.query<TicketRow>(
         `UPDATE ${this.table} AS r
            SET probe_token = md5(random()::text || clock_timestamp()::text)::uuid,
@@ -136,7 +180,7 @@ export class ReconcileStore {
                    r.reconcile_body, r.probes`,
         [route, timing.holdMs, timing.afterMs, timing.giveUpAfterMs, limit],
       );
-      return rows.map(ticketOf);
+      return { tickets: rows.map(ticketOf), givenUp: givenUp.rows.map(givenUpOf) };
     });
   }
 
@@ -202,6 +246,25 @@ interface TicketRow {
   token: string;
   reconcile_body: Buffer | null;
   probes: number;
+}
+
+const GIVEN_UP_COLUMNS = `scope, tenant, key, probes,
+  floor(extract(epoch FROM (now() - created_at)) * 1000)::float8 AS age_ms`;
+
+interface GivenUpRow {
+  scope: string;
+  tenant: string;
+  key: string;
+  probes: number;
+  age_ms: number;
+}
+
+function givenUpOf(row: GivenUpRow): GivenUp {
+  return {
+    id: { scope: row.scope, tenant: row.tenant, key: row.key },
+    probes: row.probes,
+    ageMs: row.age_ms,
+  };
 }
 
 function ticketOf(row: TicketRow): ProbeTicket {

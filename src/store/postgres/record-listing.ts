@@ -12,6 +12,7 @@ import type { Pool } from 'pg';
 import { quoteTableName } from '../../db/identifier';
 import { type RecordBasics, type RecordBasicsRow, recordBasics } from './record-queries';
 import { inTransaction } from '../../db/transaction';
+import { GAVE_UP } from './reconcile-store';
 
 export const LIST_STATES = ['unknown', 'in_flight', 'completed', 'reconciled', 'all'] as const;
 export type ListState = (typeof LIST_STATES)[number];
@@ -38,6 +39,12 @@ export type RecordSummary = RecordBasics & {
   leaseLeftMs: number | null;
   /** The stored problem of an unknown outcome (what every repeat is answered with). */
   problem: unknown;
+  /**
+   * An unknown outcome's reconciliation (docs/reconcile.md): `probing` while probes still ask the
+   * upstream, `given_up` once past giveUpAfter (only an operator settles it now); null when no
+   * probe was ever set up for it, and on every other record.
+   */
+  reconcile: 'probing' | 'given_up' | null;
 };
 
 export interface RecordPage {
@@ -63,6 +70,7 @@ type Row = RecordBasicsRow & {
   seen_us: string;
   lease_left_ms: string | null;
   problem_body: Buffer | null;
+  reconcile: 'probing' | 'given_up' | null;
 };
 
 export async function listRecords(
@@ -92,7 +100,11 @@ export async function listRecords(
            CASE WHEN state = 'in_progress'
                 THEN GREATEST(0, ceil(extract(epoch FROM (lease_expires_at - now())) * 1000))::bigint::text
            END AS lease_left_ms,
-           CASE WHEN outcome_unknown THEN substring(body FROM 1 FOR ${PROBLEM_BYTES}) END AS problem_body
+           CASE WHEN outcome_unknown THEN substring(body FROM 1 FOR ${PROBLEM_BYTES}) END AS problem_body,
+           CASE WHEN outcome_unknown AND state = 'completed' THEN
+             CASE WHEN ${GAVE_UP} THEN 'given_up'
+                  WHEN probe_after IS NOT NULL OR probes > 0 THEN 'probing' END
+           END AS reconcile
     FROM ${quoteTableName(tableName)}
     WHERE ${where.join(' AND ')}
     ORDER BY last_seen_at DESC, key DESC, scope DESC, tenant DESC
@@ -146,6 +158,7 @@ function toSummary(row: Row): RecordSummary {
     ...recordBasics(row),
     leaseLeftMs: row.lease_left_ms === null ? null : Number(row.lease_left_ms),
     problem: row.problem_body ? parseProblem(row.problem_body) : null,
+    reconcile: row.reconcile,
   };
 }
 
