@@ -323,6 +323,16 @@ const SCRIPT = `
       el('li', { cls: e.name }, [el('span', { text: new Date(e.at).toLocaleString() + ' — ', cls: 'at' }), e.text])));
     box.append(el('h3', { text: r.key }), dl, el('h4', { text: 'Timeline' }), timeline);
     if (r.body) box.append(el('h4', { text: 'Stored body (' + r.body.encoding + ')' }), el('pre', { text: r.body.data }));
+    const partial = r.partialUpstreamAnswer;
+    if (partial) {
+      const kept = partial.cut ? ', only the first ' + partial.storedBytes + ' kept' : '';
+      box.append(
+        el('h4', { text: 'Partial upstream answer (broke off; never replayed)' }),
+        el('p', { text: 'status ' + partial.status + ', ' + partial.bytes + ' body bytes sent' + kept, cls: 'hint' }),
+        el('pre', { text: partial.headers.map(([name, value]) => name + ': ' + value).join('\\n') }),
+      );
+      if (partial.body) box.append(el('h4', { text: 'Partial body (' + partial.body.encoding + ')' }), el('pre', { text: partial.body.data }));
+    }
     const clear = clearButton(r);
     clear.textContent = 'Clear this record…';
     box.append(clear);

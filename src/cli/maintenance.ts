@@ -170,5 +170,14 @@ function formatRecord(r: RecordView): string {
     ),
   ];
   if (r.body) lines.push(`  body (${r.body.encoding}): ${r.body.data}`);
+  const partial = r.partialUpstreamAnswer;
+  if (partial) {
+    const cut = partial.cut ? `, only the first ${partial.storedBytes} kept` : '';
+    lines.push(
+      `  partial upstream answer (broke off; never replayed): status ${partial.status}, ${partial.bytes} body bytes sent${cut}`,
+      ...partial.headers.map(([name, value]) => `    ${name}: ${value}`),
+    );
+    if (partial.body) lines.push(`  partial body (${partial.body.encoding}): ${partial.body.data}`);
+  }
   return lines.join('\n');
 }

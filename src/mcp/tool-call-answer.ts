@@ -25,7 +25,7 @@ import { startStreaming, writeChunk } from '../protected/outgoing';
 import { StreamCapture } from '../protected/stream-capture';
 import { type AnswerReceiver, expiresHeader } from '../protected/protocol';
 import type { LiveAnswer } from '../store/live-answer';
-import type { HeaderPairs } from '../store/record';
+import type { HeaderPairs, PartialAnswer } from '../store/record';
 import {
   errorMessage,
   JSON_HEADERS,
@@ -45,6 +45,7 @@ export interface ToolCallPlace {
 }
 
 const ID = ['id'];
+const NOTHING_KEPT = Buffer.alloc(0);
 const RESULT = ['result'];
 const RESULT_TYPE = ['result', 'resultType'];
 const ERROR = ['error'];
@@ -68,6 +69,8 @@ export class ToolCallAnswer implements AnswerReceiver {
   private finalForRepeats: Buffer | undefined;
   /** A JSON answer as it arrives (protected/stream-capture.ts). */
   private readonly kept: StreamCapture;
+  /** Body bytes received: what an answer that broke off had sent (its partial answer). */
+  private received = 0;
 
   private readonly policy: IdempotencyPolicy;
 
@@ -101,6 +104,7 @@ export class ToolCallAnswer implements AnswerReceiver {
   }
 
   data(chunk: Buffer): Promise<void> | undefined {
+    this.received += chunk.length;
     if (this.settled) return writeChunk(this.res, chunk);
     if (this.found) {
       this.held.push(chunk);
@@ -148,6 +152,20 @@ export class ToolCallAnswer implements AnswerReceiver {
         'The MCP server answered without a JSON-RPC response to the tool call, so the tool may have run.',
       )
     );
+  }
+
+  /**
+   * What arrived before the answer broke off without a final response: a JSON answer's bytes as
+   * kept (up to maxResponseBytes); of an event stream only its head and size, since the proxy keeps
+   * no copy of the events it passes on (only the final response is stored).
+   */
+  partial(): PartialAnswer | undefined {
+    if (this.status === 0) return undefined;
+    const headers = this.policy.replaySetCookie
+      ? this.headers
+      : this.headers.filter(([name]) => name !== 'set-cookie');
+    const body = this.events === undefined ? this.kept.prefix() : NOTHING_KEPT;
+    return { status: this.status, headers, body, bytes: this.received };
   }
 
   /** Finishes the client's answer once the record is settled. */

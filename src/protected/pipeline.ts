@@ -294,8 +294,12 @@ async function forward<C extends Call>(
     let stored = protocol.unknownOutcome(call, afterUnknownOutcome(error.error, policy));
     // Under `retry` the claim stays in progress; a repeat takes it over once the lease ends.
     // What a probe needs is kept with the record: by the store's outbox when the completion is queued.
-    if (policy.unknownOutcome === 'fail')
-      await settle({ kind: 'complete', response: stored }, keepOnceLanded(deps, call, fence));
+    // What arrived of an answer that broke off goes with the record, for the operator only.
+    if (policy.unknownOutcome === 'fail') {
+      const partial = receiver.partial?.();
+      const response = partial === undefined ? stored : { ...stored, partial };
+      await settle({ kind: 'complete', response }, keepOnceLanded(deps, call, fence));
+    }
     if (policy.unknownOutcome === 'fail' && (landing === undefined || landing === 'queued'))
       stored = await keepForProbe(deps, call, fence, stored, landing === 'queued');
     if (clientHasHead) receiver.endBroken(error.error);

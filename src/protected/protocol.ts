@@ -12,7 +12,13 @@ import type { JwtPrincipals } from '../auth/jwt-principals';
 import { scopeOf } from '../idempotency/scope';
 import { type Claims, tenantHash } from '../idempotency/tenant';
 import type { LiveAnswer } from '../store/live-answer';
-import type { HeaderPairs, RecordId, RequestStore, StoredResponse } from '../store/record';
+import type {
+  HeaderPairs,
+  PartialAnswer,
+  RecordId,
+  RequestStore,
+  StoredResponse,
+} from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
 import type { Prober, ReconcileLabel } from '../reconcile/resolution';
@@ -200,6 +206,11 @@ export interface AnswerReceiver extends ResponseReceiver {
   readonly streamedBytes?: number;
   /** True once the receiver has settled the claim itself. */
   readonly settled: boolean;
+  /**
+   * What arrived of an answer that broke off after its head (up to maxResponseBytes), kept with its
+   * unknown outcome for the operator; undefined before the head, or where nothing is kept.
+   */
+  partial?(): PartialAnswer | undefined;
   /** The settlement for an answer that has ended. */
   settlement(): Settlement;
   /**

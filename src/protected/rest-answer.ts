@@ -15,7 +15,7 @@ import { performance } from 'node:perf_hooks';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { LiveAnswer } from '../store/live-answer';
 import type { IdempotencyPolicy } from '../config/types';
-import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { HeaderPairs, PartialAnswer, StoredResponse } from '../store/record';
 import type { Settlement } from './decide';
 import { startStreaming, writeChunk } from './outgoing';
 import { type AnswerReceiver, type Call, expiresHeader, type ProtectedRequest } from './protocol';
@@ -89,6 +89,13 @@ export class UpstreamAnswer implements AnswerReceiver {
       outcomeUnknown: false,
     };
     return { kind: 'complete', response };
+  }
+
+  /** What arrived before the answer broke off: its head and the capture (cut at the limit). */
+  partial(): PartialAnswer | undefined {
+    if (this.status === 0) return undefined;
+    const { status, capture } = this;
+    return { status, headers: this.storedHeaders(), body: capture.prefix(), bytes: capture.total };
   }
 
   end(expiresAt?: number): void {

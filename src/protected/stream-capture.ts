@@ -1,6 +1,7 @@
 // What the proxy keeps of an answer as it arrives, to store it once whole: every chunk up to
-// maxResponseBytes. Past that the answer is delivered but not stored (Idempotent-Body-Omitted), and
-// what was kept is let go at once, so an endless stream costs no more memory than the limit.
+// maxResponseBytes. Past that the answer is delivered but not stored (Idempotent-Body-Omitted); its
+// first maxResponseBytes stay, in case it breaks off (the operator's partial answer, record.ts),
+// and the rest is not kept, so an endless stream costs no more memory than the limit.
 import type { Capture } from '../store/live-answer';
 
 const EMPTY = Buffer.alloc(0);
@@ -12,6 +13,8 @@ export class StreamCapture implements Capture {
   whole = true;
   /** The chunks kept before the answer outgrew the limit, for the one call that reads them. */
   private dropped: Buffer[] = [];
+  /** Once the answer outgrew the limit: its first maxBytes bytes. */
+  private firstChunks: Buffer[] = [];
 
   constructor(private readonly maxBytes: number) {}
 
@@ -25,6 +28,10 @@ export class StreamCapture implements Capture {
     }
     this.whole = false;
     this.dropped = this.chunks;
+    this.firstChunks = [
+      ...this.chunks,
+      chunk.subarray(0, this.maxBytes - (this.total - chunk.length)),
+    ];
     this.dropped.push(chunk);
     this.chunks = [];
     return false;
@@ -45,5 +52,10 @@ export class StreamCapture implements Capture {
   body(): Buffer {
     if (!this.whole) return EMPTY;
     return this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.total);
+  }
+
+  /** What arrived so far, cut at the limit: the whole of it while `whole`. */
+  prefix(): Buffer {
+    return this.whole ? this.body() : Buffer.concat(this.firstChunks);
   }
 }

@@ -45,6 +45,23 @@ export interface StoredResponse {
    * to the store, so every delivery of it says how long a retry stays safe (Idempotency-Expires).
    */
   readonly expiresAt?: number;
+  /**
+   * Only on the unknown outcome of an answer that broke off after its head: what the upstream had
+   * sent, written with the record for the operator (admin API, `inspect`). Never replayed, never
+   * read back on the request path.
+   */
+  readonly partial?: PartialAnswer;
+}
+
+/** The part of an upstream's answer that arrived before it broke off (a stall, a dropped connection). */
+export interface PartialAnswer {
+  readonly status: number;
+  /** As a replay would send them: no hop-by-hop headers, Set-Cookie as the route keeps it. */
+  readonly headers: HeaderPairs;
+  /** The first bytes of the body, up to maxResponseBytes. */
+  readonly body: Buffer;
+  /** Body bytes the upstream had sent; more than body.length when the prefix was cut. */
+  readonly bytes: number;
 }
 
 export type ClaimResult = ClaimState & {

@@ -70,7 +70,7 @@ test('migration 3 gives existing rows their prune_after and moves the pruner ind
     `INSERT INTO ${t} (scope, key, route, fingerprint, state, claim_token, expires_at)
      VALUES ('orders', 'old', 'orders', '\\x00', 'completed', gen_random_uuid(), '2030-01-02T03:04:05Z')`,
   );
-  expect(await migrate(pool, table)).toEqual({ applied: [3, 4, 5], current: 5 });
+  expect(await migrate(pool, table)).toEqual({ applied: [3, 4, 5, 6], current: 6 });
   const { rows } = await pool.query<{ same: boolean }>(
     `SELECT prune_after = expires_at AS same FROM ${t} WHERE key = 'old'`,
   );

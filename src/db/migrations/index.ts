@@ -103,4 +103,17 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE ${table} ADD COLUMN probes integer NOT NULL DEFAULT 0;
     `,
   },
+  {
+    version: 6,
+    name: 'keep what arrived of an answer that broke off with its unknown outcome',
+    // A streamed answer that stalls or drops mid-way is settled as an unknown outcome; what its
+    // client was sent (the status, headers and byte count in partial_answer, the first
+    // maxResponseBytes of the body in partial_body) is written by the same completion, for the
+    // operator only: it is never replayed. NULL on every other record; a re-claim after expiry
+    // clears it. Nullable columns without a default: no table rewrite.
+    sql: (table) => `
+      ALTER TABLE ${table} ADD COLUMN partial_answer jsonb;
+      ALTER TABLE ${table} ADD COLUMN partial_body bytea;
+    `,
+  },
 ];

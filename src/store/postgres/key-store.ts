@@ -186,6 +186,7 @@ function layout(tableName: string, distributed: boolean): Layout {
       claimBatch: statementName('claim_batch', sql.claimBatch),
       completeOne: statementName('complete', sql.completeOne),
       completeBatch: statementName('complete_batch', sql.completeBatch),
+      completePartial: statementName('complete_partial', sql.completePartial),
       release: statementName('release', sql.release),
       takeOver: statementName('take_over', sql.takeOver),
       settleUnknown: statementName('settle_unknown', sql.settleUnknown),
@@ -475,7 +476,11 @@ export class PostgresKeyStore implements KeyStore {
   ): Promise<CompleteResult> {
     const completion: Completion = { id, fence, response, ttlMs };
     try {
-      const expiresAt = await this.completions.submit(completion);
+      // The rare completion with a broken stream's partial answer goes alone, on its own statement.
+      const expiresAt =
+        response.partial === undefined
+          ? await this.completions.submit(completion)
+          : (await this.completeBatch([completion]))[0]!;
       return expiresAt === null ? { landing: 'stale' } : { landing: 'stored', expiresAt };
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
@@ -542,7 +547,9 @@ export class PostgresKeyStore implements KeyStore {
     }
     const one = batch.length === 1;
     const { name, text } = one
-      ? { name: names.completeOne, text: sql.completeOne }
+      ? batch[0]!.response.partial === undefined
+        ? { name: names.completeOne, text: sql.completeOne }
+        : { name: names.completePartial, text: sql.completePartial }
       : distributed
         ? byRows.complete(batch.length)
         : { name: names.completeBatch, text: sql.completeBatch };
@@ -723,10 +730,14 @@ export class PostgresKeyStore implements KeyStore {
 /** What a release holds in memory, about: its key and token. */
 const RELEASE_BYTES = 256;
 
-/** What a completion holds in memory: its body and headers, and about as much again for the rest. */
+/** What a completion holds in memory: its bodies and headers, and about as much again for the rest. */
 function responseBytes(response: StoredResponse): number {
   let bytes = response.body.length + 256;
   for (const [name, value] of response.headers) bytes += name.length + value.length;
+  const partial = response.partial;
+  if (partial === undefined) return bytes;
+  bytes += partial.body.length;
+  for (const [name, value] of partial.headers) bytes += name.length + value.length;
   return bytes;
 }
 
@@ -746,7 +757,7 @@ function claimValues({ request, token }: PendingClaim): unknown[] {
 
 /** One completion's values, in the order of statements.ts's completion input columns. */
 function completionValues({ id, fence, response, ttlMs }: Completion): unknown[] {
-  return [
+  const values = [
     id.scope,
     id.tenant,
     id.key,
@@ -756,8 +767,14 @@ function completionValues({ id, fence, response, ttlMs }: Completion): unknown[]
     response.bodyOmitted ? null : response.body,
     response.bodyOmitted,
     response.outcomeUnknown,
-    Math.round(ttlMs),
   ];
+  const partial = response.partial;
+  if (partial !== undefined) {
+    const { status, headers, bytes } = partial;
+    values.push(JSON.stringify({ status, headers, bytes }), partial.body);
+  }
+  values.push(Math.round(ttlMs));
+  return values;
 }
 
 /** A batch's values as one array per column (for unnest). */

@@ -27,12 +27,38 @@ export interface RecordView {
   expired: boolean;
   headers: [string, string][] | null;
   history: { event: string; at: string; fence: number; status?: number }[];
-  body?: { encoding: 'utf8' | 'base64'; data: string } | null;
+  body?: EncodedBody | null;
+  /**
+   * On an unknown outcome whose answer broke off after its head (a stalled or dropped stream): what
+   * the upstream had sent, for the operator; never replayed. Null on every other record.
+   */
+  partialUpstreamAnswer: PartialUpstreamAnswer | null;
+}
+
+export interface EncodedBody {
+  encoding: 'utf8' | 'base64';
+  data: string;
+}
+
+export interface PartialUpstreamAnswer {
+  status: number;
+  headers: [string, string][];
+  /** Body bytes the upstream sent before it broke off. */
+  bytes: number;
+  /** Of those, the first ones kept (up to the route's maxResponseBytes). */
+  storedBytes: number;
+  /** True when more was sent than kept. */
+  cut: boolean;
+  /** The kept bytes, when asked for with the body. */
+  body?: EncodedBody;
 }
 
 const COLUMNS = `scope, tenant, key, route, state, fence::text AS fence, status, outcome_unknown,
   body_omitted, octet_length(body) AS body_bytes, attempts, replays, created_at, completed_at,
-  last_seen_at, expires_at, lease_expires_at, expires_at <= now() AS expired, headers, events`;
+  last_seen_at, expires_at, lease_expires_at, expires_at <= now() AS expired, headers, events,
+  partial_answer, octet_length(partial_body) AS partial_body_bytes`;
+/** The bodies, when asked for. */
+const BODIES = ', body, partial_body';
 
 /** A record row as the admin queries select it (record-listing.ts picks from it too). */
 export interface RecordRow {
@@ -56,7 +82,10 @@ export interface RecordRow {
   expired: boolean;
   headers: [string, string][] | null;
   events: RecordView['history'];
+  partial_answer: { status: number; headers: [string, string][]; bytes: number } | null;
+  partial_body_bytes: number | null;
   body?: Buffer | null;
+  partial_body?: Buffer | null;
 }
 
 export async function findRecord(
@@ -66,7 +95,7 @@ export async function findRecord(
   withBody = false,
 ): Promise<RecordView | undefined> {
   const { rows } = await pool.query<RecordRow>(
-    `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)}
+    `SELECT ${COLUMNS}${withBody ? BODIES : ''} FROM ${quoteTableName(tableName)}
      WHERE scope = $1::text AND tenant = $2::text AND key = $3::text`,
     [id.scope, id.tenant, id.key],
   );
@@ -81,7 +110,7 @@ export async function findRecordsByKey(
   withBody = false,
 ): Promise<RecordView[]> {
   const { rows } = await pool.query<RecordRow>(
-    `SELECT ${COLUMNS}${withBody ? ', body' : ''} FROM ${quoteTableName(tableName)} WHERE key = $1::text
+    `SELECT ${COLUMNS}${withBody ? BODIES : ''} FROM ${quoteTableName(tableName)} WHERE key = $1::text
      ORDER BY scope, tenant`,
     [key],
   );
@@ -176,9 +205,25 @@ function toView(row: RecordRow, withBody: boolean): RecordView {
     expired: row.expired,
     headers: row.headers,
     history: history(row),
+    partialUpstreamAnswer: partialOf(row, withBody),
   };
   if (withBody) view.body = row.body ? encodeBody(row.body) : null;
   return view;
+}
+
+function partialOf(row: RecordRow, withBody: boolean): PartialUpstreamAnswer | null {
+  const partial = row.partial_answer;
+  if (partial === null) return null;
+  const storedBytes = row.partial_body_bytes ?? 0;
+  const answer: PartialUpstreamAnswer = {
+    status: partial.status,
+    headers: partial.headers,
+    bytes: partial.bytes,
+    storedBytes,
+    cut: partial.bytes > storedBytes,
+  };
+  if (withBody) answer.body = encodeBody(row.partial_body ?? Buffer.alloc(0));
+  return answer;
 }
 
 type HistoryEvent = RecordView['history'][number];
@@ -208,7 +253,7 @@ function history(row: RecordRow): HistoryEvent[] {
   return events;
 }
 
-function encodeBody(body: Buffer): { encoding: 'utf8' | 'base64'; data: string } {
+function encodeBody(body: Buffer): EncodedBody {
   const text = body.toString('utf8');
   return Buffer.from(text, 'utf8').equals(body)
     ? { encoding: 'utf8', data: text }

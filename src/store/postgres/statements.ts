@@ -62,6 +62,8 @@ function claimUpsertAssignments(): string {
     body: ['NULL', 'r.body'],
     body_omitted: ['false', 'r.body_omitted'],
     outcome_unknown: ['false', 'r.outcome_unknown'],
+    partial_answer: ['NULL', 'r.partial_answer'],
+    partial_body: ['NULL', 'r.partial_body'],
     attempts: ['1', 'r.attempts + 1'],
     created_at: ['excluded.created_at', 'r.created_at'],
     completed_at: ['NULL', 'r.completed_at'],
@@ -158,6 +160,27 @@ const COMPLETE_COLUMNS: readonly Column[] = [
 ];
 
 /**
+ * What an unknown outcome of an answer that broke off keeps for the operator (migration 6): its
+ * status, headers and byte count, and the first bytes of its body. Only the completion that carries
+ * one sends these columns (completeStatement's `partial`): every other completion's statement is
+ * the same as without them.
+ */
+const PARTIAL_COLUMNS: readonly Column[] = [
+  ['partial_answer', 'jsonb'],
+  ['partial_body', 'bytea'],
+];
+
+/** The completion's input columns, with the partial answer's before the ttl (always last). */
+function completeColumns(partial: boolean): readonly Column[] {
+  if (!partial) return COMPLETE_COLUMNS;
+  return [...COMPLETE_COLUMNS.slice(0, -1), ...PARTIAL_COLUMNS, COMPLETE_COLUMNS.at(-1)!];
+}
+
+/** The partial answer's columns as completePartial sets them. */
+const PARTIAL_SET = `
+               partial_answer = i.partial_answer, partial_body = i.partial_body,`;
+
+/**
  * A record's expiry as epoch milliseconds (float8: pg reads bigint as text), for Idempotency-Expires:
  * the database's time, like every other time the store keeps.
  */
@@ -171,30 +194,34 @@ const EXPIRES_AT_MS = (column: string): string =>
  * Returns the ordinals (n, from 1) of the input rows it changed, with their new expiry. On PostgreSQL $1 is the NOTIFY
  * channel; then come the completion's values, or the batch's arrays, one per column.
  */
-export function completeStatement(tableName: string, shape: Shape, distributed = false): string {
+export function completeStatement(
+  tableName: string,
+  shape: Shape,
+  distributed = false,
+  partial = false,
+): string {
   const t = quoteTableName(tableName);
-  const names = COMPLETE_COLUMNS.slice(0, -1).map(([name]) => name);
+  const columns = completeColumns(partial);
+  const names = columns.slice(0, -1).map(([name]) => name);
   const row = (v: Record<string, string>): string =>
     `${names.map((name) => v[name]).join(', ')}, now() + ${ms(v.ttl_ms!)}`;
   const first = distributed ? 1 : 2;
   const input =
     shape === 'batch'
-      ? `(SELECT u.n::int, ${row(valuesOf(COMPLETE_COLUMNS, { alias: 'u' }))}
-                FROM ${unnested(COMPLETE_COLUMNS, first, 'u')})`
-      : `(VALUES ${parameterRows(shape, COMPLETE_COLUMNS, first, (v, n) => `${n}, ${row(v)}`)})`;
+      ? `(SELECT u.n::int, ${row(valuesOf(columns, { alias: 'u' }))}
+                FROM ${unnested(columns, first, 'u')})`
+      : `(VALUES ${parameterRows(shape, columns, first, (v, n) => `${n}, ${row(v)}`)})`;
   // Citus cannot see the keys through a VALUES list of several rows, and would send the statement
   // to every shard: the keys as a list of their own let it prune to the one shard.
-  const key = first + COMPLETE_COLUMNS.findIndex(([name]) => name === 'key');
+  const key = first + columns.findIndex(([name]) => name === 'key');
   const keys = (rows: number): string =>
-    Array.from({ length: rows }, (_, k) => `$${key + k * COMPLETE_COLUMNS.length}::text`).join(
-      ', ',
-    );
+    Array.from({ length: rows }, (_, k) => `$${key + k * columns.length}::text`).join(', ');
   const shardFilter =
     typeof shape === 'number' && shape > 1 ? `\n          AND r.key IN (${keys(shape)})` : '';
   const update = `
         UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
                body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
-               lease_expires_at = NULL, expires_at = i.expires_at,
+               lease_expires_at = NULL, expires_at = i.expires_at,${partial ? PARTIAL_SET : ''}
                prune_after = GREATEST(r.prune_after, i.expires_at)
         FROM ${input}
           AS i(n, ${names.join(', ')}, expires_at)
@@ -280,6 +307,8 @@ export function buildStatements(tableName: string, distributed = false) {
     claimBatch: claimStatement(tableName, 'batch'),
     completeOne: completeStatement(tableName, 'one', distributed),
     completeBatch: completeStatement(tableName, 'batch', distributed),
+    // A lone completion with the partial answer of a stream that broke off (never batched).
+    completePartial: completeStatement(tableName, 'one', distributed, true),
     // Release, like completion, nudges waiters.
     release: withNudge(
       `
