@@ -32,7 +32,6 @@ export class StreamCapture implements Capture {
       ...this.chunks,
       chunk.subarray(0, this.maxBytes - (this.total - chunk.length)),
     ];
-    this.dropped.push(chunk);
     this.chunks = [];
     return false;
   }
@@ -44,7 +43,6 @@ export class StreamCapture implements Capture {
   takeOverflowed(): Buffer[] {
     const kept = this.dropped;
     this.dropped = [];
-    kept.pop();
     return kept;
   }
 
