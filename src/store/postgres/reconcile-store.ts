@@ -8,12 +8,22 @@
 //       not found ─► deleted: the next request with the key runs; caches evicted
 //       anything else ─► left as it is: due again at probe_after
 //   past giveUpAfter ─ give up (a 'gave_up' event, once) ─► never probed again; an operator's now
+//
+// Every statement also runs on a Citus distributed table (sql-time.ts says what Citus asks of time
+// arithmetic): a column stands alone on its side of each comparison with now(), RETURNING measures
+// from the `clock` row (now(), as a row the statement joins), and a probe token is an md5 of a seed
+// this process drew and the record's key, not of random(). Only the sweep's pick differs: Citus
+// cannot lock rows FOR UPDATE across shards, so there it picks without locking and the UPDATE
+// checks again that each record is still due (one sweeper at a time holds the advisory lock; a
+// retry's own take is the only other writer, and the re-check lets just one of them have it).
 import type { Pool } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { quoteTableName } from '../../db/identifier';
+import { isDistributed } from '../../db/topology';
 import { inTransaction } from '../../db/transaction';
 import { recordDigest, type RecordId, type StoredResponse } from '../record';
 import { evictionChannel } from './statements';
+import { epochMs, interval, plusMs } from './sql-time';
 
 /** A probe this process holds: only its token may write what the probe found. */
 export interface ProbeTicket {
@@ -50,9 +60,25 @@ export type ProbeTake =
   /** No unknown outcome under this key any more (resolved, cleared, expired). */
   | { readonly kind: 'gone' };
 
-const secs = (param: string): string => `make_interval(secs => ${param}::bigint / 1000.0)`;
+const secs = (param: string): string => interval(`${param}::bigint`);
 const WHERE_KEY = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
 const UNKNOWN = "state = 'completed' AND outcome_unknown AND expires_at > now()";
+/** "now" as a row a statement joins, so that RETURNING can measure from it (sql-time.ts). */
+const CLOCK = '(SELECT now() AS now) AS clock';
+/** Milliseconds from the clock row to `timestamp`, at least 0. */
+const msFromClock = (timestamp: string): string =>
+  `GREATEST(0, ceil(extract(epoch FROM (${timestamp} - clock.now)) * 1000))::float8`;
+/** Due for a probe: `after` (a parameter) has passed since the original was sent, or probe_after. */
+const DUE = (after: string): string =>
+  `(probe_after <= now() OR (probe_after IS NULL AND created_at <= now() - ${secs(after)}))`;
+/** Within giveUpAfter (a parameter) of the original, and so still probed. */
+const PROBING = (giveUpAfter: string): string => `created_at > now() - ${secs(giveUpAfter)}`;
+/** The wait before the next probe: the hold, doubled per probe taken so far, up to 32×. */
+const NEXT_PROBE = (hold: string, probes: string): string =>
+  plusMs('now()', `${hold}::bigint * power(2, LEAST(${probes}, 5))`);
+/** A probe token: a v4-shaped uuid from a seed this process drew (a parameter) and the record. */
+const TOKEN = (seed: string, alias = ''): string =>
+  `md5(${seed}::text || ${alias}scope || E'\\n' || ${alias}tenant || E'\\n' || ${alias}key)::uuid`;
 /** The record's history says it was given up (the listing reads the same event). */
 export const GAVE_UP = `events @> '[{"event":"gave_up"}]'::jsonb`;
 
@@ -60,6 +86,7 @@ export class ReconcileStore {
   private readonly table: string;
   private readonly lockKey: string;
   private readonly giveUpStatement: string;
+  private distributed: Promise<boolean> | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -68,9 +95,12 @@ export class ReconcileStore {
     this.table = quoteTableName(tableName);
     // Giving up writes only the history: the record stays as it is, for an operator. A probe taken
     // just before keeps its token, so what it finds still lands.
+    // The probe count goes in with jsonb_set: jsonb_build_object is STABLE, so on Citus it may see
+    // no column.
     this.giveUpStatement = `UPDATE ${this.table} SET
-              events = events || jsonb_build_array(jsonb_build_object(
-                'event', 'gave_up', 'at', now(), 'probes', probes))`;
+              events = events || jsonb_set(jsonb_build_array(jsonb_build_object(
+                'event', 'gave_up', 'at', now())), '{0,probes}', probes::text::jsonb)
+              FROM ${CLOCK}`;
     this.lockKey = `idempotency-proxy:reconcile:${tableName}`;
   }
 
@@ -86,9 +116,10 @@ export class ReconcileStore {
   ): Promise<number | null> {
     const { rows } = await this.pool.query<{ due_in_ms: number }>(
       `UPDATE ${this.table} SET reconcile_body = $5::bytea, probes = 0, probe_token = NULL,
-              probe_after = created_at + ${secs('$6')}
+              probe_after = ${plusMs('created_at', '$6::bigint')}
+       FROM ${CLOCK}
        WHERE ${WHERE_KEY} AND claim_token::text = $4::text AND ${UNKNOWN}
-       RETURNING GREATEST(0, ceil(extract(epoch FROM (probe_after - now())) * 1000))::float8 AS due_in_ms`,
+       RETURNING ${msFromClock('probe_after')} AS due_in_ms`,
       [id.scope, id.tenant, id.key, claimToken, body, afterMs],
     );
     return rows[0]?.due_in_ms ?? null;
@@ -99,10 +130,8 @@ export class ReconcileStore {
     const token = randomUUID();
     const { rows } = await this.pool.query<TicketRow>(
       `UPDATE ${this.table} SET probe_token = $4::uuid, probes = probes + 1,
-              probe_after = now() + ${secs('$5')} * power(2, LEAST(probes, 5))
-       WHERE ${WHERE_KEY} AND ${UNKNOWN}
-         AND COALESCE(probe_after, created_at + ${secs('$6')}) <= now()
-         AND created_at + ${secs('$7')} > now()
+              probe_after = ${NEXT_PROBE('$5', 'probes')}
+       WHERE ${WHERE_KEY} AND ${UNKNOWN} AND ${DUE('$6')} AND ${PROBING('$7')}
        RETURNING scope, tenant, key, route, probe_token::text AS token, reconcile_body, probes`,
       [id.scope, id.tenant, id.key, token, timing.holdMs, timing.afterMs, timing.giveUpAfterMs],
     );
@@ -113,9 +142,9 @@ export class ReconcileStore {
   /** When the record's next probe is due, without taking it. */
   async dueIn(id: RecordId, timing: ProbeTiming): Promise<Exclude<ProbeTake, { kind: 'taken' }>> {
     const due = await this.pool.query<{ due_in_ms: number; probing: boolean }>(
-      `SELECT GREATEST(0, ceil(extract(epoch FROM (COALESCE(probe_after, created_at + ${secs('$4')}) - now())) * 1000))::float8 AS due_in_ms,
-              created_at + ${secs('$5')} > now() AS probing
-       FROM ${this.table} WHERE ${WHERE_KEY} AND ${UNKNOWN}`,
+      `SELECT ${msFromClock(`COALESCE(probe_after, created_at + ${secs('$4')})`)} AS due_in_ms,
+              ${PROBING('$5')} AS probing
+       FROM ${this.table}, ${CLOCK} WHERE ${WHERE_KEY} AND ${UNKNOWN}`,
       [id.scope, id.tenant, id.key, timing.afterMs, timing.giveUpAfterMs],
     );
     const row = due.rows[0];
@@ -130,8 +159,7 @@ export class ReconcileStore {
   async giveUp(id: RecordId, timing: ProbeTiming): Promise<GivenUp | null> {
     const { rows } = await this.pool.query<GivenUpRow>(
       `${this.giveUpStatement}
-       WHERE ${WHERE_KEY} AND ${UNKNOWN} AND NOT ${GAVE_UP}
-         AND created_at + ${secs('$4')} <= now()
+       WHERE ${WHERE_KEY} AND ${UNKNOWN} AND NOT ${GAVE_UP} AND NOT ${PROBING('$4')}
        RETURNING ${GIVEN_UP_COLUMNS}`,
       [id.scope, id.tenant, id.key, timing.giveUpAfterMs],
     );
@@ -143,12 +171,14 @@ export class ReconcileStore {
    * try-lock: undefined when another instance is sweeping now. The lock is transaction-level, held
    * only while the probes are taken, never while they run (see pruner.ts on why not a session lock).
    * The records of the route past giveUpAfter are given up in the same round (at most `limit`).
+   * On Citus the pick takes no row locks (see the top of this file).
    */
   async takeDue(
     route: string,
     timing: ProbeTiming,
     limit: number,
   ): Promise<{ tickets: ProbeTicket[]; givenUp: GivenUp[] } | undefined> {
+    const pick = (await this.isDistributed()) ? '' : 'FOR UPDATE SKIP LOCKED';
     return inTransaction(this.pool, async (client) => {
       const locked = await client.query<{ locked: boolean }>(
         'SELECT pg_try_advisory_xact_lock(hashtext($1::text)) AS locked',
@@ -159,26 +189,25 @@ export class ReconcileStore {
         `${this.giveUpStatement}
          WHERE (scope, tenant, key) IN (
            SELECT scope, tenant, key FROM ${this.table}
-           WHERE ${UNKNOWN} AND route = $1::text AND NOT ${GAVE_UP}
-             AND created_at + ${secs('$2')} <= now()
-           ORDER BY created_at LIMIT $3::int FOR UPDATE SKIP LOCKED)
+           WHERE ${UNKNOWN} AND route = $1::text AND NOT ${GAVE_UP} AND NOT ${PROBING('$2')}
+           ORDER BY created_at LIMIT $3::int ${pick})
+           AND ${UNKNOWN} AND NOT ${GAVE_UP}
          RETURNING ${GIVEN_UP_COLUMNS}`,
         [route, timing.giveUpAfterMs, limit],
       );
       const { rows } = await client.query<TicketRow>(
         `UPDATE ${this.table} AS r
-           SET probe_token = md5(random()::text || clock_timestamp()::text)::uuid,
+           SET probe_token = ${TOKEN('$6', 'r.')},
                probes = r.probes + 1,
-               probe_after = now() + ${secs('$2')} * power(2, LEAST(r.probes, 5))
+               probe_after = ${NEXT_PROBE('$2', 'r.probes')}
          WHERE (r.scope, r.tenant, r.key) IN (
            SELECT scope, tenant, key FROM ${this.table}
-           WHERE ${UNKNOWN} AND route = $1::text
-             AND COALESCE(probe_after, created_at + ${secs('$3')}) <= now()
-             AND created_at + ${secs('$4')} > now()
-           ORDER BY created_at LIMIT $5::int FOR UPDATE SKIP LOCKED)
+           WHERE ${UNKNOWN} AND route = $1::text AND ${DUE('$3')} AND ${PROBING('$4')}
+           ORDER BY created_at LIMIT $5::int ${pick})
+           AND ${UNKNOWN} AND ${DUE('$3')} AND ${PROBING('$4')}
          RETURNING r.scope, r.tenant, r.key, r.route, r.probe_token::text AS token,
                    r.reconcile_body, r.probes`,
-        [route, timing.holdMs, timing.afterMs, timing.giveUpAfterMs, limit],
+        [route, timing.holdMs, timing.afterMs, timing.giveUpAfterMs, limit, randomUUID()],
       );
       return { tickets: rows.map(ticketOf), givenUp: givenUp.rows.map(givenUpOf) };
     });
@@ -198,7 +227,7 @@ export class ReconcileStore {
                 events = events || jsonb_build_array(jsonb_build_object(
                   'event', 'reconciled', 'at', now(), 'status', $5::smallint))
          WHERE ${WHERE_KEY} AND probe_token = $4::uuid AND ${UNKNOWN}
-         RETURNING floor(extract(epoch FROM expires_at) * 1000)::float8 AS expires_at_ms`,
+         RETURNING ${epochMs('expires_at')} AS expires_at_ms`,
         [
           id.scope,
           id.tenant,
@@ -229,6 +258,15 @@ export class ReconcileStore {
     });
   }
 
+  /** Asked once; a failed look-up is asked again next time. */
+  private isDistributed(): Promise<boolean> {
+    this.distributed ??= isDistributed(this.pool, this.tableName).catch((error: unknown) => {
+      this.distributed = undefined;
+      throw error;
+    });
+    return this.distributed;
+  }
+
   /** Every instance's replay cache forgets the record (the NOTIFY is sent when this commits). */
   private async evict(client: { query: Pool['query'] }, id: RecordId): Promise<void> {
     await client.query('SELECT pg_notify($1::text, $2::text)', [
@@ -249,7 +287,7 @@ interface TicketRow {
 }
 
 const GIVEN_UP_COLUMNS = `scope, tenant, key, probes,
-  floor(extract(epoch FROM (now() - created_at)) * 1000)::float8 AS age_ms`;
+  floor(extract(epoch FROM (clock.now - created_at)) * 1000)::float8 AS age_ms`;
 
 interface GivenUpRow {
   scope: string;

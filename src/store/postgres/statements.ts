@@ -11,9 +11,7 @@
 // alone; and on Citus the nudge to waiters is a statement of its own, on the coordinator
 // (key-store.ts, nudgeWaiters).
 import { quoteTableName } from '../../db/identifier';
-
-/** An interval of `milliseconds`, a bigint expression. */
-const ms = (milliseconds: string): string => `make_interval(secs => ${milliseconds} / 1000.0)`;
+import { epochMs, interval as ms } from './sql-time';
 
 /**
  * A one-element jsonb array for the record's history (migration 2). The fence, a column expression,
@@ -184,8 +182,7 @@ const PARTIAL_SET = `
  * A record's expiry as epoch milliseconds (float8: pg reads bigint as text), for Idempotency-Expires:
  * the database's time, like every other time the store keeps.
  */
-const EXPIRES_AT_MS = (column: string): string =>
-  `floor(extract(epoch FROM ${column}) * 1000)::float8 AS expires_at_ms`;
+const EXPIRES_AT_MS = (column: string): string => `${epochMs(column)} AS expires_at_ms`;
 
 /**
  * Completion: one statement for one or several completions, an input row each with its own fence
