@@ -65,20 +65,40 @@ function isSqlState(code: string): boolean {
 }
 
 /**
+ * A Citus coordinator's report that its connection to a worker broke under the statement: the
+ * proxy's own session to the coordinator is still open, and the coordinator opens a new connection
+ * to the worker for the next statement. Citus says so as an ERROR, not a FATAL, in one of two
+ * ways: the worker's own session-ending SQLSTATE passed on (57P01 when the worker's backend was
+ * terminated), or XX000 (internal_error) with a message about the connection ("failure on
+ * connection marked as essential: host:port", "connection to the remote node … failed"). Plain
+ * PostgreSQL sends neither: it ends the session with a FATAL.
+ */
+export function isRelayedConnectionFailure(error: unknown): boolean {
+  const code = codeOf(error);
+  if (code === undefined) return false;
+  const { severity, message } = error as { severity?: unknown; message?: unknown };
+  if (severity !== 'ERROR') return false;
+  if (SESSION_ENDED_SQLSTATES.has(code)) return true;
+  return code === 'XX000' && typeof message === 'string' && /\bconnection\b/i.test(message);
+}
+
+/**
  * Whether a failed write may succeed when sent again: a connection-level failure (no SQLSTATE: the
- * connection broke, could not be made, or the pool had none free) or a SQLSTATE in
- * RETRYABLE_SQLSTATES.
+ * connection broke, could not be made, or the pool had none free), a SQLSTATE in
+ * RETRYABLE_SQLSTATES, or a worker connection a Citus coordinator lost.
  */
 export function isRetryableWriteError(error: unknown): boolean {
   const code = codeOf(error);
   if (code === undefined || !isSqlState(code)) return true;
-  return RETRYABLE_SQLSTATES.has(code);
+  return RETRYABLE_SQLSTATES.has(code) || isRelayedConnectionFailure(error);
 }
 
 /**
  * Whether a failed statement may have committed: its connection broke after it was sent, so its
- * reply was lost. Not when PostgreSQL answered it with an error (the implicit transaction rolled
- * back), nor when no connection was had (the pool had none free, the server refused it).
+ * reply was lost — between the proxy and PostgreSQL, or between a Citus coordinator and the worker
+ * that ran the statement (a write to one shard commits on the worker alone). Not when PostgreSQL
+ * answered it with an error (the implicit transaction rolled back), nor when no connection was had
+ * (the pool had none free, the server refused it).
  */
 export function mayHaveCommitted(error: unknown): boolean {
   if (isPoolExhausted(error)) return false;
@@ -86,5 +106,5 @@ export function mayHaveCommitted(error: unknown): boolean {
   if (code === undefined) return true;
   if (NOT_CONNECTED_CODES.has(code)) return false;
   if (!isSqlState(code)) return true;
-  return SESSION_ENDED_SQLSTATES.has(code);
+  return SESSION_ENDED_SQLSTATES.has(code) || isRelayedConnectionFailure(error);
 }

@@ -20,7 +20,11 @@ import type {
 import { recordDigest, recordText } from '../record';
 import { type BatcherStats, NaturalBatcher } from './natural-batcher';
 import { SQLSTATE } from '../../db/sqlstate';
-import { isRetryableWriteError, mayHaveCommitted } from '../../db/write-failure';
+import {
+  isRelayedConnectionFailure,
+  isRetryableWriteError,
+  mayHaveCommitted,
+} from '../../db/write-failure';
 import { type AttemptResult, type OutboxWrite, type Settlement, WriteOutbox } from './write-outbox';
 import { ShardMap } from '../../db/shard-map';
 import { isDistributed } from '../../db/topology';
@@ -362,7 +366,14 @@ export class PostgresKeyStore implements KeyStore {
     // carries if the claim committed, and what releases it.
     const token = randomUUID();
     try {
-      return await this.claims.submit({ request, token });
+      return await this.claims.submit({ request, token }).catch((error: unknown) => {
+        // A Citus coordinator lost its cached connection to a worker (a worker restarted, its
+        // session was ended): the next statement gets a fresh one, so the claim is sent once
+        // more at once rather than answered 503. Safe with the same token: had the first
+        // attempt committed, the row carries this token and the claim comes back as ours.
+        if (!isRelayedConnectionFailure(error)) throw error;
+        return this.claims.submit({ request, token });
+      });
     } catch (error) {
       if (mayHaveCommitted(error)) this.releaseLostClaim(request, token);
       throw error;
