@@ -50,6 +50,44 @@ describe('the proxy against anyonce core vectors', () => {
   );
 });
 
+// The same vectors through two instances on one table, each request to the next instance in turn:
+// what one instance promises holds for a fleet (and on Citus, where CI also runs this file).
+describe('two proxy instances behind a round-robin balancer against anyonce core vectors', () => {
+  let fleet: ConformanceTarget;
+
+  beforeAll(async () => {
+    fleet = await startConformanceTarget('  ttl: 2s\n', TTL_MS, 2);
+  });
+
+  afterAll(async () => {
+    await fleet?.close();
+  });
+
+  test.each(vectors.map((vector) => [vector.id, vector.title, vector] as const))(
+    'passes %s (%s)',
+    async (_id, _title, vector) => {
+      expect(await runVector(vector, fleet.target)).toEqual({
+        id: vector.id,
+        status: 'pass',
+        failures: [],
+      });
+    },
+  );
+
+  test('spread the requests over both instances', async () => {
+    const served = await Promise.all(
+      fleet.proxies.map(async (proxy) => {
+        const text = await proxy.metrics.registry.metrics();
+        return [...text.matchAll(/^idempotency_proxy_requests_total\{[^}]*\} (\d+)/gm)].reduce(
+          (sum, match) => sum + Number(match[1]),
+          0,
+        );
+      }),
+    );
+    expect(served.every((count) => count > 0)).toBe(true);
+  });
+});
+
 describe('the vector runner', () => {
   test('fails every core vector but the bare-pass ones against the fixture with no proxy', async () => {
     expect(await barePassIds(vectors, conformance.fixture.url, TTL_MS)).toEqual(BARE_PASS_IDS);

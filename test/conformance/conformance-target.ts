@@ -1,12 +1,17 @@
 // What both conformance suites run against: the fixture upstream, and the real proxy in front of it
-// with one protected route for every path; the suites differ only in the idempotency settings.
-import { startProxy, type TestProxy } from '../support/proxy';
+// with one protected route for every path; the suites differ only in the idempotency settings. With
+// several instances (one table, as behind a load balancer), each request goes to the next one in
+// turn: the runner opens a connection per request, and a round-robin TCP balancer spreads them.
+import { startBridge } from '../support/tcp-forwarder';
+import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { type FixtureUpstream, startFixtureUpstream } from './fixture-upstream';
 import { runVectors, type RunTarget, type Vector } from './vector-runner';
 
 export interface ConformanceTarget {
   readonly fixture: FixtureUpstream;
+  /** The first instance. */
   readonly proxy: TestProxy;
+  readonly proxies: readonly TestProxy[];
   readonly target: RunTarget;
   close(): Promise<void>;
 }
@@ -15,10 +20,14 @@ export interface ConformanceTarget {
 export async function startConformanceTarget(
   defaultsYaml: string,
   ttlMs: number,
+  instances = 1,
 ): Promise<ConformanceTarget> {
   const fixture = await startFixtureUpstream();
-  const proxy = await startProxy({
-    yaml: `
+  const table = uniqueTable();
+  const start = (): Promise<TestProxy> =>
+    startProxy({
+      table,
+      yaml: `
 store:
   table: \${TEST_TABLE}
 upstreams:
@@ -31,13 +40,26 @@ routes:
     idempotency:
       key: { required: true }
 `,
-  });
+    });
+  const proxies: TestProxy[] = [];
+  for (let i = 0; i < instances; i++) proxies.push(await start());
+  let next = 0;
+  const balancer =
+    instances > 1
+      ? await startBridge('tcp:127.0.0.1:0', () => {
+          const url = new URL(proxies[next++ % proxies.length]!.url);
+          return `tcp:${url.hostname}:${url.port}`;
+        })
+      : undefined;
+  const proxyUrl = balancer ? `http://127.0.0.1:${balancer.port}` : proxies[0]!.url;
   return {
     fixture,
-    proxy,
-    target: { proxyUrl: proxy.url, fixtureUrl: fixture.url, ttlMs },
+    proxy: proxies[0]!,
+    proxies,
+    target: { proxyUrl, fixtureUrl: fixture.url, ttlMs },
     async close() {
-      await proxy.close();
+      await balancer?.close();
+      for (const proxy of proxies) await proxy.close();
       await fixture.close();
     },
   };

@@ -23,6 +23,13 @@ import {
 import { detectTopology } from '../../src/db/topology';
 import { recordDigest, type RecordId } from '../../src/store/record';
 import { postJson, send } from '../support/http';
+import {
+  expectNothingLost,
+  startCountingUpstream,
+  stormOver,
+  stormYaml,
+  type StormFigures,
+} from '../support/fault-storm';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
 import { describeUnless } from '../support/run-report';
@@ -177,6 +184,23 @@ routes:
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.text()).toBe(winner.text());
     expect(upstream.executions()).toHaveLength(1);
+  });
+
+  test('a 200-way storm of one key split over both instances executes once', async () => {
+    const send = (url: string) =>
+      postJson(`${url}/orders`, 'storm-1', { amount: 9 }, { 'x-wait': '400' });
+    const responses = await Promise.all(
+      Array.from({ length: 200 }, (_, n) => send(n % 2 === 0 ? proxy.url : other.url)),
+    );
+    expect(upstream.executions()).toHaveLength(1);
+    const byInstance = (parity: number) => responses.filter((_, n) => n % 2 === parity);
+    // `proxy` refuses a key in flight (409); `other` waits for it and replays the answer.
+    const first = byInstance(0).map((r) => r.status);
+    expect(first.filter((status) => status !== 409).every((status) => status === 201)).toBe(true);
+    const waited = byInstance(1);
+    expect(waited.every((r) => r.status === 201)).toBe(true);
+    const bodies = new Set(responses.filter((r) => r.status === 201).map((r) => r.text()));
+    expect(bodies.size).toBe(1);
   });
 
   test('many new keys each execute once, and their shards are on both workers', async () => {
@@ -432,6 +456,96 @@ routes:
     expect(await deleteRecord(pool, table, ids[0]!)).toBe(false);
     await pool.query(`DROP TABLE ${table}, ${table}_migrations`);
   });
+});
+
+// Storms of fresh keys over two instances while their sessions are cut: on the workers (the
+// coordinator's connections to the shards, mid-statement) and on the coordinator (the proxies' own
+// sessions, their listener's included). Only the storm's own sessions are cut, found by their
+// application_name, so other tests on the same cluster go on. Afterwards every key is retried: none
+// ran twice, every 2xx a first client got replays, no key that never ran is answered unknown.
+describeIfCitus('fault storms on Citus', () => {
+  const APP = `citus-storm-${process.pid}`;
+  let pool: Pool;
+  let upstream: Awaited<ReturnType<typeof startCountingUpstream>>;
+  let proxies: TestProxy[] = [];
+
+  beforeAll(async () => {
+    pool = createPool({ url: citusUrl!, size: 2, onError: () => undefined });
+    upstream = await startCountingUpstream();
+    const url = new URL(citusUrl!);
+    url.searchParams.set('application_name', APP);
+    const table = uniqueTable('citus_storm');
+    const yaml = stormYaml(upstream.url);
+    for (let i = 0; i < 2; i++)
+      proxies.push(await startProxy({ yaml, table, databaseUrl: url.toString() }));
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const instance of proxies) await instance.close();
+    proxies = [];
+    await upstream?.close();
+    await pool?.end();
+  });
+
+  /** The storm's sessions on the coordinator, and the global pids Citus names their worker sessions by. */
+  async function ourSessions(): Promise<{ pids: number[]; internal: string[] }> {
+    const { rows } = await pool.query<{ pid: number; internal: string }>(
+      `SELECT a.pid, 'citus_internal gpid=' || (n.nodeid::bigint * 10000000000 + a.pid) AS internal
+         FROM pg_stat_activity a, pg_dist_node n
+        WHERE a.application_name = $1 AND n.groupid = 0`,
+      [APP],
+    );
+    return { pids: rows.map((r) => r.pid), internal: rows.map((r) => r.internal) };
+  }
+
+  /** Ends the workers' sessions that serve the storm's coordinator sessions; how many. */
+  async function cutOnWorkers(): Promise<number> {
+    const { internal } = await ourSessions();
+    const { rows } = await pool.query<{ result: string }>(
+      `SELECT result FROM run_command_on_workers($$
+         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE application_name = ANY('{${internal.join(',')}}'::text[])$$)`,
+    );
+    return rows.reduce((sum, row) => sum + Number(row.result), 0);
+  }
+
+  /** Ends the storm's own sessions on the coordinator; how many. */
+  async function cutOnCoordinator(): Promise<number> {
+    const { pids } = await ourSessions();
+    const { rows } = await pool.query<{ n: number }>(
+      'SELECT count(pg_terminate_backend(pid))::int AS n FROM unnest($1::int[]) AS p(pid)',
+      [pids],
+    );
+    return rows[0]?.n ?? 0;
+  }
+
+  const storm = (name: string, fault: () => Promise<void>): Promise<StormFigures> =>
+    stormOver(upstream, proxies, name, fault);
+
+  /** Ten rounds of `cut`, 150 ms apart, under a storm; how many sessions were ended. */
+  async function stormCutting(name: string, cut: () => Promise<number>): Promise<StormFigures> {
+    let ended = 0;
+    const figures = await storm(name, async () => {
+      for (let round = 0; round < 10; round++) {
+        ended += await cut();
+        await sleep(150);
+      }
+    });
+    expect(ended).toBeGreaterThan(0);
+    return figures;
+  }
+
+  test('ten rounds of cutting the sessions on the workers that serve the proxies', async () => {
+    const figures = await stormCutting('workers', cutOnWorkers);
+    expectNothingLost(__filename, 'Citus: worker sessions terminated x10', figures);
+  }, 120_000);
+
+  test("ten rounds of pg_terminate_backend of the proxies' sessions on the coordinator", async () => {
+    const figures = await stormCutting('coordinator', cutOnCoordinator);
+    expectNothingLost(__filename, 'Citus: coordinator sessions terminated x10', figures);
+    // The outbox had work: completions or releases whose statement died were sent again.
+    expect(figures.store?.retries ?? 0).toBeGreaterThan(0);
+  }, 120_000);
 });
 
 /** The active workers' ports, in order. */

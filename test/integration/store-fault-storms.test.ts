@@ -9,37 +9,27 @@ import { runningPostmaster } from '../../src/embedded/embedded-state';
 import { findFreePort } from '../../src/embedded/embedded';
 import { startServe } from '../support/cli-process';
 import { embeddedFixture } from '../support/embedded-fixture';
-import { runStorm, startCountingUpstream, type StormFigures } from '../support/fault-storm';
+import {
+  expectNothingLost,
+  runStorm,
+  startCountingUpstream,
+  STORM_LEASE_MS,
+  STORM_ROUTE,
+  stormOver,
+  stormYaml,
+  type StormFigures,
+} from '../support/fault-storm';
 import { send } from '../support/http';
 import { PgNode, pgClusterUnavailable } from '../support/pg-cluster';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
-import { describeUnless, recordFigures } from '../support/run-report';
+import { describeUnless } from '../support/run-report';
 import { sleep } from '../support/upstream';
-
-/** Short, so that a claim left behind shows what it ends as soon after the storm. */
-const LEASE_MS = 2_500;
-const ROUTE = `
-  - name: orders
-    match: { method: POST, path: /orders }
-    upstream: api
-    idempotency: { lockTimeout: 2500ms, unknownOutcome: fail }`;
 
 let upstream: Awaited<ReturnType<typeof startCountingUpstream>>;
 beforeAll(async () => {
   upstream = await startCountingUpstream();
 });
 afterAll(() => upstream?.close());
-
-function expectNothingLost(name: string, figures: StormFigures): void {
-  recordFigures(__filename, name, figures);
-  expect(figures).toMatchObject({
-    lostAnswers: 0,
-    neverSentAnsweredUnknown: 0,
-    executedTwice: 0,
-  });
-  // The storm did reach the upstream, on both sides of the fault.
-  expect(figures.answered2xx).toBeGreaterThan(30);
-}
 
 describeUnless(pgClusterUnavailable(), 'fault storms on a PostgreSQL of their own')(
   'two instances on one PostgreSQL of the test’s own',
@@ -51,11 +41,7 @@ describeUnless(pgClusterUnavailable(), 'fault storms on a PostgreSQL of their ow
       node = await PgNode.init('storms');
       await node.start();
       const table = uniqueTable('storm');
-      const yaml = `
-store: { table: "\${TEST_TABLE}", poolSize: 8 }
-upstreams: { api: { url: ${upstream.url}, timeout: 1s } }
-routes:${ROUTE}
-`;
+      const yaml = stormYaml(upstream.url);
       for (let i = 0; i < 2; i++)
         proxies.push(await startProxy({ yaml, table, databaseUrl: node.url }));
     }, 120_000);
@@ -67,15 +53,7 @@ routes:${ROUTE}
     });
 
     const storm = (name: string, fault: () => Promise<void>): Promise<StormFigures> =>
-      runStorm(upstream, {
-        urls: proxies.map((proxy) => proxy.url),
-        path: '/orders',
-        name,
-        fault,
-        settled: async () => proxies.every((proxy) => proxy.store.pendingWrites.writes === 0),
-        leaseMs: LEASE_MS + 500,
-        metrics: () => Promise.all(proxies.map((proxy) => proxy.metrics.registry.metrics())),
-      });
+      stormOver(upstream, proxies, name, fault);
 
     /** Every session of the proxies' database but the one asking: the store's and the listeners'. */
     const terminateAll = (): Promise<unknown> =>
@@ -91,7 +69,7 @@ routes:${ROUTE}
           await sleep(150);
         }
       });
-      expectNothingLost('pg_terminate_backend x10', figures);
+      expectNothingLost(__filename, 'pg_terminate_backend x10', figures);
     }, 120_000);
 
     test('pg_ctl restart -m fast', async () => {
@@ -99,7 +77,7 @@ routes:${ROUTE}
         await node.stop('fast');
         await node.start();
       });
-      expectNothingLost('restart -m fast', figures);
+      expectNothingLost(__filename, 'restart -m fast', figures);
     }, 120_000);
 
     test('pg_ctl restart -m immediate (a crash: no shutdown checkpoint)', async () => {
@@ -107,7 +85,7 @@ routes:${ROUTE}
         await node.stop('immediate');
         await node.start();
       });
-      expectNothingLost('restart -m immediate', figures);
+      expectNothingLost(__filename, 'restart -m immediate', figures);
     }, 120_000);
   },
 );
@@ -119,7 +97,7 @@ describe('serve on the embedded PostgreSQL', () => {
 admin: { host: 127.0.0.1, port: "\${ADMIN_PORT}" }
 store: { dataDir: ${dataDir} }
 upstreams: { api: { url: ${upstream.url}, timeout: 1s } }
-routes:${ROUTE}
+routes:${STORM_ROUTE}
 `,
   );
 
@@ -147,11 +125,11 @@ routes:${ROUTE}
         await proxy.waitFor('embedded PostgreSQL restarted');
       },
       settled: async () => (await pendingWrites()) === 0,
-      leaseMs: LEASE_MS + 500,
+      leaseMs: STORM_LEASE_MS + 500,
       metrics: async () => [
         (await send(`http://127.0.0.1:${adminPort}/metrics`, { method: 'GET' })).text(),
       ],
     });
-    expectNothingLost('embedded postmaster kill -9', figures);
+    expectNothingLost(__filename, 'embedded postmaster kill -9', figures);
   }, 120_000);
 });

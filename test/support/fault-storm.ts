@@ -3,8 +3,59 @@
 // counted, the answer a first client got is compared with what its retry replays, and a key that
 // never ran upstream must never have been answered `Idempotency-Outcome: unknown`.
 import { postJson, type TestResponse } from './http';
+import type { TestProxy } from './proxy';
+import { recordFigures } from './run-report';
 import { sleep, startUpstream, type TestUpstream } from './upstream';
 import { until } from './eventually';
+
+/** The storms' lease: short, so that a claim left behind shows what it ends as soon after the storm. */
+export const STORM_LEASE_MS = 2_500;
+
+/** The one protected route the storms send to, as a `routes:` list entry. */
+export const STORM_ROUTE = `
+  - name: orders
+    match: { method: POST, path: /orders }
+    upstream: api
+    idempotency: { lockTimeout: ${STORM_LEASE_MS}ms, unknownOutcome: fail }`;
+
+/** A whole config for storm instances on the test's table, in front of `upstreamUrl`. */
+export function stormYaml(upstreamUrl: string): string {
+  return `
+store: { table: "\${TEST_TABLE}", poolSize: 8 }
+upstreams: { api: { url: ${upstreamUrl}, timeout: 1s } }
+routes:${STORM_ROUTE}
+`;
+}
+
+/** A storm over in-process instances (startProxy): every key to the first, duplicates to all. */
+export function stormOver(
+  upstream: { runs(key: string): number },
+  proxies: readonly TestProxy[],
+  name: string,
+  fault: () => Promise<void>,
+): Promise<StormFigures> {
+  return runStorm(upstream, {
+    urls: proxies.map((proxy) => proxy.url),
+    path: '/orders',
+    name,
+    fault,
+    settled: async () => proxies.every((proxy) => proxy.store.pendingWrites.writes === 0),
+    leaseMs: STORM_LEASE_MS + 500,
+    metrics: () => Promise.all(proxies.map((proxy) => proxy.metrics.registry.metrics())),
+  });
+}
+
+/** The storm's verdict, its figures written to `testFile`'s report under `name`. */
+export function expectNothingLost(testFile: string, name: string, figures: StormFigures): void {
+  recordFigures(testFile, name, figures);
+  expect(figures).toMatchObject({
+    lostAnswers: 0,
+    neverSentAnsweredUnknown: 0,
+    executedTwice: 0,
+  });
+  // The storm did reach the upstream, on both sides of the fault.
+  expect(figures.answered2xx).toBeGreaterThan(30);
+}
 
 /** An upstream that runs each key's request after a short, varying pause and names the execution. */
 export async function startCountingUpstream(): Promise<
