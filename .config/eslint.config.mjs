@@ -20,8 +20,9 @@ export default tseslint.config(
     },
   },
   {
-    // Plain CommonJS that runs before any build (the launcher and the staleness check).
-    files: ['src/launch/**/*.js'],
+    // Plain CommonJS that runs before any build (the launcher, the Node.js and staleness checks, the
+    // Citus suite's runner).
+    files: ['src/launch/**/*.js', 'test/*.js'],
     languageOptions: {
       sourceType: 'commonjs',
       globals: { require: 'readonly', module: 'writable', __dirname: 'readonly', process: 'readonly' },

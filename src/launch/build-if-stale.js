@@ -69,6 +69,7 @@ function buildIfStale() {
 
 module.exports = { buildIfStale };
 if (require.main === module) {
+  require('./node-version.js').requireSupportedNode();
   try {
     buildIfStale();
   } catch (error) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // The command npm links as `idempotency-proxy`. In a clone (src/ and typescript present) it builds
 // dist/ first when the sources are newer, so `npx idempotency-proxy check` works before any build;
-// an installed package runs its dist/ as it is.
+// an installed package runs its dist/ as it is. An unsupported Node.js gets one line first.
 'use strict';
+require('./node-version.js').requireSupportedNode();
 const fs = require('node:fs');
 const path = require('node:path');
 

@@ -88,7 +88,7 @@ describe('Dockerfile: base images and stages', () => {
       engines: { node: string };
     };
     const lines = [...engines.node.matchAll(/\^(\d+)/g)].map((m) => Number(m[1]));
-    expect(lines).toEqual([24, 26]);
+    expect(lines).toEqual([22, 24, 26]);
     for (const stage of externalBases)
       expect(stage.from).toBe(`node:${Math.max(...lines)}-bookworm-slim`);
   });

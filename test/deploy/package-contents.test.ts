@@ -74,9 +74,11 @@ function expectAddressesGuarded(dir: string, pkg: Manifest): void {
 
 /**
  * The bin: plain JavaScript that, in a clone, builds dist/ first when it is stale, and in an installed
- * package runs dist/main.js as it is; the one file under src/ that ships.
+ * package runs dist/main.js as it is; with the Node.js check it runs first, the files under src/
+ * that ship.
  */
 const LAUNCHER = 'src/launch/idempotency-proxy.js';
+const NODE_CHECK = 'src/launch/node-version.js';
 
 describe('the idempotency-proxy package', () => {
   const pkg = manifest(REPO_ROOT);
@@ -95,6 +97,8 @@ describe('the idempotency-proxy package', () => {
 
   it('holds every file its bin, main, types and exports name', () => {
     expect(pkg.bin).toEqual({ 'idempotency-proxy': LAUNCHER });
+    // The launcher requires the Node.js check before anything else.
+    expect(files).toContain(NODE_CHECK);
     for (const file of namedFiles(pkg))
       expect({ file, packed: files.includes(file) }).toEqual({
         file,
@@ -113,6 +117,7 @@ describe('the idempotency-proxy package', () => {
       (file) =>
         (/^(src|test|packages|\.ci|\.config)\//.test(file) &&
           file !== LAUNCHER &&
+          file !== NODE_CHECK &&
           !file.endsWith('/README.md')) ||
         /^dist\/(demo|bench|soak)\//.test(file) ||
         /^dist\/config\/write-/.test(file) ||

@@ -15,14 +15,13 @@ beforeAll(() => {
   project = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-build-'));
   fs.mkdirSync(path.join(project, 'src'));
   fs.mkdirSync(path.join(project, 'src/launch'));
-  fs.copyFileSync(
-    path.join(root, 'src/launch/build-if-stale.js'),
-    path.join(project, 'src/launch/build-if-stale.js'),
-  );
+  // With the Node.js check it runs first (it reads the engines range below).
+  for (const file of ['build-if-stale.js', 'node-version.js'])
+    fs.copyFileSync(path.join(root, 'src/launch', file), path.join(project, 'src/launch', file));
   fs.symlinkSync(path.join(root, 'node_modules'), path.join(project, 'node_modules'));
   fs.writeFileSync(
     path.join(project, 'package.json'),
-    '{"name":"p","private":true,"scripts":{"build":"tsc -p tsconfig.json"}}\n',
+    '{"name":"p","private":true,"engines":{"node":"^22.19 || ^24 || ^26"},"scripts":{"build":"tsc -p tsconfig.json"}}\n',
   );
   fs.writeFileSync(
     path.join(project, 'tsconfig.json'),

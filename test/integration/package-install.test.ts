@@ -132,9 +132,11 @@ it('installs from its tarball alone: no checkout, no install script, no package 
   const installed = path.join(app, 'node_modules/idempotency-proxy');
   expect(fs.existsSync(path.join(installed, 'dist/main.js'))).toBe(true);
   const underSrc = fs.readdirSync(path.join(installed, 'src'), { recursive: true }) as string[];
-  // The bin and the READMEs the package's docs link to; no sources.
-  expect(underSrc.filter((file) => /\.[cm]?[jt]s$/.test(file))).toEqual([
+  // The bin with the Node.js check it runs first, and the READMEs the package's docs link to; no
+  // sources.
+  expect(underSrc.filter((file) => /\.[cm]?[jt]s$/.test(file)).sort()).toEqual([
     'launch/idempotency-proxy.js',
+    'launch/node-version.js',
   ]);
   // Of the tests, only the READMEs the docs link to.
   const underTest = fs.readdirSync(path.join(installed, 'test'), {
