@@ -300,7 +300,7 @@ export function checkTargets(
   // Citus (--citus-url): statements counted on the coordinator; its nodes' CPU is not measured.
   if (citus) {
     const onCitus = get('new-key-citus');
-    trips('Citus: statements ≤ 0.6 per new key (on the coordinator)', onCitus, (n) => n <= 0.6);
+    trips('Citus: statements ≤ 0.3 per new key (on the coordinator)', onCitus, (n) => n <= 0.3);
     ratio(
       'Citus: new key req/s ≥ 0.5× new key on PostgreSQL',
       rps(onCitus),
