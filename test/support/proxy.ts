@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import pino from 'pino';
+import { parseDocument } from 'yaml';
 import type { App } from '../../src/app';
 import { composeProxy } from '../../src/compose';
 import { parseConfigText } from '../../src/config/load';
@@ -60,14 +61,26 @@ export interface StartProxyOptions {
   readonly listenerDatabaseUrl?: string;
 }
 
+/**
+ * The YAML with `store.table: ${TEST_TABLE}` when it names no table: without it every such proxy
+ * would share the default table, and on a DATABASE_URL that outlives the run (a server of one's
+ * own, a Citus cluster) a second run would replay the first run's answers. YAML that names one is
+ * left as it is, byte for byte.
+ */
+function withTable(yaml: string): string {
+  const document = parseDocument(yaml);
+  if (document.hasIn(['store', 'table'])) return yaml;
+  document.setIn(['store', 'table'], '${TEST_TABLE}');
+  return document.toString();
+}
+
 export async function startProxy(options: StartProxyOptions): Promise<TestProxy> {
   const table = options.table ?? uniqueTable();
   const url = options.databaseUrl ?? databaseUrl();
-  const config = parseConfigText(options.yaml, 'test.yaml', {
+  const config = parseConfigText(withTable(options.yaml), 'test.yaml', {
     ...options.env,
     DATABASE_URL: url,
     TEST_TABLE: table,
-    IDEMPOTENCY_PROXY_TABLE: table,
   });
   const pool = createPool({
     url,
