@@ -30,10 +30,11 @@ import { A2A } from './a2a/protocol';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
-import type { ProxyMetrics } from './observability/metrics';
+import type { ProxyMetrics } from './metrics';
 import type { RequestTrace, Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
 import { createListener, type Listener, reloadListenerTls } from './listener';
+import { within } from './timeout';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
@@ -261,7 +262,7 @@ export function createApp(options: AppOptions): App {
       server.closeIdleConnections();
       if (active > 0) {
         const drained = new Promise<void>((resolve) => idle.push(resolve));
-        await Promise.race([drained, delay(graceMs)]);
+        await within(drained, graceMs, () => undefined);
       }
       server.closeAllConnections();
       for (const socket of upgraded) socket.destroy();
@@ -294,8 +295,4 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */
 export function hashKey(key: string): string {
   return `sha256:${createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

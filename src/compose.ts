@@ -26,8 +26,9 @@ import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
 import { CoalescingStore } from './store/coalescing-store';
 import { ReplayCache } from './store/replay-cache';
-import { ProxyMetrics } from './observability/metrics';
-import { startTracing, type Tracing } from './observability/tracing';
+import { ProxyMetrics } from './metrics';
+import { startTracing } from './observability/tracing-switch';
+import type { Tracing } from './observability/tracing';
 import { type Listener, reloadListenerTls } from './listener';
 import type { EmbeddedStatus } from './embedded/embedded-supervisor';
 

@@ -16,6 +16,7 @@ import type { AdminDeps } from './admin-deps';
 import { sendConsolePage } from './console-page';
 import { createListener, type Listener } from '../listener';
 import { routeOfScope } from '../idempotency/scope';
+import { within } from '../timeout';
 
 const READINESS_TIMEOUT_MS = 2_000;
 
@@ -170,9 +171,7 @@ async function keys(
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  return within(promise, ms, () => {
+    throw new Error(`no answer within ${ms} ms`);
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -9,7 +9,7 @@ import { sweepOnce } from '../reconcile/sweeper';
 import { findRecord, findRecordsByKey, type RecordView } from '../store/postgres/record-queries';
 import type { CliArgs } from './args';
 import { UsageError } from './args';
-import { openDatabase } from './database';
+import { openDatabase } from '../db/open-database';
 import { clearRecord } from '../admin/clear-record';
 import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';

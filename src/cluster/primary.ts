@@ -13,7 +13,7 @@ import { configWarnings } from '../config/warnings';
 import { settingName } from '../config/env-sources';
 import { openStore } from '../embedding';
 import { reloadListenerTls } from '../listener';
-import { ProxyMetrics } from '../observability/metrics';
+import { ProxyMetrics } from '../metrics';
 import { restartOnlyChanges } from '../runtime';
 import { clusterMetrics } from './cluster-metrics';
 import { WorkerSupervisor } from './supervisor';

@@ -1,7 +1,6 @@
-// Traces: the port the request path calls, and the switch that turns it on. Off unless the standard
-// OpenTelemetry variables name an OTLP endpoint; then the SDK (otel-tracing.ts) is loaded and each
-// request gets a span tree. Off, nothing of OpenTelemetry is loaded and a request carries no trace:
-// every hook on the path is `request.trace?.…`, one property check.
+// Traces: the port the request path calls. The switch that turns it on is tracing-switch.ts; the
+// SDK behind it otel-tracing.ts. Off, nothing of OpenTelemetry is loaded and a request carries no
+// trace: every hook on the path is `request.trace?.…`, one property check.
 //
 //   POST /refunds (server)  idempotency.route, .outcome, .replayed, .key_derived, .cached, …
 //   ├─ idempotency.claim     one per store round trip (claim, take over, settle unknown, wait)
@@ -10,7 +9,6 @@
 //
 // Never an attribute: the key, the tenant, a body, a header's value.
 import type { IncomingMessage } from 'node:http';
-import type { Logger } from 'pino';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
 import type { RequestLogEntry } from '../http/request-log';
 
@@ -50,33 +48,3 @@ export interface UpstreamSpan {
 
 /** The request headers a traced request's upstream span replaces (W3C Trace Context). */
 export const TRACE_HEADERS: ReadonlySet<string> = new Set(['traceparent', 'tracestate']);
-
-/** Where spans go, from the standard variables; undefined when tracing is off. */
-export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
-  if (env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return undefined;
-  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  if (traces) return traces; // used as given (the OpenTelemetry spec: a signal's own URL)
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  if (!base) return undefined;
-  return `${base.endsWith('/') ? base : `${base}/`}v1/traces`;
-}
-
-/**
- * Tracing as the environment asks: undefined (off, the default) without an OTLP endpoint, or with
- * OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. Only then is the SDK loaded.
- */
-export async function startTracing(
-  env: NodeJS.ProcessEnv,
-  logger: Logger,
-): Promise<Tracing | undefined> {
-  const url = tracesEndpoint(env);
-  if (url === undefined) return undefined;
-  const { OtelTracing } = await import('./otel-tracing');
-  const serviceName = env.OTEL_SERVICE_NAME?.trim() || 'idempotency-proxy';
-  logger.info(
-    { endpoint: url, serviceName },
-    `tracing: spans are exported to ${url} (OTLP/HTTP, JSON) as service ${serviceName}`,
-  );
-  return new OtelTracing({ url, serviceName, logger });
-}

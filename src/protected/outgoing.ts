@@ -1,8 +1,7 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
-// pipeline's forward (pipeline.ts), the protocols' receivers (rest.ts, mcp/protocol.ts), their
+// pipeline's forward (pipeline.ts), the protocols' receivers (REST, MCP, A2A), their
 // repeats attached to a running stream (attachClient) and shadow mode's unstored forwarding
 // (shadow.ts).
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
@@ -10,8 +9,9 @@ import type { RequestTarget } from '../http/router';
 import { statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
 import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstream/protected';
-import type { HeaderPairs, RecordId } from '../store/record';
+import type { HeaderPairs } from '../store/record';
 import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
+import { scopedKeyOf } from '../idempotency/scope';
 import { tenantHash } from '../idempotency/tenant';
 import type { LiveAnswer, LiveListener } from '../store/live-answer';
 import type { AttachEnd, ProtectedRequest } from './protocol';
@@ -66,11 +66,6 @@ export function scopedKey(
   key: string,
 ): string {
   return scopedKeyOf({ scope: policy.scope, tenant: tenantHash(headers, policy.tenant), key });
-}
-
-/** key.forward: scoped for a record's identity (its tenant already hashed). */
-export function scopedKeyOf(id: RecordId): string {
-  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('hex');
 }
 
 /**

@@ -5,7 +5,7 @@
 //                                     ├─ wait / take over / settle unknown ─► claim again, or answer
 //                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
 //
-// The protocol (protocol.ts: rest.ts, mcp/protocol.ts) reads the call and writes the answers; the
+// The protocol (protocol.ts: REST, MCP or A2A) reads the call and writes the answers; the
 // store (store/coalescing-store.ts) answers what memory can; decide.ts says what a claim means.
 // What happened comes back as one Outcome, from which the app writes the request's log line.
 //

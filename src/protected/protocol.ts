@@ -1,7 +1,8 @@
 // What the protected pipeline (pipeline.ts) needs from a protocol, and what it hands one. The
 // pipeline knows claims, leases and settling; a Protocol knows how its requests are read and how
-// its answers are written: REST (rest.ts: problem+json, the stored response as it was) and MCP
-// (mcp/protocol.ts: JSON-RPC under each caller's id). Nothing in the pipeline asks which one it has.
+// its answers are written: REST (rest.ts: problem+json, the stored response as it was), MCP
+// (mcp/protocol.ts: JSON-RPC under each caller's id) and A2A (a2a/protocol.ts: JSON-RPC or
+// HTTP+JSON). Nothing in the pipeline asks which one it has.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import type { ProxyError } from '../errors';
@@ -50,7 +51,7 @@ export interface ProtectedDeps {
   readonly onStoreError: (error: unknown, operation: string) => void;
   /** Verifies bearer tokens for routes scoped by a claim (auth.jwt); undefined without auth.jwt. */
   readonly principals?: JwtPrincipals;
-  /** Metrics hooks (observability/metrics.ts); the pipeline itself knows no metrics library. */
+  /** Metrics hooks (src/metrics.ts, where the app is composed); the pipeline itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
   /** Asks the upstream about unknown outcomes on routes with idempotency.reconcile. */
   readonly reconciler?: Prober;

@@ -19,11 +19,12 @@ import type {
 } from '../store/postgres/reconcile-store';
 import type { RecordId } from '../store/record';
 import type { UpstreamPools } from '../upstream/protected';
-import { scopedKeyOf } from '../protected/outgoing';
+import { scopedKeyOf } from '../idempotency/scope';
 import { sendToolProbe } from '../mcp/reconcile-probe';
 import { sendRequestProbe } from './http-probe';
 import { verdictOf, type ProbeVerdict } from './verdict';
 import type { Prober, ReconcilingPolicy, Resolution } from './resolution';
+import { within } from '../timeout';
 
 /**
  * How probes end, as metrics count them; `gave_up` is no probe: a record past giveUpAfter, counted
@@ -237,22 +238,10 @@ export function timingOf(route: RouteConfig, reconcile: ReconcilePolicy): ProbeT
  * fire late, and a probe must be over before its hold ends.
  */
 async function withinTimeout<T>(asking: Promise<T>, timeoutMs: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new Error(`the probe got no answer within the upstream's timeout (${timeoutMs} ms)`),
-        ),
-      timeoutMs,
-    );
+  asking.catch(() => undefined); // a probe past its deadline may still fail: nobody waits for it
+  return within(asking, timeoutMs, () => {
+    throw new Error(`the probe got no answer within the upstream's timeout (${timeoutMs} ms)`);
   });
-  try {
-    return await Promise.race([asking, late]);
-  } finally {
-    clearTimeout(timer);
-    asking.catch(() => undefined); // a probe past its deadline may still fail: nobody waits for it
-  }
 }
 
 /** The key as the upstream received it with the original (forwardKeyAs, key.forward). */

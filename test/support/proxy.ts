@@ -9,7 +9,7 @@ import { composeProxy } from '../../src/compose';
 import { parseConfigText } from '../../src/config/load';
 import type { ProxyConfig } from '../../src/config/types';
 import type { CompletionListener } from '../../src/store/postgres/completion-listener';
-import { ProxyMetrics } from '../../src/observability/metrics';
+import { ProxyMetrics } from '../../src/metrics';
 import { migrate } from '../../src/db/migrate';
 import { createPool } from '../../src/db/pool';
 import type { ReplayCache } from '../../src/store/replay-cache';

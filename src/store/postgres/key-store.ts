@@ -38,6 +38,7 @@ import {
   completeStatement,
   completionChannel,
 } from './statements';
+import { within } from '../../timeout';
 
 export interface KeyStoreOptions {
   /**
@@ -524,19 +525,11 @@ export class PostgresKeyStore implements KeyStore {
    */
   private async held(error: unknown, write: PendingWrite): Promise<Landing> {
     const settled = this.outbox.add(write);
-    let timer: NodeJS.Timeout | undefined;
-    const holding = new Promise<'held'>((resolve) => {
-      timer = setTimeout(() => resolve('held'), this.holdMs);
-    });
-    try {
-      const settlement = await Promise.race([settled, holding]);
-      if (settlement === 'held') return 'queued';
-      if (settlement.kind === 'landed') return 'stored';
-      if (settlement.kind === 'stale') return 'stale';
-      throw settlement.error ?? error;
-    } finally {
-      clearTimeout(timer);
-    }
+    const settlement = await within(settled, this.holdMs, () => 'held' as const);
+    if (settlement === 'held') return 'queued';
+    if (settlement.kind === 'landed') return 'stored';
+    if (settlement.kind === 'stale') return 'stale';
+    throw settlement.error ?? error;
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<(number | null)[]> {

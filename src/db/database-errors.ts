@@ -2,8 +2,8 @@
 // answered, and which setting to look at. Startup waits for a server that refuses connections (it
 // may still be starting: docker-compose order); everything else fails at once with a hint.
 import { maskPassword } from '../config/describe';
-import { SQLSTATE } from '../db/sqlstate';
-import { storeTlsProblem } from '../db/tls-problem';
+import { SQLSTATE } from './sqlstate';
+import { storeTlsProblem } from './tls-problem';
 import type { StoreTlsConfig } from '../config/types';
 import { StartupError } from '../startup-error';
 
