@@ -7,7 +7,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { composeProxy, type ProxyInstance } from '../compose';
-import { parseConfigText } from '../config/load';
+import { parseConfigText } from '../compiler/load';
 import { storePool } from '../db/open-database';
 import { listenAll } from '../cli/serve';
 import { ProxyMetrics } from '../metrics';

@@ -1,7 +1,7 @@
 // Why the store's database cannot be used, said so that a person can fix it: which server, what it
 // answered, and which setting to look at. Startup waits for a server that refuses connections (it
 // may still be starting: docker-compose order); everything else fails at once with a hint.
-import { maskPassword } from '../config/describe';
+import { maskPassword } from './masked-url';
 import { SQLSTATE } from './sqlstate';
 import { storeTlsProblem } from './tls-problem';
 import type { StoreTlsConfig } from '../config/types';

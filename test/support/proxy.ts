@@ -6,7 +6,7 @@ import type { Pool } from 'pg';
 import pino from 'pino';
 import type { App } from '../../src/app';
 import { composeProxy } from '../../src/compose';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { ProxyConfig } from '../../src/config/types';
 import type { CompletionListener } from '../../src/store/postgres/completion-listener';
 import { ProxyMetrics } from '../../src/metrics';

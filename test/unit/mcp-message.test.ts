@@ -1,7 +1,7 @@
 // Reading MCP traffic without an SDK (src/mcp/README.md): the event-stream splitter, the JSON-RPC
 // message classes, where a call's key comes from, and what its fingerprint covers.
 import fc from 'fast-check';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { McpPolicy } from '../../src/config/types';
 import { parseJson } from '../../src/idempotency/canonical-json';
 import { callPlaceOf, InFlightToolCalls } from '../../src/mcp/in-flight-calls';

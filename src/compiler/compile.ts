@@ -7,8 +7,8 @@ import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
 import { fingerprintEpoch } from '../idempotency/fingerprint';
-import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
+import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema';
 import type {
   IdempotencyPolicy,
   JwtConfig,
@@ -18,19 +18,19 @@ import type {
   RouteConfig,
   UpstreamConfig,
   UpstreamTlsConfig,
-} from './types';
-import { readJwksFile } from './jwks-file';
-import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
+} from '../config/types';
+import { readJwksFile } from '../config/jwks-file';
+import { readServerTls, readStoreTls, readUpstreamTls } from '../config/tls-files';
 import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
-import { SAFE_METHODS } from './types';
-import { parseDurationMs, parseSizeBytes } from './units';
+import { SAFE_METHODS } from '../config/types';
+import { parseDurationMs, parseSizeBytes } from '../config/units';
 import { checkReconcile, compileReconcile } from './reconcile-config';
 import { problemJson } from '../http/problem';
 import { PROFILES } from '../profiles';
 import { applyProfile } from '../profiles/apply';
 import { checkProfileRoute } from '../profiles/check';
-import { formatPath, type IssuePath, type PathIssue } from './path-issue';
+import { formatPath, type IssuePath, type PathIssue } from '../config/path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
 
