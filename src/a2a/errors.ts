@@ -13,7 +13,7 @@
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode, ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
-import { JSON_HEADERS, STORED_PREFIX, storedMessage } from '../mcp/jsonrpc';
+import { JSON_HEADERS, STORED_PREFIX, storedMessage } from '../jsonrpc/jsonrpc';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 
 export const ERROR_INFO_TYPE = 'type.googleapis.com/google.rpc.ErrorInfo';

@@ -22,8 +22,8 @@ import {
   parseJson,
   type ParsedJson,
 } from '../idempotency/canonical-json';
-import { JSON_HEADERS, storedMessage } from '../mcp/jsonrpc';
-import { SseReader } from '../mcp/sse';
+import { JSON_HEADERS, storedMessage } from '../jsonrpc/jsonrpc';
+import { SseReader } from '../jsonrpc/event-stream';
 import type { Settlement } from '../protected/decide';
 import { startStreaming, writeChunk } from '../protected/outgoing';
 import { StreamCapture } from '../protected/stream-capture';

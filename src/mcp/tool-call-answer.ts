@@ -29,11 +29,11 @@ import type { HeaderPairs, PartialAnswer } from '../store/record';
 import {
   errorMessage,
   JSON_HEADERS,
-  jsonRpcError,
   type JsonRpcErrorObject,
   storedMessage,
-} from './jsonrpc';
-import { type SseEvent, SseReader } from './sse';
+} from '../jsonrpc/jsonrpc';
+import { jsonRpcError } from './errors';
+import { type SseEvent, SseReader } from '../jsonrpc/event-stream';
 
 /** A protected tools/call as its answers need it: where it runs and under which JSON-RPC id. */
 export interface ToolCallPlace {
@@ -296,7 +296,7 @@ function finalForRepeats(message: ParsedJson): Buffer | undefined {
   return storedMessage(member, canonicalizeAt(message, [member])!);
 }
 
-/** A tool's final message as its record keeps it (its id spliced in per caller: jsonrpc.ts). */
+/** A tool's final message as its record keeps it (its id spliced in per caller: ../jsonrpc/jsonrpc.ts). */
 function stored(message: Buffer): Settlement {
   return {
     kind: 'complete',

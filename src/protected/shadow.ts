@@ -18,22 +18,23 @@ import { performance } from 'node:perf_hooks';
 import { readBody } from '../http/body';
 import { sendProblem } from '../http/problem';
 import { responseHeaderPairs } from '../http/response';
-import type { ShadowVerdict } from './decide';
 import { sendUpstream, startStreaming, transportFailure, writeChunk } from './outgoing';
 import type { Outcome, ProtectedDeps, ProtectedRequest } from './protocol';
 
 /**
- * Forwards a request the proxy would have refused before reading its body (no key, invalid key,
- * body too large) as a pass-through route does: streamed both ways, whatever its size.
+ * Forwards what a protocol passes: with the body it read, unstored; or, when it read none (no key
+ * where none is required, or in shadow mode no key, an invalid one, a body too large), as a
+ * pass-through route does: streamed both ways, whatever its size.
  */
-export function passThroughInShadow(
+export function passOn(
   deps: ProtectedDeps,
   request: ProtectedRequest,
-  verdict: ShadowVerdict,
-  key?: string,
-): Outcome {
+  pass: { readonly outcome: Outcome; readonly body?: Buffer; readonly key?: string },
+): Outcome | Promise<Outcome> {
+  if (pass.body !== undefined)
+    return forwardUnstored(deps, request, pass.key, pass.body, pass.outcome);
   deps.passThrough.web(request.req, request.res, request.route, request.target, request.trace);
-  return { label: 'passthrough', key, shadow: verdict };
+  return pass.outcome;
 }
 
 /**

@@ -20,10 +20,9 @@ import type {
 import type { RecordId } from '../store/record';
 import type { UpstreamPools } from '../upstream/protected';
 import { scopedKeyOf } from '../idempotency/scope';
-import { sendToolProbe } from '../mcp/reconcile-probe';
-import { sendRequestProbe } from './http-probe';
-import { verdictOf, type ProbeVerdict } from './verdict';
-import type { Prober, ReconcilingPolicy, Resolution } from './resolution';
+import { requestProbe } from './http-probe';
+import type { ProbeVerdict } from './verdict';
+import type { Prober, ReconcileProbe, ReconcilingPolicy, Resolution } from './resolution';
 import { within } from '../timeout';
 
 /**
@@ -55,6 +54,12 @@ export class Reconciler implements Prober {
     private readonly store: ReconcileStore,
     private readonly logger: Logger,
     private readonly observer?: ReconcileObserver,
+    /**
+     * The route's probe: its protocol adapter's (src/protocols.ts hands them in). Without one, every
+     * route is asked with an HTTP request, as a REST route is.
+     */
+    private readonly probeOf: (route: RouteConfig) => ReconcileProbe | undefined = () =>
+      requestProbe,
   ) {}
 
   /**
@@ -139,17 +144,9 @@ export class Reconciler implements Prober {
     };
     let verdict: ProbeVerdict;
     try {
-      const asking =
-        reconcile.probe.kind === 'request'
-          ? sendRequestProbe(
-              upstreams,
-              route,
-              reconcile.probe,
-              key,
-              ticket.body,
-              retryHeaders,
-            ).then((answer) => verdictOf(reconcile, answer))
-          : sendToolProbe(upstreams, route, reconcile, key, ticket.body);
+      const probe = this.probeOf(route);
+      if (probe === undefined) throw new Error(`route ${route.name} has no probe`);
+      const asking = probe({ upstreams, route, reconcile, key, body: ticket.body, retryHeaders });
       verdict = await withinTimeout(asking, route.upstream.timeoutMs);
     } catch (error) {
       this.observer?.probed(route.name, 'failed');

@@ -5,8 +5,8 @@ import { parseConfigText } from '../../src/compiler/load';
 import type { McpPolicy } from '../../src/config/types';
 import { parseJson } from '../../src/idempotency/canonical-json';
 import { callPlaceOf, InFlightToolCalls } from '../../src/mcp/in-flight-calls';
-import { withId, storedMessage } from '../../src/mcp/jsonrpc';
-import { SseReader } from '../../src/mcp/sse';
+import { withId, storedMessage } from '../../src/jsonrpc/jsonrpc';
+import { SseReader } from '../../src/jsonrpc/event-stream';
 import {
   derivedToolCallKey,
   readMcpMessage,
