@@ -13,8 +13,8 @@ import { writeWhole } from '../http/response';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import { JSON_HEADERS, withId } from '../jsonrpc/jsonrpc';
 import { type BodyRefusal, readMcpBody } from '../jsonrpc/read-body';
+import { CLIENT_LEFT, passedWithSentKey, replayMarks } from '../jsonrpc/verdicts';
 import {
-  BODY_OMITTED_HEADER,
   type Call,
   OUTCOME_HEADER,
   type ProtectedRequest,
@@ -22,7 +22,7 @@ import {
   recordIdOf,
   type Verdict,
 } from '../protected/protocol';
-import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { StoredResponse } from '../store/record';
 import {
   type A2aProblem,
   a2aProblem,
@@ -30,7 +30,8 @@ import {
   writeRestError,
   writeRpcError,
 } from './errors';
-import { EVENT_STREAM, isEventStream, SendAnswer } from './send-answer';
+import { EVENT_STREAM, isEventStream } from '../jsonrpc/answer';
+import { SendAnswer } from './send-answer';
 import {
   type A2aSendRequest,
   isRestSendPath,
@@ -48,9 +49,7 @@ export const A2A: ProtocolAdapter<A2aCall> = {
   name: 'a2a',
   serves: (policy) => Boolean(policy.a2a),
   read: readSend,
-  replay(request, call, stored, replayed) {
-    writeStored(request.res, call, stored, replayed ? replayHeaders(request, stored) : []);
-  },
+  replay: (request, call, stored, replayed) => writeStored(request, call, stored, replayed),
   refuse(request, call, error) {
     refuseSend(request.res, call.send, a2aProblem(error));
   },
@@ -74,19 +73,19 @@ async function readSend(request: ProtectedRequest): Promise<Verdict<A2aCall>> {
   const { req, route, policy, target } = request;
   const read = await readMcpBody(req, policy.maxRequestBytes);
   // The client went away mid-body: nothing to answer.
-  if (read.kind === 'gone') return { kind: 'refuse', outcome: { label: 'error' }, answer: destroy };
+  if (read.kind === 'gone') return CLIENT_LEFT;
   const restSend = isRestSendPath(target.path);
   if (read.kind === 'refused') {
     // An empty body cannot be a send (HTTP+JSON's POST /tasks/{id}:cancel has none).
     if (!restSend && read.refusal.type === 'json_invalid' && hasNoBody(req.headers))
-      return passed(request, Buffer.alloc(0));
+      return passedWithSentKey(request, Buffer.alloc(0));
     return refuseBody(restSend, read.refusal, read.unread);
   }
   // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
   if (read.decoded) delete req.headers['content-encoding'];
   const body = read.body;
   const message = readA2aMessage(target.path, read.parsed);
-  if (message.kind === 'pass') return passed(request, body);
+  if (message.kind === 'pass') return passedWithSentKey(request, body);
   if (message.kind === 'refuse') {
     const problem: A2aProblem = {
       status: 400,
@@ -133,24 +132,6 @@ async function readSend(request: ProtectedRequest): Promise<Verdict<A2aCall>> {
   return { kind: 'protect', call };
 }
 
-/**
- * A message the route does not protect goes up unstored with the key header it was sent with,
- * under forwardKeyAs like a claimed send's key.
- */
-function passed(request: ProtectedRequest, body: Buffer): Verdict<A2aCall> {
-  const key = request.req.headers[request.policy.key.header];
-  return {
-    kind: 'pass',
-    body,
-    key: typeof key === 'string' ? key : undefined,
-    outcome: { label: 'passthrough' },
-  };
-}
-
-function destroy(res: ServerResponse): void {
-  res.destroy();
-}
-
 function refuseSend(res: ServerResponse, send: A2aSendRequest, problem: A2aProblem): void {
   if (send.binding === 'jsonrpc') writeRpcError(res, send.idText, problem);
   else writeRestError(res, problem);
@@ -195,11 +176,14 @@ const BODY_MESSAGES: Readonly<Record<string, string>> = {
 
 /** A stored answer, under this caller's JSON-RPC id where it has one; a stream as events. */
 function writeStored(
-  res: ServerResponse,
+  request: ProtectedRequest,
   call: A2aCall,
   stored: StoredResponse,
-  extra: HeaderPairs,
+  replayed: boolean,
 ): void {
+  const { res } = request;
+  // Marked as a replay when it is one (not to the request that made it).
+  const extra = replayed ? replayMarks(request, call, stored.bodyOmitted) : [];
   const { idText } = call.send;
   const contentType = stored.headers.find(([name]) => name === 'content-type')?.[1];
   if (isEventStream(contentType)) {
@@ -223,13 +207,6 @@ function writeStored(
   const body = idText === undefined ? stored.body : withId(stored.body, idText);
   const headers = stored.headers.length > 0 ? stored.headers : JSON_HEADERS;
   writeWhole(res, stored.status, headers, body, extra);
-}
-
-/** What marks a replay, as on REST routes. */
-function replayHeaders(request: ProtectedRequest, stored: StoredResponse): HeaderPairs {
-  const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
-  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-  return extra;
 }
 
 /** True when the request has no body: no Content-Length (or 0) and no Transfer-Encoding. */

@@ -3,7 +3,7 @@
 // its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
 // /ui are off (404), never open.
 import http from 'node:http';
-import { clearRecord } from './clear-record';
+import { clearByAdmin } from './clear-record';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import { quoteTableName } from '../db/identifier';
@@ -152,14 +152,7 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await clearRecord(
-      deps.pool,
-      config,
-      id,
-      deps.logger,
-      'admin',
-      deps.forgetRecord,
-    );
+    const deleted = await clearByAdmin(deps, config, id);
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
     return json(res, 200, { deleted: true, scope, key });

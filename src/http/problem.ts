@@ -2,6 +2,7 @@
 // a commerce protocol's contract (idempotency.profile), in that protocol's own error shape.
 import type { ServerResponse } from 'node:http';
 import { type ErrorShape, ProxyError } from '../errors';
+import { tooLateToAnswer } from './response';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -55,10 +56,7 @@ export function sendProblem(
   extraHeaders: readonly (readonly [string, string])[] = [],
   shape: ErrorShape = problemJson,
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const answer = shape(error);
   const headers = [...answer.headers, ...extraHeaders];
   res.writeHead(answer.status, headers.flat());

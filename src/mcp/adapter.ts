@@ -12,12 +12,12 @@ import type { ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
 import { missingKeyDetail } from '../idempotency/body-key';
-import { DERIVED_KEY_HEADER, derivedKeyPolicy } from '../idempotency/derived-key';
+import { derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
 import { INVALID_REQUEST, JSON_HEADERS, withId } from '../jsonrpc/jsonrpc';
 import { type BodyRefusal, readMcpBody } from '../jsonrpc/read-body';
+import { CLIENT_LEFT, passedWithSentKey, replayMarks } from '../jsonrpc/verdicts';
 import {
-  BODY_OMITTED_HEADER,
   type Call,
   expiresHeader,
   OUTCOME_HEADER,
@@ -27,7 +27,7 @@ import {
   type Verdict,
 } from '../protected/protocol';
 import { attachClient } from '../protected/outgoing';
-import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { StoredResponse } from '../store/record';
 import {
   jsonRpcError,
   storedUnknownOutcome,
@@ -61,14 +61,8 @@ export function mcpAdapter(toolCalls: InFlightToolCalls): ProtocolAdapter<ToolCa
     name: 'mcp',
     serves: (policy) => Boolean(policy.mcp),
     read: (request) => readToolCall(request, toolCalls),
-    replay(request, call, stored, replayed) {
-      writeStoredMessage(
-        request.res,
-        call,
-        stored,
-        replayed ? replayHeaders(request, call, stored) : [],
-      );
-    },
+    replay: (request, call, stored, replayed) =>
+      writeStoredMessage(request, call, stored, replayed),
     refuse(request, call, error) {
       writeJsonRpcError(request.res, call.idText, jsonRpcError(error));
     },
@@ -95,7 +89,7 @@ export function mcpAdapter(toolCalls: InFlightToolCalls): ProtocolAdapter<ToolCa
     attach(request, call, live) {
       // The first call's events so far, then the rest live, then its final message under this
       // caller's own id.
-      const marks = replayHeaders(request, call, { bodyOmitted: false });
+      const marks = replayMarks(request, call, false);
       return attachClient(
         request,
         live,
@@ -129,7 +123,7 @@ async function readToolCall(
   const mcp = policy.mcp!;
   const read = await readMcpBody(req, policy.maxRequestBytes);
   // The client went away mid-body: nothing to answer.
-  if (read.kind === 'gone') return { kind: 'refuse', outcome: { label: 'error' }, answer: destroy };
+  if (read.kind === 'gone') return CLIENT_LEFT;
   if (read.kind === 'refused') return refuseBody(read.refusal, read.unread);
   // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
   if (read.decoded) delete req.headers['content-encoding'];
@@ -138,10 +132,10 @@ async function readToolCall(
   const message = readMcpMessage(read.parsed, mcp);
   switch (message.kind) {
     case 'pass':
-      return passed(request, body);
+      return passedWithSentKey(request, body);
     case 'cancel':
       if (!toolCalls.has(callPlaceOf(policy, req.headers), message.requestIdText))
-        return passed(request, body);
+        return passedWithSentKey(request, body);
       return { kind: 'refuse', outcome: { label: 'cancel_held' }, answer: holdCancel };
     case 'batch-with-call':
     case 'notification-call': {
@@ -190,28 +184,10 @@ async function readToolCall(
   return { kind: 'protect', call: toolCall };
 }
 
-/**
- * A message the route does not protect goes up unstored with the key header it was sent with (an
- * unlisted tool's server may dedupe on it itself), under forwardKeyAs like a claimed call's key.
- */
-function passed(request: ProtectedRequest, body: Buffer): Verdict<ToolCall> {
-  const key = request.req.headers[request.policy.key.header];
-  return {
-    kind: 'pass',
-    body,
-    key: typeof key === 'string' ? key : undefined,
-    outcome: { label: 'passthrough' },
-  };
-}
-
 /** A cancel of a call running here is held: the call finishes and its result is stored. */
 function holdCancel(res: ServerResponse): void {
   res.writeHead(202, { 'content-length': '0' });
   res.end();
-}
-
-function destroy(res: ServerResponse): void {
-  res.destroy();
 }
 
 /** A body the proxy could not read: answered, never forwarded, whatever it might have been. */
@@ -233,25 +209,17 @@ function refuseBody(refusal: BodyRefusal, unread: boolean): Verdict<ToolCall> {
   };
 }
 
-/** What marks a replay, as on REST routes. */
-function replayHeaders(
+/**
+ * A stored tool result (or stored unknown outcome) under this caller's JSON-RPC id; marked as a
+ * replay when it is one (not to the request that made it).
+ */
+function writeStoredMessage(
   request: ProtectedRequest,
   call: ToolCall,
-  stored: Pick<StoredResponse, 'bodyOmitted'>,
-): HeaderPairs {
-  const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
-  if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
-  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-  return extra;
-}
-
-/** A stored tool result (or stored unknown outcome) under this caller's JSON-RPC id. */
-function writeStoredMessage(
-  res: ServerResponse,
-  call: ToolCall,
   stored: StoredResponse,
-  extra: HeaderPairs,
+  replayed: boolean,
 ): void {
+  const extra = replayed ? replayMarks(request, call, stored.bodyOmitted) : [];
   // What the stored answer says of its outcome (unknown, or reconciled with the upstream) and, for
   // an unknown one on a route that probes, when to retry (docs/reconcile.md).
   const said = stored.headers.filter(([name]) => name === OUTCOME_HEADER || name === 'retry-after');
@@ -269,5 +237,5 @@ function writeStoredMessage(
     stored.outcomeUnknown && retryAfter !== undefined && /^\d+$/.test(retryAfter)
       ? withRetryAfterData(stored.body, Number(retryAfter))
       : stored.body;
-  writeWhole(res, 200, headers, withId(body, call.idText), all);
+  writeWhole(request.res, 200, headers, withId(body, call.idText), all);
 }

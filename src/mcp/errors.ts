@@ -7,7 +7,7 @@
 // (writeTransportError).
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode, ProxyError } from '../errors';
-import { writeWhole } from '../http/response';
+import { writeWhole, tooLateToAnswer } from '../http/response';
 import {
   errorMessage,
   JSON_HEADERS,
@@ -49,10 +49,7 @@ export function writeJsonRpcError(
   error: JsonRpcErrorObject,
   extra: HeaderPairs = [],
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   writeWhole(res, 200, JSON_HEADERS, Buffer.from(errorMessage(idText, error)), extra);
 }
 
@@ -65,10 +62,7 @@ export function writeTransportError(
   status: number,
   error: JsonRpcErrorObject,
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const body = JSON.stringify({ jsonrpc: '2.0', error, id: null });
   writeWhole(res, status, JSON_HEADERS, Buffer.from(body));
 }

@@ -132,18 +132,7 @@ async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
     const missing = parsed.problem === 'missing';
     // No key and none required: forwarded unprotected, streamed like any pass-through request.
     if (missing && !policy.key.required) return { kind: 'pass', outcome: { label: 'passthrough' } };
-    // Shadow mode streams what it would have refused, as a pass-through route does.
-    if (!policy.enforce)
-      return {
-        kind: 'pass',
-        outcome: {
-          label: 'passthrough',
-          shadow: missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
-        },
-      };
-    const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-    const error = new ProxyError(code, parsed.detail, { route: route.name });
-    return refusal(request, error, { label: missing ? 'missing_key' : 'invalid_key' });
+    return keyRefused(request, missing, parsed.detail, undefined);
   }
   const headerKey = parsed.ok ? parsed.key : undefined;
 
@@ -214,16 +203,43 @@ async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
     return { kind: 'protect', call: { id, policy: callPolicy, keyDerived, fingerprint, body } };
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    if (!policy.enforce)
-      return {
-        kind: 'pass',
-        body,
-        key: sentKey,
-        outcome: { label: 'executed', key: sentKey, shadow: 'would_reject_duplicate_key' },
-      };
-    const duplicate = duplicateKeyError(route.name, sentKey);
-    return refusal(request, duplicate, { label: 'bad_request', key: sentKey });
+    return duplicateKey(request, body, sentKey);
   }
+}
+
+/**
+ * A key that is missing (and required) or invalid: refused 400; in shadow mode passed on as it
+ * would have been refused (streamed when the body is not read yet).
+ */
+function keyRefused(
+  request: ProtectedRequest,
+  missing: boolean,
+  detail: string,
+  body: Buffer | undefined,
+): Verdict<Call> {
+  if (!request.policy.enforce) {
+    const shadow = missing ? 'would_reject_missing_key' : 'would_reject_invalid_key';
+    return { kind: 'pass', body, outcome: { label: 'passthrough', shadow } };
+  }
+  const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+  const error = new ProxyError(code, detail, { route: request.route.name });
+  return refusal(request, error, { label: missing ? 'missing_key' : 'invalid_key' });
+}
+
+/** A body with an object that has a key twice: refused 400, or in shadow mode forwarded unstored. */
+function duplicateKey(
+  request: ProtectedRequest,
+  body: Buffer,
+  key: string | undefined,
+): Verdict<Call> {
+  if (!request.policy.enforce) {
+    const outcome = { label: 'executed', key, shadow: 'would_reject_duplicate_key' } as const;
+    return { kind: 'pass', body, key, outcome };
+  }
+  return refusal(request, duplicateKeyError(request.route.name, key), {
+    label: 'bad_request',
+    key,
+  });
 }
 
 const destroy = (res: ServerResponse): void => {
@@ -239,38 +255,20 @@ function readBodyKey(
   request: ProtectedRequest,
   body: Buffer,
 ): { ok: true; key: string | undefined } | Verdict<Call> {
-  const { route, policy } = request;
+  const { policy } = request;
   let found;
   try {
     found = keyInBody(parseJson(body), policy.key);
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    if (!policy.enforce)
-      return {
-        kind: 'pass',
-        body,
-        outcome: { label: 'executed', shadow: 'would_reject_duplicate_key' },
-      };
-    return refusal(request, duplicateKeyError(route.name, undefined), { label: 'bad_request' });
+    return duplicateKey(request, body, undefined);
   }
   if (found?.ok) return { ok: true, key: found.key };
   if (found === undefined && policy.key.derive !== null) return { ok: true, key: undefined };
   if (found === undefined && !policy.key.required)
     return { kind: 'pass', body, outcome: { label: 'passthrough' } };
-  const missing = found === undefined;
-  if (!policy.enforce)
-    return {
-      kind: 'pass',
-      body,
-      outcome: {
-        label: 'passthrough',
-        shadow: missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
-      },
-    };
   const detail = found === undefined ? missingKeyDetail(policy.key) : found.detail;
-  const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-  const error = new ProxyError(code, detail, { route: route.name });
-  return refusal(request, error, { label: missing ? 'missing_key' : 'invalid_key' });
+  return keyRefused(request, found === undefined, detail, body);
 }
 
 function duplicateKeyError(route: string, key: string | undefined): ProxyError {
