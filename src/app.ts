@@ -28,7 +28,7 @@ import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
 import type { ProxyMetrics } from './metrics';
-import type { RequestTrace, Tracing } from './observability/tracing';
+import { type RequestTrace, runTraced, type Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
 import { createListener, type Listener, reloadListenerTls } from './listener';
 import { within } from './timeout';
@@ -171,7 +171,7 @@ export function createApp(options: AppOptions): App {
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
-        runProtected(deps, adapterOf(adapters, policy), request)
+        runTraced(trace, () => runProtected(deps, adapterOf(adapters, policy), request))
           .then((outcome) => noteOutcome(entry, outcome, timings))
           .catch((error: unknown) => {
             logger.error(

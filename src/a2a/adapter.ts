@@ -78,14 +78,14 @@ async function readSend(request: ProtectedRequest): Promise<Verdict<A2aCall>> {
   if (read.kind === 'refused') {
     // An empty body cannot be a send (HTTP+JSON's POST /tasks/{id}:cancel has none).
     if (!restSend && read.refusal.type === 'json_invalid' && hasNoBody(req.headers))
-      return passedWithSentKey(request, Buffer.alloc(0));
+      return passedWithSentKey(Buffer.alloc(0));
     return refuseBody(restSend, read.refusal, read.unread);
   }
   // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
   if (read.decoded) delete req.headers['content-encoding'];
   const body = read.body;
   const message = readA2aMessage(target.path, read.parsed);
-  if (message.kind === 'pass') return passedWithSentKey(request, body);
+  if (message.kind === 'pass') return passedWithSentKey(body);
   if (message.kind === 'refuse') {
     const problem: A2aProblem = {
       status: 400,

@@ -21,14 +21,8 @@ export const CLIENT_LEFT: Verdict<never> = {
  * A message the route does not protect goes up unstored with the key header it was sent with (its
  * server may dedupe on it itself), under forwardKeyAs like a claimed call's key.
  */
-export function passedWithSentKey(request: ProtectedRequest, body: Buffer): Verdict<never> {
-  const key = request.req.headers[request.policy.key.header];
-  return {
-    kind: 'pass',
-    body,
-    key: typeof key === 'string' ? key : undefined,
-    outcome: { label: 'passthrough' },
-  };
+export function passedWithSentKey(body: Buffer): Verdict<never> {
+  return { kind: 'pass', body, keyAsSent: true, outcome: { label: 'passthrough' } };
 }
 
 /** What marks a replay, as on REST routes. */

@@ -26,7 +26,7 @@ import {
   recordIdOf,
   type Verdict,
 } from '../protected/protocol';
-import { attachClient } from '../protected/outgoing';
+import { attachClient } from '../protected/attach';
 import type { StoredResponse } from '../store/record';
 import {
   jsonRpcError,
@@ -132,10 +132,10 @@ async function readToolCall(
   const message = readMcpMessage(read.parsed, mcp);
   switch (message.kind) {
     case 'pass':
-      return passedWithSentKey(request, body);
+      return passedWithSentKey(body);
     case 'cancel':
       if (!toolCalls.has(callPlaceOf(policy, req.headers), message.requestIdText))
-        return passedWithSentKey(request, body);
+        return passedWithSentKey(body);
       return { kind: 'refuse', outcome: { label: 'cancel_held' }, answer: holdCancel };
     case 'batch-with-call':
     case 'notification-call': {

@@ -2,7 +2,7 @@
 // endpoint; then the SDK (otel-tracing.ts) is loaded and each request gets a span tree (tracing.ts).
 // Kept apart from the port so the port imports no implementation of itself.
 import type { Logger } from 'pino';
-import type { Tracing } from './tracing';
+import { installSpanSubscribers, type Tracing } from './tracing';
 
 /** Where spans go, from the standard variables; undefined when tracing is off. */
 export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
@@ -31,5 +31,6 @@ export async function startTracing(
     { endpoint: url, serviceName },
     `tracing: spans are exported to ${url} (OTLP/HTTP, JSON) as service ${serviceName}`,
   );
+  installSpanSubscribers();
   return new OtelTracing({ url, serviceName, logger });
 }

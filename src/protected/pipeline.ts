@@ -25,7 +25,7 @@ import {
 } from '../store/record';
 import { LiveAnswer } from '../store/live-answer';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
-import { clientGone, sendUpstream, transportFailure } from './outgoing';
+import { forwardUnstored, passOn, sendUpstream, transportFailure } from './outgoing';
 import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
 import {
   type Call,
@@ -37,7 +37,6 @@ import {
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
-import { forwardUnstored, passOn } from './shadow';
 import {
   claimCall,
   settleStoreCall,
@@ -60,13 +59,19 @@ export async function runProtected<C extends Call>(
   if (verdict.kind === 'pass') return passOn(deps, request, verdict);
   const { call } = verdict;
   const { policy } = call;
+  const { res } = request;
   // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
   const claimant = policy.enforce
     ? new Claimant(
         policy.onConcurrent,
         performance.now() + policy.waitTimeoutMs,
         policy.maxWaitersPerKey,
-        () => clientGone(request.res),
+        // Resolves once the client has gone (its response closed before it was answered).
+        () =>
+          new Promise<void>((resolve) => {
+            if (res.destroyed) resolve();
+            else res.once('close', () => resolve());
+          }),
         policy.onConcurrent === 'attach' ? new LiveAnswer() : undefined,
       )
     : undefined;

@@ -181,6 +181,8 @@ export type Verdict<C extends Call> =
       readonly body?: Buffer;
       /** The key forwarded with it (under forwardKeyAs), if any. */
       readonly key?: string;
+      /** Forwarded with the route's key header as the client sent it, instead of `key`. */
+      readonly keyAsSent?: boolean;
     }
   | {
       readonly kind: 'refuse';

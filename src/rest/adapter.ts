@@ -30,7 +30,7 @@ import {
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId } from '../store/record';
-import { attachClient } from '../protected/outgoing';
+import { attachClient } from '../protected/attach';
 import {
   BODY_OMITTED_HEADER,
   type Call,
@@ -42,7 +42,7 @@ import {
   UnreadableCall,
   type Verdict,
 } from '../protected/protocol';
-import { readBodyOrRewind } from '../protected/shadow';
+import { readBodyOrRewind } from '../protected/outgoing';
 import { requestProbe } from '../reconcile/http-probe';
 import { echoedKey, UpstreamAnswer, withEcho } from './answer';
 

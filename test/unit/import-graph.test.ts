@@ -93,13 +93,13 @@ test("the engine knows no protocol: protected/ and reconcile/ import nothing fro
     ),
   ).toEqual([]);
   // What an adapter may use: the adapter contract and its types, the decisions' types, the
-  // outgoing helpers, the body reader of unstored forwarding, and the capture of an answer as it
+  // outgoing helpers, attaching a repeat to a running stream, and the capture of an answer as it
   // arrives.
   const surface = [
     'protected/protocol.ts',
     'protected/decide.ts',
     'protected/outgoing.ts',
-    'protected/shadow.ts',
+    'protected/attach.ts',
     'protected/stream-capture.ts',
   ];
   const reached = edges.filter(([from, to]) => isProtocol(from) && to.startsWith('protected/'));
