@@ -8,7 +8,7 @@ import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
 import { fingerprintEpoch } from '../idempotency/fingerprint';
 import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
 import type {
   IdempotencyPolicy,
   ProxyConfig,
@@ -22,9 +22,10 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from '../config/types';
 import { parseDurationMs, parseSizeBytes } from '../config/units';
+import { settingOf } from '../config/setting';
 import { checkA2aRoute } from './a2a-config';
 import { checkJwtTenants, compileJwt } from './jwt-config';
-import { checkMcpRoute, compileMcp } from './mcp-config';
+import { checkMcpRoute, compileMcp, keyMaxLength } from './mcp-config';
 import { checkReconcile, compileReconcile } from './reconcile-config';
 import { problemJson } from '../http/problem';
 import { PROFILES } from '../profiles';
@@ -234,21 +235,21 @@ function checkProtectedRoute(
     issues.push(...checkProfileRoute(PROFILES[block.profile], block, defaults, at, BUILT_IN.ttl));
   if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
+  const path = [...at, 'idempotency'];
   const derive = block.key?.derive ?? defaults?.key?.derive;
-  if ((block.key?.window ?? defaults?.key?.window) !== undefined && derive === undefined) {
-    const where = block.key?.window !== undefined ? [...at, 'idempotency'] : ['defaults'];
+  const window = settingOf(block, defaults, path, (b) => b.key?.window, ['key', 'window']);
+  if (window !== undefined && derive === undefined) {
     issues.push({
-      path: [...where, 'key', 'window'],
+      path: window.path,
       message:
         'key.window is only allowed together with key.derive (it is a derived key’s lifetime)',
     });
   }
   // A derived key is stored, logged and forwarded like a sent one, so it must fit the same limit.
-  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
-  if (derive !== undefined && maxLength < DERIVED_KEY_LENGTH) {
-    const where = block.key?.maxLength !== undefined ? [...at, 'idempotency'] : ['defaults'];
+  const maxLength = keyMaxLength(block, defaults, path);
+  if (derive !== undefined && maxLength.value < DERIVED_KEY_LENGTH) {
     issues.push({
-      path: [...where, 'key', 'maxLength'],
+      path: maxLength.path,
       message: `expected at least ${DERIVED_KEY_LENGTH} with key.derive: a derived key ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
     });
   }

@@ -14,7 +14,8 @@ import { formatPath, type IssuePath, type PathIssue } from '../config/path-issue
 import { maskPassword } from '../db/masked-url';
 import { recordEnvSources, variableList } from '../config/env-sources';
 import { interpolate } from './interpolate';
-import { configSchema, knownKeysOf } from '../config/schema';
+import { configSchema } from '../config/schema';
+import { knownKeysOf } from '../config/schema-formats';
 import type { ProxyConfig } from '../config/types';
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): ProxyConfig {

@@ -2,9 +2,10 @@
 // compiles to. Beside reconcile-config.ts, one file per feature of a route's policy.
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
 import type { IdempotencyBlock } from '../config/schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
 import type { McpPolicy } from '../config/types';
 import type { IssuePath, PathIssue } from '../config/path-issue';
+import { type Setting, settingOf } from '../config/setting';
 
 /**
  * An MCP route keys and fingerprints tool calls itself (src/mcp/README.md), from the tool name and
@@ -29,11 +30,10 @@ export function checkMcpRoute(
       message:
         'an MCP route fingerprints the tool name and arguments; remove fingerprint (use mcp.ignore to leave arguments out)',
     });
-  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
-  if (maxLength < DERIVED_KEY_LENGTH) {
-    const where = block.key?.maxLength !== undefined ? own : ['defaults'];
+  const maxLength = keyMaxLength(block, defaults, own);
+  if (maxLength.value < DERIVED_KEY_LENGTH) {
     issues.push({
-      path: [...where, 'key', 'maxLength'],
+      path: maxLength.path,
       message: `expected at least ${DERIVED_KEY_LENGTH} on an MCP route: a key derived from a tool call ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
     });
   }
@@ -59,4 +59,22 @@ function globPattern(glob: string): RegExp {
     )
     .join('');
   return new RegExp(`^${source}$`, 's');
+}
+
+/**
+ * key.maxLength as a route has it, and where it was set (the built-in default is told at
+ * `defaults`, where a user would set it for every route). A derived key must fit it.
+ */
+export function keyMaxLength(
+  block: IdempotencyBlock,
+  defaults: IdempotencyBlock | undefined,
+  own: IssuePath,
+): Setting<number> {
+  const field = ['key', 'maxLength'];
+  return (
+    settingOf(block, defaults, own, (b) => b.key?.maxLength, field) ?? {
+      value: BUILT_IN.key.maxLength,
+      path: ['defaults', ...field],
+    }
+  );
 }

@@ -3,7 +3,7 @@
 import { parseJsonPointer } from '../idempotency/json-pointer';
 import { parseTemplate } from '../reconcile/template';
 import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
 import type { ReconcilePolicy } from '../config/types';
 import { parseDurationMs } from '../config/units';
 import type { IssuePath, PathIssue } from '../config/path-issue';
