@@ -179,7 +179,7 @@ export const addressOrCidr = z
   .refine((text) => parseAddressOrCidr(text) !== undefined, { error: ADDRESS_HINT })
   .meta({ title: 'address or CIDR' });
 
-// Only the scheme here (it also lands in the JSON Schema); compile.ts parses and splits the URL.
+// Only the scheme here (it also lands in the JSON Schema); the compiler parses and splits the URL.
 export const upstreamUrl = pattern(
   /^https?:\/\/[^/?#]/i,
   'expected an http:// or https:// URL',
@@ -220,7 +220,7 @@ export const D = IDEMPOTENCY_DEFAULTS;
 
 /**
  * An optional field with editor help and its built-in default (shown by editors; applied in
- * compile.ts, not here). Idempotency fields stay optional so a route's block can be merged field
+ * the compiler, not here). Idempotency fields stay optional so a route's block can be merged field
  * by field over `defaults`.
  */
 export function opt<T extends z.ZodType>(schema: T, description: string, fallback?: unknown) {

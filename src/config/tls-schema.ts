@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { bool, opt, pattern, strict } from './schema-formats';
 
-// TLS material is named by file (PEM), relative to the config file's directory; compile.ts reads
+// TLS material is named by file (PEM), relative to the config file's directory; the compiler reads
 // and checks the files, so a bad one is an error at its line before anything listens.
 export const pemFile = pattern(/./, 'expected a path to a PEM file', 'PEM file');
 

@@ -314,7 +314,7 @@ export interface JwtConfig {
 }
 
 export interface AuthConfig {
-  /** null: no route may scope by a jwt claim (compile.ts refuses it). */
+  /** null: no route may scope by a jwt claim (the compiler refuses it). */
   readonly jwt: JwtConfig | null;
 }
 
