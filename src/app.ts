@@ -261,7 +261,7 @@ export function createApp(options: AppOptions): App {
       server.closeIdleConnections();
       if (active > 0) {
         const drained = new Promise<void>((resolve) => idle.push(resolve));
-        await within(drained, graceMs, () => undefined);
+        await within(drained, graceMs, () => undefined, true);
       }
       server.closeAllConnections();
       for (const socket of upgraded) socket.destroy();

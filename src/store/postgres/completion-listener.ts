@@ -261,7 +261,7 @@ export class CompletionListener implements CompletionWaiter {
       // A statement that hangs (a frozen connection) is the timeout's to answer, not an error.
       sent.catch(() => undefined);
       const answered = Promise.race([arrived, sent.then(() => arrived)]);
-      return await within(answered, this.probing.timeoutMs, () => false);
+      return await within(answered, this.probing.timeoutMs, () => false, true);
     } finally {
       // A reconnect's proof may have started meanwhile: that probe is not ours to forget.
       if (this.probe?.payload === payload) this.probe = undefined;
