@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import type { IdempotencyPolicy, ProxyConfig } from './config/types';
+import type { ProxyConfig } from './config/types';
 import { ProxyError } from './errors';
 import { readEdge } from './http/edge';
 import { malformedRequestAnswer, rawProblemAnswer } from './http/malformed';
@@ -21,19 +21,17 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { runProtected } from './protected/pipeline';
-import type { Call, Outcome, ProtectedDeps, Protocol, Timings } from './protected/protocol';
-import { REST } from './protected/rest';
+import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
+import { adapterOf, protocolAdapters, type ProtocolAdapters } from './protocols';
 import type { RequestStore } from './store/record';
-import { InFlightToolCalls } from './mcp/in-flight-calls';
-import { mcpProtocol } from './mcp/protocol';
-import { A2A } from './a2a/protocol';
 import { infoLineWriter } from './observability/logger';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
-import type { ProxyMetrics } from './observability/metrics';
-import type { RequestTrace, Tracing } from './observability/tracing';
+import type { ProxyMetrics } from './metrics';
+import { type RequestTrace, runTraced, type Tracing } from './observability/tracing';
 import { restartOnlyChanges, Runtime } from './runtime';
 import { createListener, type Listener, reloadListenerTls } from './listener';
+import { within } from './timeout';
 
 export interface AppOptions {
   readonly config: ProxyConfig;
@@ -43,6 +41,11 @@ export interface AppOptions {
   readonly metrics?: ProxyMetrics;
   /** Spans per request (observability/tracing.ts); without one (the default) nothing is traced. */
   readonly tracing?: Tracing;
+  /**
+   * The protocols' adapters (src/protocols.ts); by default REST, MCP and A2A. Pass the ones the
+   * reconciler was given, so a route's probe and its requests are one protocol's.
+   */
+  readonly protocols?: ProtocolAdapters;
   /** Asks upstreams about unknown outcomes (idempotency.reconcile); without one nothing is probed. */
   readonly reconciler?: Prober;
 }
@@ -77,10 +80,7 @@ export function createApp(options: AppOptions): App {
   // them, yet server.close() waits for them, so one open websocket kept a drained proxy running.
   const upgraded = new Set<Duplex>();
   const logRequest = infoLineWriter(logger, 'request');
-  const mcp = mcpProtocol(new InFlightToolCalls());
-  /** The one place a route's protocol is picked. */
-  const protocolOf = (policy: IdempotencyPolicy): Protocol<Call> =>
-    policy.mcp ? mcp : policy.a2a ? A2A : REST;
+  const adapters = options.protocols ?? protocolAdapters();
   // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
   const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
   const onStoreError = storeErrorLog(logger, undefined, (error) =>
@@ -171,7 +171,7 @@ export function createApp(options: AppOptions): App {
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
-        runProtected(deps, protocolOf(policy), request)
+        runTraced(trace, () => runProtected(deps, adapterOf(adapters, policy), request))
           .then((outcome) => noteOutcome(entry, outcome, timings))
           .catch((error: unknown) => {
             logger.error(
@@ -261,7 +261,7 @@ export function createApp(options: AppOptions): App {
       server.closeIdleConnections();
       if (active > 0) {
         const drained = new Promise<void>((resolve) => idle.push(resolve));
-        await Promise.race([drained, delay(graceMs)]);
+        await within(drained, graceMs, () => undefined, true);
       }
       server.closeAllConnections();
       for (const socket of upgraded) socket.destroy();
@@ -294,8 +294,4 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */
 export function hashKey(key: string): string {
   return `sha256:${createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }

@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 import type { ReplayCacheStatus } from './admin/admin-deps';
 import { createAdminServer } from './admin/admin-server';
 import { type App, createApp, hashKey } from './app';
+import { probeOf, protocolAdapters } from './protocols';
 import type { ProxyConfig } from './config/types';
 import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
 import {
@@ -26,8 +27,9 @@ import { databaseErrorFields, serverAddress } from './db/store-failure';
 import { detectTopology, type Topology } from './db/topology';
 import { CoalescingStore } from './store/coalescing-store';
 import { ReplayCache } from './store/replay-cache';
-import { ProxyMetrics } from './observability/metrics';
-import { startTracing, type Tracing } from './observability/tracing';
+import { ProxyMetrics } from './metrics';
+import { startTracing } from './observability/tracing-switch';
+import type { Tracing } from './observability/tracing';
 import { type Listener, reloadListenerTls } from './listener';
 import type { EmbeddedStatus } from './embedded/embedded-supervisor';
 
@@ -126,8 +128,20 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     throw error;
   }
   const tracing = await startTracing(options.env ?? process.env, logger);
-  const reconciler = new Reconciler(new ReconcileStore(pool, table), logger, metrics);
-  const app = createApp({ config, store: caching, logger, metrics, tracing, reconciler });
+  // The protocols are registered here, once: the app reads requests with them, and the reconciler
+  // asks a route's upstream with its protocol's probe.
+  const protocols = protocolAdapters();
+  const reconcileStore = new ReconcileStore(pool, table);
+  const reconciler = new Reconciler(reconcileStore, logger, metrics, probeOf(protocols));
+  const app = createApp({
+    config,
+    store: caching,
+    logger,
+    metrics,
+    tracing,
+    reconciler,
+    protocols,
+  });
   const sweeper = startSweeper(reconciler, () => app.config(), logger);
   const admin = createAdminServer({
     config: () => app.config(),

@@ -6,14 +6,14 @@ import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import pino from 'pino';
-import { type OpenDatabase, openDatabase } from './cli/database';
+import { type OpenDatabase, openDatabase } from './db/open-database';
 import { composeProxy, type ProxyInstance } from './compose';
 import type { ProxyConfig } from './config/types';
 import { migrate } from './db/migrate';
 import { checkSchema } from './db/schema-check';
-import { migrationRefusedError } from './cli/database-errors';
+import { migrationRefusedError } from './db/database-errors';
 import { type Listener, schemeOf } from './listener';
-import { ProxyMetrics } from './observability/metrics';
+import { ProxyMetrics } from './metrics';
 
 /** An instance composed on its store, not yet listening. */
 export interface OpenProxy {

@@ -93,3 +93,13 @@ export function formatConfigIssues(file: string, issues: readonly ConfigIssue[])
     })
     .join('\n');
 }
+
+/** One of the proxy's errors as written on the wire: status, headers (content-length too) and body. */
+export interface ErrorAnswer {
+  readonly status: number;
+  readonly headers: [string, string][];
+  readonly body: Buffer;
+}
+
+/** How a route writes the proxy's errors: problem+json, or a protocol profile's shape (src/profiles). */
+export type ErrorShape = (error: ProxyError) => ErrorAnswer;

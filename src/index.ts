@@ -4,7 +4,7 @@
 // bring their own pool.
 export { createProxy, type CreateProxyOptions, type EmbeddedProxy } from './embedding';
 export { createApp, type App, type AppOptions } from './app';
-export { loadConfigFile, parseConfigText } from './config/load';
+export { loadConfigFile, parseConfigText } from './compiler/load';
 export type { ProxyConfig, RouteConfig, IdempotencyPolicy } from './config/types';
 export { PostgresKeyStore } from './store/postgres/key-store';
 export { migrate } from './db/migrate';

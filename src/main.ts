@@ -5,9 +5,9 @@
 import cluster from 'node:cluster';
 import fs from 'node:fs';
 import path from 'node:path';
-import { describeConfig } from './config/describe';
-import { configWarnings } from './config/warnings';
-import { loadConfigFile } from './config/load';
+import { describeConfig } from './compiler/describe';
+import { configWarnings } from './compiler/warnings';
+import { loadConfigFile } from './compiler/load';
 import { ConfigError } from './errors';
 import { parseCliArgs, USAGE, UsageError } from './cli/args';
 import { checkLogSettings, createLogger } from './observability/logger';

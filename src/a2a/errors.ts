@@ -12,8 +12,8 @@
 // has the HTTP status it would have on a REST route as its code, as on MCP routes.
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode, ProxyError } from '../errors';
-import { writeWhole } from '../http/response';
-import { JSON_HEADERS, STORED_PREFIX, storedMessage } from '../mcp/jsonrpc';
+import { writeWhole, tooLateToAnswer } from '../http/response';
+import { JSON_HEADERS, STORED_PREFIX, storedMessage } from '../jsonrpc/jsonrpc';
 import type { HeaderPairs, StoredResponse } from '../store/record';
 
 export const ERROR_INFO_TYPE = 'type.googleapis.com/google.rpc.ErrorInfo';
@@ -115,10 +115,7 @@ export function writeRpcError(
   problem: A2aProblem,
   extra: HeaderPairs = [],
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const status = idText === undefined ? problem.status : 200;
   const body = Buffer.from(rpcErrorMessage(idText ?? 'null', problem));
   writeWhole(res, status, JSON_HEADERS, body, extra);
@@ -132,10 +129,7 @@ export function writeRestError(
   problem: A2aProblem,
   extra: HeaderPairs = [],
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const retry: HeaderPairs =
     problem.retryAfterSeconds === undefined
       ? []

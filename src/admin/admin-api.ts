@@ -5,7 +5,7 @@
 //   GET    /api/counters                               this process's answers per outcome, 10 s buckets
 //   GET    /api/scopes                                 the protected scopes and their tenant parts
 // Listings give the tenant as its hash, so a record found there is addressed with ?tenantHash=.
-import { clearRecord } from './clear-record';
+import { clearByAdmin } from './clear-record';
 import type http from 'node:http';
 import type { ProxyConfig } from '../config/types';
 import {
@@ -108,14 +108,7 @@ async function record(
   const table = config.store.table;
   const missing = `Nothing is stored for scope "${scope}", this tenant and key "${key}". A tenanted scope needs ?tenant= (the raw value, one per tenant part) or ?tenantHash= (as listed by /api/records).`;
   if (method === 'DELETE') {
-    const deleted = await clearRecord(
-      deps.pool,
-      config,
-      id,
-      deps.logger,
-      'admin',
-      deps.forgetRecord,
-    );
+    const deleted = await clearByAdmin(deps, config, id);
     if (!deleted) return problem(res, 404, 'No such record', missing);
     return json(res, 200, { deleted: true, scope, tenant: id.tenant, key });
   }

@@ -3,7 +3,7 @@
 // its JSON API (/api, admin-api.ts) behind the same token. No token configured → /keys, /api and
 // /ui are off (404), never open.
 import http from 'node:http';
-import { clearRecord } from './clear-record';
+import { clearByAdmin } from './clear-record';
 import type { Pool } from 'pg';
 import { detectTopology, type Topology } from '../db/topology';
 import { quoteTableName } from '../db/identifier';
@@ -16,6 +16,7 @@ import type { AdminDeps } from './admin-deps';
 import { sendConsolePage } from './console-page';
 import { createListener, type Listener } from '../listener';
 import { routeOfScope } from '../idempotency/scope';
+import { within } from '../timeout';
 
 const READINESS_TIMEOUT_MS = 2_000;
 
@@ -151,14 +152,7 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await clearRecord(
-      deps.pool,
-      config,
-      id,
-      deps.logger,
-      'admin',
-      deps.forgetRecord,
-    );
+    const deleted = await clearByAdmin(deps, config, id);
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
     return json(res, 200, { deleted: true, scope, key });
@@ -170,9 +164,7 @@ async function keys(
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  return within(promise, ms, () => {
+    throw new Error(`no answer within ${ms} ms`);
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

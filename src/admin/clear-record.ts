@@ -11,6 +11,7 @@ import type { ProxyConfig } from '../config/types';
 import { deleteRecord } from '../store/postgres/record-queries';
 import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';
+import type { AdminDeps } from './admin-deps';
 
 /** Deletes `id`'s record; false when there was none. */
 export async function clearRecord(
@@ -38,4 +39,13 @@ export async function clearRecord(
     'admin: cleared a record; the next request with its key executes',
   );
   return true;
+}
+
+/** A clear asked through the admin listener (/keys, or the console's API): this instance forgets. */
+export function clearByAdmin(
+  deps: Pick<AdminDeps, 'pool' | 'logger' | 'forgetRecord'>,
+  config: ProxyConfig,
+  id: RecordId,
+): Promise<boolean> {
+  return clearRecord(deps.pool, config, id, deps.logger, 'admin', deps.forgetRecord);
 }

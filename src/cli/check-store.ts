@@ -8,7 +8,7 @@ import type { ProxyConfig } from '../config/types';
 import { describeTopology, detectTopology } from '../db/topology';
 import { storeConnection } from '../db/pool';
 import { storeTlsProblem } from '../db/tls-problem';
-import { serverOf } from './database-errors';
+import { serverOf } from '../db/database-errors';
 
 const CHECK_TIMEOUT_MS = 3_000;
 

@@ -9,10 +9,11 @@ import { sweepOnce } from '../reconcile/sweeper';
 import { findRecord, findRecordsByKey, type RecordView } from '../store/postgres/record-queries';
 import type { CliArgs } from './args';
 import { UsageError } from './args';
-import { openDatabase } from './database';
+import { openDatabase } from '../db/open-database';
 import { clearRecord } from '../admin/clear-record';
 import { routeOfScope } from '../idempotency/scope';
 import type { RecordId } from '../store/record';
+import { probeOf, protocolAdapters } from '../protocols';
 
 /** `idempotency-proxy reconcile [--route R]`: one sweep of unknown outcomes now (docs/reconcile.md). */
 export async function runReconcile(
@@ -30,6 +31,8 @@ export async function runReconcile(
     const reconciler = new Reconciler(
       new ReconcileStore(database.pool, config.store.table),
       logger,
+      undefined,
+      probeOf(protocolAdapters()),
     );
     const result = await database.whenReady(() => sweepOnce(reconciler, config, args.route));
     logger.info({ ...result }, `probed ${result.probed} unknown outcome(s)`);

@@ -3,8 +3,8 @@
 import type { Logger } from 'pino';
 import type { ProxyConfig } from '../config/types';
 import { migrate } from '../db/migrate';
-import { openDatabase } from './database';
-import { migrationRefusedError } from './database-errors';
+import { openDatabase } from '../db/open-database';
+import { migrationRefusedError } from '../db/database-errors';
 
 export async function runMigrate(config: ProxyConfig, logger: Logger): Promise<number> {
   const database = await openDatabase(config, logger, 'migrate');

@@ -5,13 +5,14 @@ import type { Logger } from 'pino';
 import type { App } from '../app';
 import type { ProxyInstance } from '../compose';
 import { openProxy } from '../embedding';
-import { configWarnings } from '../config/warnings';
-import { loadConfigFile } from '../config/load';
+import { configWarnings } from '../compiler/warnings';
+import { loadConfigFile } from '../compiler/load';
 import type { ProxyConfig } from '../config/types';
 import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
+import { stopSignal } from '../stop-signal';
 
 /**
  * A signal before we serve (Ctrl-C while the database starts) stops at once: nothing is in flight.
@@ -59,13 +60,7 @@ export async function serve(config: ProxyConfig, logger: Logger): Promise<number
 
   let signal: NodeJS.Signals;
   try {
-    signal = await Promise.race([
-      new Promise<NodeJS.Signals>((resolve) => {
-        process.once('SIGTERM', () => resolve('SIGTERM'));
-        process.once('SIGINT', () => resolve('SIGINT'));
-      }),
-      database.lost,
-    ]);
+    signal = await Promise.race([stopSignal(), database.lost]);
   } catch (error) {
     // The embedded server is gone for good: nothing can be claimed or stored, so stop serving.
     process.off('SIGHUP', onReload);

@@ -5,7 +5,7 @@
 // than AggregatorRegistry.clusterMetrics(), which gathers the workers only.
 import { AggregatorRegistry } from 'prom-client';
 import type { AdminMetrics } from '../admin/admin-deps';
-import type { ProxyMetrics } from '../observability/metrics';
+import type { ProxyMetrics } from '../metrics';
 import type { OutcomeCounters } from '../observability/outcome-ring';
 import type { Answer } from './questions';
 import type { Question } from './messages';

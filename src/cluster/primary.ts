@@ -7,16 +7,17 @@ import type { Logger } from 'pino';
 import { createAdminServer } from '../admin/admin-server';
 import { listenAll, logReloadRejected, stopOnSignalWhileStarting } from '../cli/serve';
 import { startLoggedPruner } from '../compose';
-import { loadConfigSource } from '../config/load';
+import { loadConfigSource } from '../compiler/load';
 import type { ProxyConfig } from '../config/types';
-import { configWarnings } from '../config/warnings';
+import { configWarnings } from '../compiler/warnings';
 import { settingName } from '../config/env-sources';
 import { openStore } from '../embedding';
 import { reloadListenerTls } from '../listener';
-import { ProxyMetrics } from '../observability/metrics';
+import { ProxyMetrics } from '../metrics';
 import { restartOnlyChanges } from '../runtime';
 import { clusterMetrics } from './cluster-metrics';
 import { WorkerSupervisor } from './supervisor';
+import { stopSignal } from '../stop-signal';
 
 /** How long a reload waits for every worker to say it swapped the config in. */
 const RELOAD_TIMEOUT_MS = 10_000;
@@ -111,14 +112,7 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
 
   let signal: NodeJS.Signals;
   try {
-    signal = await Promise.race([
-      new Promise<NodeJS.Signals>((resolve) => {
-        process.once('SIGTERM', () => resolve('SIGTERM'));
-        process.once('SIGINT', () => resolve('SIGINT'));
-      }),
-      database.lost,
-      supervisor.failed,
-    ]);
+    signal = await Promise.race([stopSignal(), database.lost, supervisor.failed]);
   } catch (error) {
     // The embedded server is gone for good, or the workers keep dying: stop serving.
     process.off('SIGHUP', onReload);

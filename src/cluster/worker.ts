@@ -7,10 +7,10 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { composeProxy, type ProxyInstance } from '../compose';
-import { parseConfigText } from '../config/load';
-import { storePool } from '../cli/database';
+import { parseConfigText } from '../compiler/load';
+import { storePool } from '../db/open-database';
 import { listenAll } from '../cli/serve';
-import { ProxyMetrics } from '../observability/metrics';
+import { ProxyMetrics } from '../metrics';
 import { StartupError } from '../startup-error';
 import { type FromWorker, isToWorker, messageType, type Question, type ToWorker } from './messages';
 

@@ -1,6 +1,6 @@
 // A config problem at a YAML path, before it has a line and column: what the schema checks, the
-// cross-field checks (compile.ts) and the certificate files (tls-files.ts) report, and load.ts
-// places in the file.
+// cross-field checks (compiler/compile.ts) and the certificate files (tls-files.ts) report, and
+// compiler/load.ts places in the file.
 
 export type IssuePath = readonly (string | number)[];
 

@@ -1,8 +1,9 @@
 // The compiled configuration: what the rest of the proxy reads. Everything here is already
 // validated, defaulted and converted to units (milliseconds, bytes), so nothing on the request path
-// re-checks config. Produced by compile.ts from the zod-parsed YAML; frozen after compilation.
+// re-checks config. Produced by ../compiler/compile.ts from the zod-parsed YAML; frozen after
+// compilation. It sits at the bottom of the house: the model imports nothing that reads it.
 
-import type { ErrorShape } from '../http/problem';
+import type { ErrorShape } from '../errors';
 
 export type HttpMethod = 'GET' | 'HEAD' | 'OPTIONS' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
@@ -313,7 +314,7 @@ export interface JwtConfig {
 }
 
 export interface AuthConfig {
-  /** null: no route may scope by a jwt claim (compile.ts refuses it). */
+  /** null: no route may scope by a jwt claim (the compiler refuses it). */
   readonly jwt: JwtConfig | null;
 }
 

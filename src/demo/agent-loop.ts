@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { idempotentFetch, stepKey } from 'idempotency-proxy-client';
 import { findFreePort } from '../embedded/embedded';
-import { startBuiltProxy } from './built-proxy';
+import { startBuiltProxy, runDemo } from './built-proxy';
 import { startPaymentsService } from './payments-service';
 
 export interface AgentLoopOptions {
@@ -220,12 +220,4 @@ async function main(): Promise<number> {
   }
 }
 
-if (require.main === module) {
-  main().then(
-    (code) => process.exit(code),
-    (error: unknown) => {
-      process.stderr.write(`agent loop failed: ${String(error)}\n`);
-      process.exit(1);
-    },
-  );
-}
+if (require.main === module) runDemo(main, 'agent loop');

@@ -65,3 +65,14 @@ function stop(child: ChildProcess): Promise<void> {
     child.kill('SIGTERM');
   });
 }
+
+/** Runs a demo's `main` as the process it is: its result is the exit code, a failure says so. */
+export function runDemo(main: () => Promise<number>, what: string): void {
+  main().then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`${what} failed: ${String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}

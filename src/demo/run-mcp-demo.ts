@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { findFreePort } from '../embedded/embedded';
-import { startBuiltProxy } from './built-proxy';
+import { startBuiltProxy, runDemo } from './built-proxy';
 import { runMcpAgentLoop } from './mcp-agent-loop';
 import { type McpRefundServer, startMcpRefundServer } from './mcp-refund-server';
 
@@ -142,12 +142,4 @@ async function main(): Promise<number> {
   }
 }
 
-if (require.main === module) {
-  main().then(
-    (code) => process.exit(code),
-    (error: unknown) => {
-      process.stderr.write(`MCP demo failed: ${String(error)}\n`);
-      process.exit(1);
-    },
-  );
-}
+if (require.main === module) runDemo(main, 'MCP demo');

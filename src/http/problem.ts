@@ -1,7 +1,8 @@
 // Renders the proxy's own errors as application/problem+json (RFC 9457), or, on a route that speaks
 // a commerce protocol's contract (idempotency.profile), in that protocol's own error shape.
 import type { ServerResponse } from 'node:http';
-import { ProxyError } from '../errors';
+import { type ErrorShape, ProxyError } from '../errors';
+import { tooLateToAnswer } from './response';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -44,16 +45,6 @@ export function problemHeaders(error: ProxyError, bodyLength: number): [string, 
   return headers;
 }
 
-/** One of the proxy's errors as written on the wire: status, headers (content-length too) and body. */
-export interface ErrorAnswer {
-  readonly status: number;
-  readonly headers: [string, string][];
-  readonly body: Buffer;
-}
-
-/** How a route writes the proxy's errors: problem+json, or a protocol profile's shape (src/profiles). */
-export type ErrorShape = (error: ProxyError) => ErrorAnswer;
-
 export const problemJson: ErrorShape = (error) => {
   const body = Buffer.from(JSON.stringify(problemBody(error)));
   return { status: error.status, headers: problemHeaders(error, body.length), body };
@@ -65,10 +56,7 @@ export function sendProblem(
   extraHeaders: readonly (readonly [string, string])[] = [],
   shape: ErrorShape = problemJson,
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const answer = shape(error);
   const headers = [...answer.headers, ...extraHeaders];
   res.writeHead(answer.status, headers.flat());

@@ -40,3 +40,13 @@ export function writeWhole(
   res.writeHead(status, flat);
   res.end(statusHasBody(status) ? body : undefined);
 }
+
+/**
+ * True when an answer can no longer be written whole (its head already went, or the client left):
+ * the connection is destroyed instead, so the client sees a cut, never a second head.
+ */
+export function tooLateToAnswer(res: ServerResponse): boolean {
+  if (!res.headersSent && !res.destroyed) return false;
+  res.destroy();
+  return true;
+}

@@ -13,9 +13,10 @@ import {
   TemplateUnfilled,
   valueFor,
 } from '../reconcile/template';
+import type { ReconcileProbe } from '../reconcile/resolution';
 import { RECONCILED, type ProbeVerdict } from '../reconcile/verdict';
 import type { UpstreamPools } from '../upstream/protected';
-import { JSON_HEADERS, storedMessage } from './jsonrpc';
+import { JSON_HEADERS, storedMessage } from '../jsonrpc/jsonrpc';
 
 /**
  * The revisions with an initialize handshake the probe speaks, newest first (2026-07-28, which has
@@ -26,6 +27,10 @@ export const PROBE_REVISIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '2024-
 const MAX_ANSWER_BYTES = 1024 * 1024;
 
 type ToolProbe = Extract<ReconcilePolicy['probe'], { kind: 'tool' }>;
+
+/** MCP's probe: the route's probe tool, called through a session of its own. */
+export const toolProbe: ReconcileProbe = (ask) =>
+  sendToolProbe(ask.upstreams, ask.route, ask.reconcile, ask.key, ask.body);
 
 /** Calls the probe tool and reads its result; throws when there is no result to read. */
 export async function sendToolProbe(

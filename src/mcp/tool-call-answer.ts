@@ -9,31 +9,30 @@
 //                   └─ error ────────────────────► release
 //   no final response ─┬─ HTTP 3xx/4xx, or a status the route releases ► release
 //                      └─ 2xx or 5xx (the stream dropped, the server failed) ► unknown outcome
-import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
-import { ProxyError } from '../errors';
-import { responseHeaderPairs, writeWhole } from '../http/response';
+import type { ProxyError } from '../errors';
 import {
   canonicalizeAt,
   hasValueAt,
-  parseJson,
   type ParsedJson,
   stringAt,
 } from '../idempotency/canonical-json';
-import type { Settlement } from '../protected/decide';
-import { startStreaming, writeChunk } from '../protected/outgoing';
-import { StreamCapture } from '../protected/stream-capture';
-import { type AnswerReceiver, expiresHeader } from '../protected/protocol';
-import type { LiveAnswer } from '../store/live-answer';
-import type { HeaderPairs, PartialAnswer } from '../store/record';
+import { JsonOrEventStreamAnswer, parsedOrNull, storedAnswer } from '../jsonrpc/answer';
+import type { SseEvent } from '../jsonrpc/event-stream';
 import {
   errorMessage,
   JSON_HEADERS,
-  jsonRpcError,
   type JsonRpcErrorObject,
   storedMessage,
-} from './jsonrpc';
-import { type SseEvent, SseReader } from './sse';
+} from '../jsonrpc/jsonrpc';
+import type { Settlement } from '../protected/decide';
+import { writeChunk } from '../protected/outgoing';
+import { expiresHeader } from '../protected/protocol';
+import { StreamCapture } from '../protected/stream-capture';
+import type { LiveAnswer } from '../store/live-answer';
+import type { PartialAnswer } from '../store/record';
+import { jsonRpcError } from './errors';
 
 /** A protected tools/call as its answers need it: where it runs and under which JSON-RPC id. */
 export interface ToolCallPlace {
@@ -51,56 +50,31 @@ const RESULT_TYPE = ['result', 'resultType'];
 const ERROR = ['error'];
 const METHOD = ['method'];
 
-export class ToolCallAnswer implements AnswerReceiver {
-  status = 0;
-  /** True once the client has the head (an event stream, or a JSON answer too large to keep). */
-  streaming = false;
-  /** True once the final response was found and the record settled. */
-  settled = false;
-  private headers: HeaderPairs = [];
-  private contentLength: string | string[] | undefined;
-  private events: SseReader | undefined;
+export class ToolCallAnswer extends JsonOrEventStreamAnswer {
   private found = false;
-  /** Bytes after the final response, written once the record is settled. */
-  private held: Buffer[] = [];
   /** Under attach: the event-stream bytes passed on so far, for a repeat that attaches late. */
   private passed: StreamCapture | undefined;
   /** Under attach: the final message without its id, for the attached repeats. */
   private finalForRepeats: Buffer | undefined;
-  /** A JSON answer as it arrives (protected/stream-capture.ts). */
-  private readonly kept: StreamCapture;
   /** Body bytes received: what an answer that broke off had sent (its partial answer). */
   private received = 0;
 
-  private readonly policy: IdempotencyPolicy;
-
   constructor(
-    private readonly res: ServerResponse,
+    res: ServerResponse,
     private readonly call: ToolCallPlace,
     /** Stores or releases the record; must not reject. */
     private readonly settle: (settlement: Settlement) => Promise<void>,
-    /** The forward is over. */
-    readonly close: () => void,
+    close: () => void,
     /** Under onConcurrent: attach, where the event stream is published for this key's repeats. */
     private readonly live?: LiveAnswer,
   ) {
-    this.policy = call.policy;
-    this.kept = new StreamCapture(call.policy.maxResponseBytes);
+    super(res, call, close);
   }
 
-  head(status: number, headers: IncomingHttpHeaders): void {
-    this.status = status;
-    this.headers = responseHeaderPairs(headers, { keepSetCookie: true });
-    this.contentLength = headers['content-length'];
-    if (status >= 200 && status < 300 && isEventStream(headers['content-type'])) {
-      this.events = new SseReader();
-      this.streaming = true;
-      startStreaming(this.res, status, this.headers, undefined);
-      if (this.live !== undefined) {
-        this.passed = new StreamCapture(this.policy.maxResponseBytes);
-        this.live.open({ status, headers: this.headers }, this.passed);
-      }
-    }
+  protected override streamStarted(status: number): void {
+    if (this.live === undefined) return;
+    this.passed = new StreamCapture(this.policy.maxResponseBytes);
+    this.live.open({ status, headers: this.headers }, this.passed);
   }
 
   data(chunk: Buffer): Promise<void> | undefined {
@@ -131,15 +105,12 @@ export class ToolCallAnswer implements AnswerReceiver {
     return this.settleThenRelease(verdict, written);
   }
 
+  protected failedStatusDetail(status: number): string {
+    return `The MCP server answered HTTP ${status} without a response to the tool call, so the tool may have run.`;
+  }
+
   /** What to do with the record when the answer ended before a final response was found. */
-  settlement(): Settlement {
-    const status = this.status;
-    if ((status >= 300 && status < 500) || !this.policy.storesStatus(status))
-      return { kind: 'release' };
-    if (status >= 500)
-      return this.unknown(
-        `The MCP server answered HTTP ${status} without a response to the tool call, so the tool may have run.`,
-      );
+  protected endedSettlement(): Settlement {
     if (this.events !== undefined)
       return this.unknown(
         'The MCP server’s event stream ended before the tool’s response, so the tool may have run.',
@@ -171,16 +142,8 @@ export class ToolCallAnswer implements AnswerReceiver {
   /** Finishes the client's answer once the record is settled. */
   end(expiresAt?: number): void {
     this.live?.end(this.finalForRepeats);
-    if (this.res.destroyed) return;
-    if (!this.streaming) {
-      writeWhole(this.res, this.status, this.headers, this.body(), expiresHeader(expiresAt));
-      return;
-    }
-    for (const bytes of this.held) this.res.write(bytes);
-    this.held = [];
-    // An event cut off by the end of the stream, passed on as it came (clients drop it).
-    if (!this.found && this.events !== undefined) this.res.write(this.events.rest());
-    this.res.end();
+    // An event cut off by the end of the stream is passed on as it came (clients drop it).
+    this.writeEnd(expiresHeader(expiresAt), !this.found);
   }
 
   /**
@@ -197,14 +160,6 @@ export class ToolCallAnswer implements AnswerReceiver {
     }
     const message = errorMessage(this.call.idText, jsonRpcError(error, true));
     this.res.end(`event: message\ndata: ${message}\n\n`);
-  }
-
-  private unknown(detail: string): Settlement {
-    const error = new ProxyError('UPSTREAM_CONNECTION_LOST', detail, {
-      route: this.call.route,
-      key: this.call.key,
-    });
-    return { kind: 'unknown', error };
   }
 
   private async settleThenRelease(
@@ -228,42 +183,17 @@ export class ToolCallAnswer implements AnswerReceiver {
   private publish(event: SseEvent): void {
     if (this.live === undefined || this.passed === undefined) return;
     if (event.data !== undefined) {
-      let message: ParsedJson | null = null;
-      try {
-        message = parseJson(event.data);
-      } catch {
-        // not JSON: passed on as the first client got it
-      }
+      // Not JSON: passed on as the first client got it.
+      const message = parsedOrNull(event.data);
       if (message !== null && hasValueAt(message, ID) && hasValueAt(message, METHOD)) return;
     }
     this.passed.add(event.bytes);
     this.live.push(event.bytes);
   }
 
-  /** A JSON answer, kept up to maxResponseBytes; a larger one streams to the client as it comes. */
-  private keep(chunk: Buffer): Promise<void> | undefined {
-    if (this.kept.add(chunk)) return undefined;
-    const earlier = this.kept.takeOverflowed();
-    if (!this.streaming) {
-      this.streaming = true;
-      startStreaming(this.res, this.status, this.headers, this.contentLength);
-      for (const kept of earlier) this.res.write(kept);
-    }
-    return writeChunk(this.res, chunk);
-  }
-
-  private body(): Buffer {
-    return this.kept.body();
-  }
-
   /** The settlement if `text` is the JSON-RPC response to this call, else undefined. */
   private finalIn(text: string | Buffer): Settlement | undefined {
-    let message: ParsedJson | null;
-    try {
-      message = parseJson(text);
-    } catch {
-      return undefined; // a duplicate key: not something the proxy can store faithfully
-    }
+    const message = parsedOrNull(text);
     if (message === null || canonicalizeAt(message, ID) !== this.call.idText) return undefined;
     if (this.live !== undefined) this.finalForRepeats = finalForRepeats(message);
     if (hasValueAt(message, ERROR)) return { kind: 'release' };
@@ -296,20 +226,7 @@ function finalForRepeats(message: ParsedJson): Buffer | undefined {
   return storedMessage(member, canonicalizeAt(message, [member])!);
 }
 
-/** A tool's final message as its record keeps it (its id spliced in per caller: jsonrpc.ts). */
+/** A tool's final message as its record keeps it (its id spliced in per caller: ../jsonrpc/jsonrpc.ts). */
 function stored(message: Buffer): Settlement {
-  return {
-    kind: 'complete',
-    response: {
-      status: 200,
-      headers: JSON_HEADERS,
-      body: message,
-      bodyOmitted: false,
-      outcomeUnknown: false,
-    },
-  };
-}
-
-function isEventStream(contentType: string | undefined): boolean {
-  return contentType?.split(';')[0]?.trim().toLowerCase() === 'text/event-stream';
+  return storedAnswer(200, JSON_HEADERS, message);
 }

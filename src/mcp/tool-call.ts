@@ -1,6 +1,7 @@
 // Reading a POST on an MCP route (src/mcp/README.md): is it a tools/call the route protects, and if so which
-// tool, under which JSON-RPC id, with which key and fingerprint. Only a message read-body.ts could
-// read comes here; every other body was refused before anything asked what it is.
+// tool, under which JSON-RPC id, with which key and fingerprint. Only a message the body reader
+// (../jsonrpc/read-body.ts) could read comes here; every other body was refused before anything
+// asked what it is.
 //
 //   message ─┬─ batch (array) ─┬─ with a protected call ► refused (-32600)
 //            │                 └─ without ──────────────► pass

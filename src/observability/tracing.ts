@@ -1,7 +1,10 @@
-// Traces: the port the request path calls, and the switch that turns it on. Off unless the standard
-// OpenTelemetry variables name an OTLP endpoint; then the SDK (otel-tracing.ts) is loaded and each
-// request gets a span tree. Off, nothing of OpenTelemetry is loaded and a request carries no trace:
-// every hook on the path is `request.trace?.…`, one property check.
+// Traces: the port, and how spans reach the store calls and the upstream calls without the request
+// being carried there. The protected path publishes each store call and each upstream call on a
+// node:diagnostics_channel (storeCalls, upstreamCalls); the subscribers that turn them into spans
+// are installed once, when tracing is on (installSpanSubscribers), and find the request's trace in
+// the async context the app runs it in (runTraced). Off, nothing subscribes, a publish is one
+// `hasSubscribers` check, and nothing of OpenTelemetry is loaded. The switch is tracing-switch.ts;
+// the SDK behind the port otel-tracing.ts.
 //
 //   POST /refunds (server)  idempotency.route, .outcome, .replayed, .key_derived, .cached, …
 //   ├─ idempotency.claim     one per store round trip (claim, take over, settle unknown, wait)
@@ -9,8 +12,9 @@
 //   └─ idempotency.complete  (or .release)
 //
 // Never an attribute: the key, the tenant, a body, a header's value.
-import type { IncomingMessage } from 'node:http';
-import type { Logger } from 'pino';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import diagnostics from 'node:diagnostics_channel';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
 import type { RequestLogEntry } from '../http/request-log';
 
@@ -51,32 +55,77 @@ export interface UpstreamSpan {
 /** The request headers a traced request's upstream span replaces (W3C Trace Context). */
 export const TRACE_HEADERS: ReadonlySet<string> = new Set(['traceparent', 'tracestate']);
 
-/** Where spans go, from the standard variables; undefined when tracing is off. */
-export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
-  if (env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none') return undefined;
-  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  if (traces) return traces; // used as given (the OpenTelemetry spec: a signal's own URL)
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  if (!base) return undefined;
-  return `${base.endsWith('/') ? base : `${base}/`}v1/traces`;
+/** The trace of the protected request being served, in its async context (runTraced). */
+const requestTraces = new AsyncLocalStorage<RequestTrace>();
+
+/** Runs a request's protected path with its trace as the context its store and upstream spans join. */
+export function runTraced<T>(trace: RequestTrace | undefined, run: () => T): T {
+  return trace === undefined ? run() : requestTraces.run(trace, run);
+}
+
+/** One store round trip as published: `failure` set when it failed. */
+export interface StoreCallEvent {
+  readonly operation: string;
+  failure?: unknown;
+  span?: StoreSpan;
 }
 
 /**
- * Tracing as the environment asks: undefined (off, the default) without an OTLP endpoint, or with
- * OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. Only then is the SDK loaded.
+ * One upstream call of a protected request as published: the subscriber may replace the trace
+ * headers in `headers` (what the upstream receives); `status` and `error` are set when it ends.
  */
-export async function startTracing(
-  env: NodeJS.ProcessEnv,
-  logger: Logger,
-): Promise<Tracing | undefined> {
-  const url = tracesEndpoint(env);
-  if (url === undefined) return undefined;
-  const { OtelTracing } = await import('./otel-tracing');
-  const serviceName = env.OTEL_SERVICE_NAME?.trim() || 'idempotency-proxy';
-  logger.info(
-    { endpoint: url, serviceName },
-    `tracing: spans are exported to ${url} (OTLP/HTTP, JSON) as service ${serviceName}`,
-  );
-  return new OtelTracing({ url, serviceName, logger });
+export interface UpstreamCallEvent {
+  readonly upstream: UpstreamConfig;
+  readonly method: string;
+  readonly headers: OutgoingHttpHeaders;
+  status: number;
+  error?: unknown;
+  span?: UpstreamSpan;
+}
+
+/** Store calls of protected requests: `start` before, `end` after (failed or not). */
+export const storeCalls = {
+  start: diagnostics.channel('idempotency-proxy:store-call:start'),
+  end: diagnostics.channel('idempotency-proxy:store-call:end'),
+};
+
+/** Upstream calls of protected requests: `start` before the request is sent, `end` after. */
+export const upstreamCalls = {
+  start: diagnostics.channel('idempotency-proxy:upstream-call:start'),
+  end: diagnostics.channel('idempotency-proxy:upstream-call:end'),
+};
+
+let installed = false;
+
+/**
+ * Turns the published store and upstream calls into child spans of their request's trace. Once per
+ * process: the trace comes from the request's own context, whichever Tracing made it.
+ */
+export function installSpanSubscribers(): void {
+  if (installed) return;
+  installed = true;
+  storeCalls.start.subscribe((message) => {
+    const event = message as StoreCallEvent;
+    event.span = requestTraces.getStore()?.store(event.operation);
+  });
+  storeCalls.end.subscribe((message) => {
+    const event = message as StoreCallEvent;
+    event.span?.end(event.failure);
+  });
+  upstreamCalls.start.subscribe((message) => {
+    const event = message as UpstreamCallEvent;
+    const trace = requestTraces.getStore();
+    if (trace === undefined) return;
+    // Its context replaces the client's traceparent; untraced, the client's go up as they came.
+    const headers = event.headers;
+    for (const name of TRACE_HEADERS) delete headers[name];
+    event.span = trace.upstream(event.upstream, event.method, (name, value) => {
+      headers[name] = value;
+    });
+  });
+  upstreamCalls.end.subscribe((message) => {
+    const event = message as UpstreamCallEvent;
+    if (event.error === undefined) event.span?.end(event.status);
+    else event.span?.end(event.status, event.error);
+  });
 }

@@ -2,6 +2,7 @@
 // at the line that sets it (the route's block, or `defaults` when inherited from there).
 import type { IdempotencyBlock } from '../config/schema';
 import type { IssuePath, PathIssue } from '../config/path-issue';
+import { settingOf } from '../config/setting';
 import { parseDurationMs } from '../config/units';
 import type { Profile } from './profile';
 
@@ -16,13 +17,8 @@ export function checkProfileRoute(
   const issues: PathIssue[] = [];
   const named = `an ${profile.name} route (${profile.protocol})`;
   /** Where a setting is, and its value: the route's own, else the defaults'. */
-  const setting = <T>(read: (b: IdempotencyBlock) => T | undefined, field: IssuePath) => {
-    const mine = read(block);
-    if (mine !== undefined) return { value: mine, path: [...own, ...field] };
-    const inherited = defaults === undefined ? undefined : read(defaults);
-    if (inherited !== undefined) return { value: inherited, path: ['defaults', ...field] };
-    return undefined;
-  };
+  const setting = <T>(read: (b: IdempotencyBlock) => T | undefined, field: IssuePath) =>
+    settingOf(block, defaults, own, read, field);
   const refuse = (path: IssuePath, message: string) => issues.push({ path, message });
 
   if (block.mcp !== undefined || block.a2a !== undefined)

@@ -3,8 +3,7 @@
 // already reads — key rules, fingerprint parts, stored statuses, error shape, key echo, path scope —
 // and `check` (check.ts) refuses a route whose own settings would break it. Nothing on the request
 // path asks which profile a route has.
-import type { ErrorCode, ProxyError } from '../errors';
-import type { ErrorShape } from '../http/problem';
+import type { ErrorCode, ErrorShape, ProxyError } from '../errors';
 import type { RequestPart } from '../config/types';
 
 export type ProfileName = 'acp' | 'ucp';

@@ -1,20 +1,22 @@
 // What a protected request sends upstream and how an answer streams back to the client: shared by the
-// pipeline's forward (pipeline.ts), the protocols' receivers (rest.ts, mcp/protocol.ts), their
-// repeats attached to a running stream (attachClient) and shadow mode's unstored forwarding
-// (shadow.ts).
-import { createHash } from 'node:crypto';
+// pipeline's forward (pipeline.ts), the protocols' receivers (REST, MCP, A2A) and repeats attached
+// to a running stream (attach.ts); and the forwards that store nothing: what a protocol passes,
+// and shadow mode's "forward anyway" (below).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
 import type { RequestTarget } from '../http/router';
-import { statusHasBody } from '../http/response';
+import { responseHeaderPairs, statusHasBody } from '../http/response';
 import { classifyTransportError, type TransportFailure } from '../upstream/transport-errors';
 import type { OutgoingRequest, ResponseReceiver, UpstreamPools } from '../upstream/protected';
-import type { HeaderPairs, RecordId } from '../store/record';
-import { TRACE_HEADERS, type RequestTrace } from '../observability/tracing';
+import type { HeaderPairs } from '../store/record';
+import { type UpstreamCallEvent, upstreamCalls } from '../observability/tracing';
+import { scopedKeyOf } from '../idempotency/scope';
 import { tenantHash } from '../idempotency/tenant';
-import type { LiveAnswer, LiveListener } from '../store/live-answer';
-import type { AttachEnd, ProtectedRequest } from './protocol';
+import type { Outcome, ProtectedDeps, ProtectedRequest, Verdict } from './protocol';
+import { performance } from 'node:perf_hooks';
+import { readBody } from '../http/body';
+import { sendProblem } from '../http/problem';
 
 /**
  * Request headers sent upstream: no hop-by-hop, no framing, the edge's X-Forwarded-* and decisions
@@ -68,19 +70,14 @@ export function scopedKey(
   return scopedKeyOf({ scope: policy.scope, tenant: tenantHash(headers, policy.tenant), key });
 }
 
-/** key.forward: scoped for a record's identity (its tenant already hashed). */
-export function scopedKeyOf(id: RecordId): string {
-  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('hex');
-}
-
 /**
  * Sends a protected request upstream (UpstreamPools.send): the request line's method (with
  * methodOverride the upstream applies the override itself), the canonical path, the outgoing
- * headers with `key`, the body already read. A traced request goes inside an upstream span, whose
- * context replaces the client's traceparent; untraced, the client's trace headers go up as they
- * came, and this adds nothing.
+ * headers with `key`, the body already read. The call is published for the tracer
+ * (observability/tracing.ts: upstreamCalls), which may put its span's context in the headers in
+ * place of the client's traceparent; with nobody listening, this adds nothing.
  */
-export function sendUpstream(
+export async function sendUpstream(
   upstreams: UpstreamPools,
   request: ProtectedRequest,
   key: string | undefined,
@@ -88,42 +85,27 @@ export function sendUpstream(
   receiver: ResponseReceiver,
 ): Promise<void> {
   const { req, target, policy } = request;
-  const outgoing: OutgoingRequest = {
-    method: req.method ?? 'POST',
-    path: target.forwardPath,
-    headers: outgoingHeaders(req, target, policy, key),
-    body,
-  };
-  const trace = request.trace;
-  if (trace === undefined) return upstreams.send(request.route.upstream, outgoing, receiver);
-  return sendTraced(upstreams, request, trace, outgoing, receiver);
-}
-
-async function sendTraced(
-  upstreams: UpstreamPools,
-  request: ProtectedRequest,
-  trace: RequestTrace,
-  outgoing: OutgoingRequest,
-  receiver: ResponseReceiver,
-): Promise<void> {
   const upstream = request.route.upstream;
-  const headers = outgoing.headers;
-  for (const name of TRACE_HEADERS) delete headers[name];
-  const span = trace.upstream(upstream, outgoing.method, (name, value) => (headers[name] = value));
-  let status = 0;
+  const method = req.method ?? 'POST';
+  const headers = outgoingHeaders(req, target, policy, key);
+  const outgoing: OutgoingRequest = { method, path: target.forwardPath, headers, body };
+  if (!upstreamCalls.start.hasSubscribers) return upstreams.send(upstream, outgoing, receiver);
+  const event: UpstreamCallEvent = { upstream, method, headers, status: 0 };
+  upstreamCalls.start.publish(event);
   try {
     await upstreams.send(upstream, outgoing, {
       head(answered, answerHeaders) {
-        status = answered;
+        event.status = answered;
         receiver.head(answered, answerHeaders);
       },
       data: (chunk) => receiver.data(chunk),
     });
   } catch (error) {
-    span.end(status, error);
+    event.error = error;
     throw error;
+  } finally {
+    upstreamCalls.end.publish(event);
   }
-  span.end(status);
 }
 
 /** A failed upstream call as 502/504, and whether the request may have reached the upstream. */
@@ -177,65 +159,85 @@ export function writeChunk(res: ServerResponse, chunk: Buffer): Promise<void> | 
   });
 }
 
-/** Resolves once the client's connection has closed. */
-export function clientGone(res: ServerResponse): Promise<'gone'> {
-  if (res.destroyed) return Promise.resolve('gone');
-  return new Promise((resolve) => res.once('close', () => resolve('gone')));
-}
-
-// A repeat attached to the answer its key's first request is streaming (onConcurrent: attach;
-// store/live-answer.ts): its client gets the head, what was sent so far, then each chunk as the
-// first client does, and the same end — after the record is stored — or the same break.
+// Shadow mode (`enforce: false`): the proxy runs beside a legacy service without changing a single
+// answer. Every request is forwarded and the upstream's status, headers and body go back unchanged;
+// what enforcement would have done is only written down (log `shadow`, metric
+// idempotency_proxy_shadow_decisions_total), so a team can see the replays, 409s and 422s it would
+// get before turning enforcement on.
 //
-// The first request's pace is the upstream's and its own client's; a repeat never slows it. What a
-// repeat has not taken yet waits in its socket's buffer: chunks the capture keeps anyway, until the
-// answer outgrows maxResponseBytes. A repeat that falls further behind than that is cut off (its
-// retry replays the record), so a slow reader cannot make the proxy hold an unbounded stream.
+//   claim ─┬─ claimed ──────────► forward, complete/release as usual (so later requests see a record)
+//          ├─ completed ────────► forward unstored, shadow = would_replay
+//          ├─ mismatch ─────────► forward unstored, shadow = would_reject_mismatch
+//          ├─ in flight ────────► forward unstored, shadow = would_reject_in_flight (or would_wait)
+//          └─ store down ───────► forward unstored, shadow = would_reject_store_unavailable
+//   no / invalid key, too large ► streamed as pass-through, shadow = would_reject_missing_key, ...
+//
+// "Unstored" forwards leave the record alone (only the claim's attempt counter moved). The verdicts
+// themselves are decide.ts's; this file forwards.
 
 /**
- * Attaches the request's client to `live` (protocols' `attach`), with `headers(head)` as the head's headers; undefined
- * when the answer can no longer be joined whole.
+ * Forwards what a protocol passes: with the body it read, unstored; or, when it read none (no key
+ * where none is required, or in shadow mode no key, an invalid one, a body too large), as a
+ * pass-through route does: streamed both ways, whatever its size.
  */
-export function attachClient(
+export function passOn(
+  deps: ProtectedDeps,
   request: ProtectedRequest,
-  live: LiveAnswer,
-  headers: (stored: HeaderPairs) => HeaderPairs,
-  /** The last bytes this client gets, from the final message the first request's answer ended with. */
-  closing: (final: Buffer | undefined) => Buffer | undefined = () => undefined,
-): Promise<AttachEnd> | undefined {
-  const { res, timings } = request;
-  const maxBehind = request.policy.maxResponseBytes;
-  let finish!: (end: AttachEnd) => void;
-  const ended = new Promise<AttachEnd>((resolve) => (finish = resolve));
-  const listener: LiveListener = {
-    chunk(chunk) {
-      if (res.destroyed) return;
-      res.write(chunk);
-      if (res.writableLength > maxBehind) cut(res, live, listener);
-    },
-    end(final) {
-      if (!res.destroyed) res.end(closing(final));
-      finish('ended');
-    },
-    fail() {
-      res.destroy();
-      finish('failed');
-    },
-  };
-  const joined = live.attach(listener);
-  if (joined === undefined) return undefined;
-  res.once('close', () => {
-    live.detach(listener);
-    finish(res.writableFinished ? 'ended' : 'gone');
-  });
-  startStreaming(res, joined.head.status, headers(joined.head.headers), undefined);
-  for (const chunk of joined.sofar) res.write(chunk);
-  if (joined.sofar.length > 0) timings.firstByte = performance.now() - timings.startedAt;
-  return ended;
+  pass: Extract<Verdict<never>, { kind: 'pass' }>,
+): Outcome | Promise<Outcome> {
+  if (pass.body !== undefined) {
+    const key = pass.keyAsSent ? sentKeyHeader(request) : pass.key;
+    return forwardUnstored(deps, request, key, pass.body, pass.outcome);
+  }
+  deps.passThrough.web(request.req, request.res, request.route, request.target, request.trace);
+  return pass.outcome;
 }
 
-/** A repeat too far behind: let go of it (its socket's buffer with it). */
-function cut(res: ServerResponse, live: LiveAnswer, listener: LiveListener): void {
-  live.detach(listener);
-  res.destroy();
+/**
+ * Forwards with undici and streams the upstream's answer back as it is, storing nothing: the
+ * "forward anyway" of shadow mode, and how an MCP route forwards what it does not protect. A
+ * transport failure is answered as on a pass-through route (502/504, no Idempotency-Outcome
+ * marker). `outcome` is what the log says once the upstream has answered: executed with the shadow
+ * verdict, or passthrough.
+ */
+export async function forwardUnstored(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  key: string | undefined,
+  body: Buffer,
+  outcome: Outcome,
+): Promise<Outcome> {
+  const { res, route } = request;
+  const started = performance.now();
+  let answered = false;
+  try {
+    await sendUpstream(deps.upstreams, request, key, body, {
+      head(status, headers) {
+        answered = true;
+        const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
+        startStreaming(res, status, pairs, headers['content-length']);
+      },
+      data: (chunk) => writeChunk(res, chunk),
+    });
+    res.end();
+    return outcome;
+  } catch (error) {
+    if (answered)
+      res.destroy(); // the client already has a head and part of a body
+    else sendProblem(res, transportFailure(route, error, key).error, [], request.policy.errorShape);
+    return { ...outcome, label: 'upstream_error' };
+  } finally {
+    request.timings.upstream += performance.now() - started;
+  }
+}
+
+/** Reads the body; one over `limitBytes` is put back so the request can still be streamed whole. */
+export function readBodyOrRewind(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+  return readBody(req, limitBytes, { rewindOnOverflow: true });
+}
+
+/** The route's key header as the client sent it (one line of it), if any. */
+function sentKeyHeader(request: ProtectedRequest): string | undefined {
+  const value = request.req.headers[request.policy.key.header];
+  return typeof value === 'string' ? value : undefined;
 }

@@ -1,11 +1,12 @@
 // One protected request, whatever its protocol (docs/record-lifecycle.md):
 //
 //   read the call ─► claim ─► decide ─┬─ answer: replay, 422, 409, 503 ───────────────► Outcome
-//   (protocol)       (store)  (pure)  ├─ attach: join the stream the key's first request runs here
+//   (adapter)        (store)  (pure)  ├─ attach: join the stream the key's first request runs here
 //                                     ├─ wait / take over / settle unknown ─► claim again, or answer
 //                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
 //
-// The protocol (protocol.ts: rest.ts, mcp/protocol.ts) reads the call and writes the answers; the
+// The route's protocol adapter (protocol.ts: REST, MCP or A2A) reads the request into a verdict
+// and writes the answers; this file forwards what it passes and what it protects; the
 // store (store/coalescing-store.ts) answers what memory can; decide.ts says what a claim means.
 // What happened comes back as one Outcome, from which the app writes the request's log line.
 //
@@ -24,19 +25,18 @@ import {
 } from '../store/record';
 import { LiveAnswer } from '../store/live-answer';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
-import { clientGone, sendUpstream, transportFailure } from './outgoing';
+import { forwardUnstored, passOn, sendUpstream, transportFailure } from './outgoing';
 import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
 import {
   type Call,
   type Outcome,
   type ProtectedDeps,
   type ProtectedRequest,
-  type Protocol,
+  type ProtocolAdapter,
   UnreadableCall,
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
-import { forwardUnstored } from './shadow';
 import {
   claimCall,
   settleStoreCall,
@@ -47,22 +47,31 @@ import {
 
 export async function runProtected<C extends Call>(
   deps: ProtectedDeps,
-  protocol: Protocol<C>,
+  protocol: ProtocolAdapter<C>,
   request: ProtectedRequest,
 ): Promise<Outcome> {
-  const refused = await readPrincipal(deps, request);
-  if (refused !== undefined) return refused;
-  const read = await protocol.read(deps, request);
-  if (!('id' in read)) return read;
-  const call = read;
+  // A route scoped by a token's claim verifies it first: a refusal ends the request unread.
+  const verdict = (await readPrincipal(deps, request)) ?? (await protocol.read(request));
+  if (verdict.kind === 'refuse') {
+    verdict.answer(request.res);
+    return verdict.outcome;
+  }
+  if (verdict.kind === 'pass') return passOn(deps, request, verdict);
+  const { call } = verdict;
   const { policy } = call;
+  const { res } = request;
   // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
   const claimant = policy.enforce
     ? new Claimant(
         policy.onConcurrent,
         performance.now() + policy.waitTimeoutMs,
         policy.maxWaitersPerKey,
-        () => clientGone(request.res),
+        // Resolves once the client has gone (its response closed before it was answered).
+        () =>
+          new Promise<void>((resolve) => {
+            if (res.destroyed) resolve();
+            else res.once('close', () => resolve());
+          }),
         policy.onConcurrent === 'attach' ? new LiveAnswer() : undefined,
       )
     : undefined;
@@ -90,7 +99,7 @@ export async function runProtected<C extends Call>(
 /** Claims the call's key, and answers or forwards as each claim decides. */
 async function claimAndAnswer<C extends Call>(
   deps: ProtectedDeps,
-  protocol: Protocol<C>,
+  protocol: ProtocolAdapter<C>,
   request: ProtectedRequest,
   call: C,
   claimant: Claimant | undefined,
@@ -240,7 +249,7 @@ async function claimAndAnswer<C extends Call>(
  */
 async function forward<C extends Call>(
   deps: ProtectedDeps,
-  protocol: Protocol<C>,
+  protocol: ProtocolAdapter<C>,
   request: ProtectedRequest,
   call: C,
   fence: string,
@@ -349,7 +358,7 @@ async function forward<C extends Call>(
 
 /**
  * What the store is asked to claim for a call. Its fingerprint is read from the call only when the
- * store asks (a sent key's is computed then: rest.ts's SentKeyCall says why through a class getter).
+ * store asks (a sent key's is computed then: rest/adapter.ts's SentKeyCall says why through a class getter).
  */
 class CallClaim implements ClaimRequest {
   readonly id: RecordId;

@@ -7,18 +7,18 @@
 import { ProxyError } from '../errors';
 import { sendProblem } from '../http/problem';
 import type { Claims } from '../idempotency/tenant';
-import type { Outcome, ProtectedDeps, ProtectedRequest } from './protocol';
-import { passThroughInShadow } from './shadow';
+import type { ProtectedDeps, ProtectedRequest, Verdict } from './protocol';
 
 /**
- * Sets the request's verified claims (request.principal) on a route scoped by a claim; returns how
- * the request was answered when its token does not verify, else undefined.
+ * Sets the request's verified claims (request.principal) on a route scoped by a claim; returns
+ * what becomes of the request when its token does not verify (refused, or passed in shadow mode),
+ * else undefined.
  */
 export async function readPrincipal(
   deps: ProtectedDeps,
   request: ProtectedRequest,
-): Promise<Outcome | undefined> {
-  const { policy, req, res, route } = request;
+): Promise<Verdict<never> | undefined> {
+  const { policy, req, route } = request;
   if (policy.tenantClaims.length === 0) return undefined;
   // compile.ts refuses a jwt:<claim> tenant without auth.jwt, so the verifier is there.
   const verified = await deps.principals!.verify(
@@ -29,23 +29,27 @@ export async function readPrincipal(
     request.principal = verified.claims as Claims;
     return undefined;
   }
-  if (!policy.enforce) return passThroughInShadow(deps, request, 'would_reject_unauthorized');
+  if (!policy.enforce)
+    return { kind: 'pass', outcome: { label: 'passthrough', shadow: 'would_reject_unauthorized' } };
+  const outcome = { label: 'unauthorized' } as const;
   if (verified.reason === 'keys-unavailable') {
-    sendProblem(
-      res,
-      new ProxyError('AUTH_KEYS_UNAVAILABLE', verified.detail, {
-        route: route.name,
-        retryAfterSeconds: 1,
-      }),
-      [],
-      policy.errorShape,
-    );
-  } else {
-    const error = new ProxyError('AUTH_TOKEN_INVALID', verified.detail, { route: route.name });
-    const challenge = [['www-authenticate', wwwAuthenticate(verified.detail)]] as const;
-    sendProblem(res, error, challenge, policy.errorShape);
+    const error = new ProxyError('AUTH_KEYS_UNAVAILABLE', verified.detail, {
+      route: route.name,
+      retryAfterSeconds: 1,
+    });
+    return {
+      kind: 'refuse',
+      outcome,
+      answer: (res) => sendProblem(res, error, [], policy.errorShape),
+    };
   }
-  return { label: 'unauthorized' };
+  const error = new ProxyError('AUTH_TOKEN_INVALID', verified.detail, { route: route.name });
+  const challenge = [['www-authenticate', wwwAuthenticate(verified.detail)]] as const;
+  return {
+    kind: 'refuse',
+    outcome,
+    answer: (res) => sendProblem(res, error, challenge, policy.errorShape),
+  };
 }
 
 /** RFC 6750 §3: the challenge, with the reason as error_description (quotes and backslashes dropped). */

@@ -1,6 +1,6 @@
 // The proxy's own refusals and failures on a protected route, as ProxyErrors: what each one tells a
-// client to do. A protocol writes them its own way (rest.ts: problem+json; mcp/protocol.ts: a
-// JSON-RPC error).
+// client to do. Each protocol's adapter writes them its own way (REST: problem+json; MCP and A2A:
+// their JSON-RPC or HTTP+JSON errors).
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 

@@ -1,7 +1,14 @@
-// What the protected pipeline (pipeline.ts) needs from a protocol, and what it hands one. The
-// pipeline knows claims, leases and settling; a Protocol knows how its requests are read and how
-// its answers are written: REST (rest.ts: problem+json, the stored response as it was) and MCP
-// (mcp/protocol.ts: JSON-RPC under each caller's id). Nothing in the pipeline asks which one it has.
+// The adapter contract: what the protected pipeline (pipeline.ts) needs from a protocol, and what it
+// hands one. The pipeline knows claims, leases, forwarding and settling; an adapter knows how its
+// requests are read and how its answers are written. Each protocol is one folder that exports one
+// adapter object (rest/, mcp/, a2a/; the last two on the shared JSON-RPC base in jsonrpc/), and the
+// adapters are registered where the app is composed (src/protocols.ts). Nothing here, in the
+// pipeline or in the reconciler imports a protocol: they are handed the route's adapter.
+//
+//   read(request) ─┬─ protect: the call ─► the pipeline claims, forwards, settles; the adapter's
+//                  │                        receive / replay / refuse / attach write the answers
+//                  ├─ pass: forwarded unstored by the pipeline (streamed when the body is unread)
+//                  └─ refuse: the adapter's answer written here, nothing forwarded
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import type { ProxyError } from '../errors';
@@ -21,7 +28,7 @@ import type {
 } from '../store/record';
 import type { PassThrough } from '../upstream/passthrough';
 import type { ResponseReceiver, UpstreamPools } from '../upstream/protected';
-import type { Prober, ReconcileLabel } from '../reconcile/resolution';
+import type { Prober, ReconcileLabel, ReconcileProbe } from '../reconcile/resolution';
 import type { Settlement, ShadowVerdict } from './decide';
 
 export const OUTCOME_HEADER = 'idempotency-outcome';
@@ -50,7 +57,7 @@ export interface ProtectedDeps {
   readonly onStoreError: (error: unknown, operation: string) => void;
   /** Verifies bearer tokens for routes scoped by a claim (auth.jwt); undefined without auth.jwt. */
   readonly principals?: JwtPrincipals;
-  /** Metrics hooks (observability/metrics.ts); the pipeline itself knows no metrics library. */
+  /** Metrics hooks (src/metrics.ts, where the app is composed); the pipeline itself knows no metrics library. */
   readonly observer?: ProtectedObserver;
   /** Asks the upstream about unknown outcomes on routes with idempotency.reconcile. */
   readonly reconciler?: Prober;
@@ -160,13 +167,40 @@ export class UnreadableCall extends Error {
   }
 }
 
-/** How one protocol reads its requests and writes the proxy's answers. */
-export interface Protocol<C extends Call> {
+/**
+ * What a protocol makes of a request: a call to protect; a message to pass on unstored (with the
+ * body it read, or streamed as it comes when `body` is unset), and what the log says once the
+ * upstream has answered; or a refusal the adapter answers itself (`answer` writes it: a refusal,
+ * a held cancel, or nothing for a client that left).
+ */
+export type Verdict<C extends Call> =
+  | { readonly kind: 'protect'; readonly call: C }
+  | {
+      readonly kind: 'pass';
+      readonly outcome: Outcome;
+      readonly body?: Buffer;
+      /** The key forwarded with it (under forwardKeyAs), if any. */
+      readonly key?: string;
+      /** Forwarded with the route's key header as the client sent it, instead of `key`. */
+      readonly keyAsSent?: boolean;
+    }
+  | {
+      readonly kind: 'refuse';
+      readonly outcome: Outcome;
+      readonly answer: (res: ServerResponse) => void;
+    };
+
+/** How one protocol reads its requests and writes the proxy's answers: one object per protocol. */
+export interface ProtocolAdapter<C extends Call> {
+  /** For the log and the docs: `rest`, `mcp`, `a2a`. */
+  readonly name: string;
+  /** True for the routes this protocol serves (its block in the route's idempotency policy). */
+  serves(policy: IdempotencyPolicy): boolean;
   /**
-   * Reads the request into the call to run under a claim — or finishes it (refused, passed
-   * through, held) and says how.
+   * Reads the request into a verdict. It forwards nothing and answers nothing itself: the
+   * pipeline does both, as the verdict says.
    */
-  read(deps: ProtectedDeps, request: ProtectedRequest): Promise<C | Outcome>;
+  read(request: ProtectedRequest): Promise<Verdict<C>>;
   /** A stored answer: to a repeat (`replayed`), or to the request that made it itself. */
   replay(request: ProtectedRequest, call: C, stored: StoredResponse, replayed: boolean): void;
   /** One of the proxy's own refusals or failures. */
@@ -192,6 +226,11 @@ export interface Protocol<C extends Call> {
    * longer be joined (or the protocol attaches to nothing): the repeat claims again, and waits.
    */
   attach?(request: ProtectedRequest, call: C, live: LiveAnswer): Promise<AttachEnd> | undefined;
+  /**
+   * How the reconciler asks this protocol's upstream whether an unknown outcome happened
+   * (idempotency.reconcile); undefined where the protocol has no probe.
+   */
+  readonly probe?: ReconcileProbe;
 }
 
 /** How an attached repeat's answer ended: whole, cut with the first's, or its client left. */

@@ -1,5 +1,6 @@
 // Every store call of a protected request goes through storeCall: it is timed into the request's
-// timings and the metrics, and a failure becomes one typed error, StoreUnavailable, that the
+// timings and the metrics, published for the tracer (observability/tracing.ts: storeCalls), and a
+// failure becomes one typed error, StoreUnavailable, that the
 // pipeline answers with 503 (fail closed) — or, in shadow mode, with "forward anyway". A repeat
 // whose leader lost the store (store/coalescing-store.ts) fails the same way, without logging the
 // leader's failure a second time.
@@ -8,6 +9,7 @@ import { isPoolExhausted } from '../db/store-failure';
 import { ProxyError } from '../errors';
 import { LeaderLostStore } from '../store/coalescing-store';
 import type { ClaimResult, Landing } from '../store/record';
+import { type StoreCallEvent, storeCalls } from '../observability/tracing';
 import { type ProtectedDeps, type ProtectedRequest, UnreadableCall } from './protocol';
 
 const STORE_RETRY_AFTER_SECONDS = 1;
@@ -61,7 +63,10 @@ async function timed<T>(
   answeredBy: (result: T) => 'cache' | 'leader' | undefined,
 ): Promise<T> {
   const started = performance.now();
-  const span = request.trace?.store(operation);
+  const published: StoreCallEvent | undefined = storeCalls.start.hasSubscribers
+    ? { operation }
+    : undefined;
+  if (published !== undefined) storeCalls.start.publish(published);
   let failure: unknown;
   let from: 'cache' | 'leader' | undefined;
   try {
@@ -77,7 +82,10 @@ async function timed<T>(
     throw new StoreUnavailable(operation, { cause: error });
   } finally {
     const ms = performance.now() - started;
-    span?.end(failure);
+    if (published !== undefined) {
+      published.failure = failure;
+      storeCalls.end.publish(published);
+    }
     if (from === 'leader' || operation === 'wait') request.timings.wait += ms;
     else if (from === undefined) request.timings.store += ms;
     if (from === undefined) deps.observer?.storeCall(operation, ms, failure);

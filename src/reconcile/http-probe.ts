@@ -3,13 +3,32 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { ReconcilePolicy, RouteConfig } from '../config/types';
 import type { UpstreamPools } from '../upstream/protected';
+import type { ReconcileProbe } from './resolution';
 import { fillTemplate, parseDocument, parseTemplate } from './template';
-import type { ProbeAnswer } from './verdict';
+import { type ProbeAnswer, verdictOf } from './verdict';
 
 /** Larger probe answers are cut here and read as inconclusive (a lookup answer is small). */
 export const MAX_PROBE_BYTES = 1024 * 1024;
 
 type RequestProbe = Extract<ReconcilePolicy['probe'], { kind: 'request' }>;
+
+/**
+ * A probe that is one HTTP request to the route's upstream, read under the route's found / not
+ * found rules: REST's (rest/adapter.ts), and the reconciler's when it is handed no other.
+ */
+export const requestProbe: ReconcileProbe = async (ask) => {
+  const probe = ask.reconcile.probe;
+  if (probe.kind !== 'request') throw new Error('this route asks with a tool call, not a request');
+  const answer = await sendRequestProbe(
+    ask.upstreams,
+    ask.route,
+    probe,
+    ask.key,
+    ask.body,
+    ask.retryHeaders,
+  );
+  return verdictOf(ask.reconcile, answer);
+};
 
 /**
  * Sends the probe and reads its answer; throws (TemplateUnfilled, or the transport's error) when

@@ -19,11 +19,11 @@ import type {
 } from '../store/postgres/reconcile-store';
 import type { RecordId } from '../store/record';
 import type { UpstreamPools } from '../upstream/protected';
-import { scopedKeyOf } from '../protected/outgoing';
-import { sendToolProbe } from '../mcp/reconcile-probe';
-import { sendRequestProbe } from './http-probe';
-import { verdictOf, type ProbeVerdict } from './verdict';
-import type { Prober, ReconcilingPolicy, Resolution } from './resolution';
+import { scopedKeyOf } from '../idempotency/scope';
+import { requestProbe } from './http-probe';
+import type { ProbeVerdict } from './verdict';
+import type { Prober, ReconcileProbe, ReconcilingPolicy, Resolution } from './resolution';
+import { within } from '../timeout';
 
 /**
  * How probes end, as metrics count them; `gave_up` is no probe: a record past giveUpAfter, counted
@@ -54,6 +54,12 @@ export class Reconciler implements Prober {
     private readonly store: ReconcileStore,
     private readonly logger: Logger,
     private readonly observer?: ReconcileObserver,
+    /**
+     * The route's probe: its protocol adapter's (src/protocols.ts hands them in). Without one, every
+     * route is asked with an HTTP request, as a REST route is.
+     */
+    private readonly probeOf: (route: RouteConfig) => ReconcileProbe | undefined = () =>
+      requestProbe,
   ) {}
 
   /**
@@ -138,17 +144,9 @@ export class Reconciler implements Prober {
     };
     let verdict: ProbeVerdict;
     try {
-      const asking =
-        reconcile.probe.kind === 'request'
-          ? sendRequestProbe(
-              upstreams,
-              route,
-              reconcile.probe,
-              key,
-              ticket.body,
-              retryHeaders,
-            ).then((answer) => verdictOf(reconcile, answer))
-          : sendToolProbe(upstreams, route, reconcile, key, ticket.body);
+      const probe = this.probeOf(route);
+      if (probe === undefined) throw new Error(`route ${route.name} has no probe`);
+      const asking = probe({ upstreams, route, reconcile, key, body: ticket.body, retryHeaders });
       verdict = await withinTimeout(asking, route.upstream.timeoutMs);
     } catch (error) {
       this.observer?.probed(route.name, 'failed');
@@ -237,22 +235,10 @@ export function timingOf(route: RouteConfig, reconcile: ReconcilePolicy): ProbeT
  * fire late, and a probe must be over before its hold ends.
  */
 async function withinTimeout<T>(asking: Promise<T>, timeoutMs: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new Error(`the probe got no answer within the upstream's timeout (${timeoutMs} ms)`),
-        ),
-      timeoutMs,
-    );
+  asking.catch(() => undefined); // a probe past its deadline may still fail: nobody waits for it
+  return within(asking, timeoutMs, () => {
+    throw new Error(`the probe got no answer within the upstream's timeout (${timeoutMs} ms)`);
   });
-  try {
-    return await Promise.race([asking, late]);
-  } finally {
-    clearTimeout(timer);
-    asking.catch(() => undefined); // a probe past its deadline may still fail: nobody waits for it
-  }
 }
 
 /** The key as the upstream received it with the original (forwardKeyAs, key.forward). */

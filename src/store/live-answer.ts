@@ -1,7 +1,7 @@
 // One streamed answer as it happens, for the repeats that attach to it (onConcurrent: attach):
 // the head, what was sent so far, then every chunk as it comes, then the same end. The request that
-// holds the claim feeds it (protected/rest.ts); local-keys.ts hands it to a repeat of the key in
-// this process; protected/attach.ts writes it to the repeat's client. It keeps no bytes of its own:
+// holds the claim feeds it (its protocol's receiver); local-keys.ts hands it to a repeat of the key
+// in this process; attachClient (protected/attach.ts) writes it to the repeat's client. It keeps no bytes of its own:
 // "so far" is the answer's capture, which is kept for the record anyway, and a repeat can attach
 // only while that capture is whole (up to maxResponseBytes). After that, a repeat waits for the
 // record instead.

@@ -2,7 +2,7 @@
 // per-upstream Pool as protected requests (protected.ts): one upstream engine. Streamed both ways —
 // the request body is piped up as it arrives, the answer written down chunk by chunk with
 // backpressure — and either side going away aborts the other; transport errors map to 502/504.
-// Websocket upgrades, which undici does not relay, go through websocket-relay.ts.
+// Websocket upgrades, which undici does not relay, go through http-proxy-3 (websocket-proxy.ts).
 import http from 'node:http';
 import https from 'node:https';
 import type { Duplex, Readable } from 'node:stream';
@@ -22,7 +22,7 @@ import { rawProblemAnswer } from '../http/malformed';
 import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
 import { type UpstreamPools, upstreamTlsOptions } from './protected';
 import { classifyTransportError } from './transport-errors';
-import { WebSocketRelay } from './websocket-relay';
+import { WebSocketProxy } from './websocket-proxy';
 
 /**
  * A body at least this large (or chunked, length unknown) may still be arriving long after the
@@ -45,7 +45,7 @@ const SET_HERE: ReadonlySet<string> = new Set([
 ]);
 
 export class PassThrough {
-  private readonly wsRelays = new Map<string, WebSocketRelay>();
+  private readonly wsProxies = new Map<string, WebSocketProxy>();
   private readonly agents: http.Agent[] = [];
 
   constructor(
@@ -61,7 +61,11 @@ export class PassThrough {
           })
         : new http.Agent(settings);
       this.agents.push(agent);
-      this.wsRelays.set(upstream.name, new WebSocketRelay(upstream.origin, agent));
+      const rejectUnauthorized = upstream.tls?.rejectUnauthorized ?? true;
+      this.wsProxies.set(
+        upstream.name,
+        new WebSocketProxy(upstream.origin, agent, rejectUnauthorized),
+      );
     }
   }
 
@@ -127,13 +131,14 @@ export class PassThrough {
 
   /** Closes the websocket side; the pools are closed with UpstreamPools. */
   close(): void {
+    for (const proxy of this.wsProxies.values()) proxy.close();
     for (const agent of this.agents) agent.destroy();
   }
 
-  private relayFor(route: RouteConfig): WebSocketRelay {
-    const relay = this.wsRelays.get(route.upstream.name);
-    if (!relay) throw new Error(`no websocket relay for upstream ${route.upstream.name}`);
-    return relay;
+  private relayFor(route: RouteConfig): WebSocketProxy {
+    const proxy = this.wsProxies.get(route.upstream.name);
+    if (!proxy) throw new Error(`no websocket proxy for upstream ${route.upstream.name}`);
+    return proxy;
   }
 }
 

@@ -7,8 +7,8 @@ import path from 'node:path';
 import Ajv, { type AnySchemaObject } from 'ajv';
 import draft07MetaSchema from 'ajv/dist/refs/json-schema-draft-07.json';
 import { parse } from 'yaml';
-import { interpolate } from '../../src/config/interpolate';
-import { parseConfigText } from '../../src/config/load';
+import { interpolate } from '../../src/compiler/interpolate';
+import { parseConfigText } from '../../src/compiler/load';
 import type { ProxyConfig } from '../../src/config/types';
 import {
   execForm,
@@ -71,7 +71,7 @@ const dockerfile = readDockerfile();
 /**
  * Compose interpolates `${VAR:-default}` from the shell that runs it; the README's `docker compose
  * up` runs from a clean shell, so every reference resolves to its default. Compose's rules for
- * `${VAR}` and `${VAR:-default}` are the ones src/config/interpolate.ts implements.
+ * `${VAR}` and `${VAR:-default}` are the ones src/compiler/interpolate.ts implements.
  */
 function interpolated(value: unknown, hostEnv: NodeJS.ProcessEnv, problems: string[]): unknown {
   if (typeof value === 'string') {

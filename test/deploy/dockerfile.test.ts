@@ -4,7 +4,7 @@
 // build context (.dockerignore) that sends everything the Dockerfile copies and nothing else.
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import {
   execForm,
   imageEnv,

@@ -3,7 +3,7 @@
 // probes, grace period); the probes' paths answer 200 on a proxy serving that very config.
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { ProxyConfig } from '../../src/config/types';
 import { send } from '../support/http';
 import { startProxy } from '../support/proxy';

@@ -1,7 +1,7 @@
 // `idempotency.profile: acp | ucp` (docs/protocol-profiles.md): each rule of each profile's table
 // is one test here, named by the rule as the protocol words it, against real PostgreSQL and an
 // upstream that counts what it executes. A rule added to a profile without a test fails here.
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import { ConfigError } from '../../src/errors';
 import { ACP } from '../../src/profiles/acp';
 import { UCP } from '../../src/profiles/ucp';

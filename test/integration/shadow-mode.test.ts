@@ -4,7 +4,7 @@
 // later requests see what would have happened.
 import http from 'node:http';
 import type { RequestLogEntry } from '../../src/http/request-log';
-import { ProxyMetrics } from '../../src/observability/metrics';
+import { ProxyMetrics } from '../../src/metrics';
 import { createDisposablePostgres, type DisposablePostgres } from '../support/disposable-postgres';
 import { until } from '../support/eventually';
 import { postJson, send, type TestResponse } from '../support/http';

@@ -40,7 +40,7 @@ export interface WalkOptions {
   /**
    * Calls through these interfaces are followed into one implementation: interface name →
    * `file#name`, where `name` is a const holding an object literal, or a function returning one
-   * (e.g. `{ Protocol: 'src/protected/rest.ts#REST' }`). How one adapter is walked.
+   * (e.g. `{ ProtocolAdapter: 'src/rest/adapter.ts#REST' }`). How one adapter is walked.
    */
   implementations?: Record<string, string>;
 }

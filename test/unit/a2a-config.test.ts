@@ -1,7 +1,7 @@
 // The `idempotency.a2a` block (src/a2a/README.md): what it compiles to, which methods it protects,
 // and the settings it refuses because they would be silently ignored.
 import type { IncomingMessage } from 'node:http';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { readEdge } from '../../src/http/edge';

@@ -3,7 +3,7 @@
 import os from 'node:os';
 import { mergeOutcomeCounters } from '../../src/cluster/cluster-metrics';
 import { MAX_EXITS, RespawnPolicy, WINDOW_MS } from '../../src/cluster/respawn-policy';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import { restartOnlyChanges } from '../../src/runtime';
 import { OutcomeRing } from '../../src/observability/outcome-ring';
 

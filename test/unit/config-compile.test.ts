@@ -2,8 +2,9 @@
 // resolved view `check` prints.
 import fs from 'node:fs';
 import path from 'node:path';
-import { describeConfig, describeStored, maskPassword } from '../../src/config/describe';
-import { parseConfigText } from '../../src/config/load';
+import { describeConfig, describeStored } from '../../src/compiler/describe';
+import { maskPassword } from '../../src/db/masked-url';
+import { parseConfigText } from '../../src/compiler/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { problemJson } from '../../src/http/problem';

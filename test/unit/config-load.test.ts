@@ -3,8 +3,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { settingName } from '../../src/config/env-sources';
-import { interpolate } from '../../src/config/interpolate';
-import { loadConfigFile, parseConfigText } from '../../src/config/load';
+import { interpolate } from '../../src/compiler/interpolate';
+import { loadConfigFile, parseConfigText } from '../../src/compiler/load';
 import { StartupError } from '../../src/startup-error';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 

@@ -2,7 +2,7 @@
 // waiting stands → one decision. What the pipeline then does with the store is pipeline.test.ts's;
 // the same paths against PostgreSQL are the integration suite's.
 import { LiveAnswer } from '../../src/store/live-answer';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { IdempotencyPolicy } from '../../src/config/types';
 import {
   type Attempt,

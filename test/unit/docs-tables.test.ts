@@ -8,7 +8,7 @@ import path from 'node:path';
 import ts from 'typescript';
 import { ERROR_TABLE } from '../../src/errors';
 import { newLogEntry } from '../../src/http/request-log';
-import { ProxyMetrics } from '../../src/observability/metrics';
+import { ProxyMetrics } from '../../src/metrics';
 import { PROFILES } from '../../src/profiles';
 
 const ROOT = path.join(__dirname, '../..');

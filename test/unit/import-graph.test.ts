@@ -77,7 +77,11 @@ test('the cycle finder finds a cycle', () => {
   expect(cycles(graph).map((c) => c.length)).toEqual([3]);
 });
 
-test('the pipeline knows no protocol: protected/ imports nothing from mcp/ or a2a/, and they only its public surface', () => {
+/** The protocol folders (each exports one adapter) and their shared JSON-RPC base. */
+const PROTOCOLS = ['rest/', 'mcp/', 'a2a/', 'jsonrpc/'];
+const isProtocol = (file: string) => PROTOCOLS.some((folder) => file.startsWith(folder));
+
+test("the engine knows no protocol: protected/ and reconcile/ import nothing from a protocol folder, and adapters only the pipeline's public surface", () => {
   const files = modules(SRC);
   const rel = (f: string) => path.relative(SRC, f).split(path.sep).join('/');
   const edges = files.flatMap((from) => importsOf(from).map((to) => [rel(from), rel(to)] as const));
@@ -85,22 +89,20 @@ test('the pipeline knows no protocol: protected/ imports nothing from mcp/ or a2
   expect(
     edges.filter(
       ([from, to]) =>
-        from.startsWith('protected/') && (to.startsWith('mcp/') || to.startsWith('a2a/')),
+        (from.startsWith('protected/') || from.startsWith('reconcile/')) && isProtocol(to),
     ),
   ).toEqual([]);
-  // What an adapter may use: the Protocol and its types, the decisions' types, the outgoing
-  // helpers, unstored forwarding, and the capture of an answer as it arrives.
+  // What an adapter may use: the adapter contract and its types, the decisions' types, the
+  // outgoing helpers, attaching a repeat to a running stream, and the capture of an answer as it
+  // arrives.
   const surface = [
     'protected/protocol.ts',
     'protected/decide.ts',
     'protected/outgoing.ts',
-    'protected/shadow.ts',
+    'protected/attach.ts',
     'protected/stream-capture.ts',
   ];
-  const reached = edges.filter(
-    ([from, to]) =>
-      (from.startsWith('mcp/') || from.startsWith('a2a/')) && to.startsWith('protected/'),
-  );
+  const reached = edges.filter(([from, to]) => isProtocol(from) && to.startsWith('protected/'));
   expect(reached.length).toBeGreaterThan(0);
   expect(reached.filter(([, to]) => !surface.includes(to))).toEqual([]);
 });

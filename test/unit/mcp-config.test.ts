@@ -1,6 +1,6 @@
 // The `idempotency.mcp` block (src/mcp/README.md): what it compiles to, which methods it protects,
 // and the REST settings it refuses because they would be silently ignored.
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { readEdge } from '../../src/http/edge';

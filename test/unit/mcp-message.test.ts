@@ -1,12 +1,12 @@
 // Reading MCP traffic without an SDK (src/mcp/README.md): the event-stream splitter, the JSON-RPC
 // message classes, where a call's key comes from, and what its fingerprint covers.
 import fc from 'fast-check';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { McpPolicy } from '../../src/config/types';
 import { parseJson } from '../../src/idempotency/canonical-json';
 import { callPlaceOf, InFlightToolCalls } from '../../src/mcp/in-flight-calls';
-import { withId, storedMessage } from '../../src/mcp/jsonrpc';
-import { SseReader } from '../../src/mcp/sse';
+import { withId, storedMessage } from '../../src/jsonrpc/jsonrpc';
+import { SseReader } from '../../src/jsonrpc/event-stream';
 import {
   derivedToolCallKey,
   readMcpMessage,

@@ -8,7 +8,7 @@ import {
   jsonRefusal,
   unsupportedCharset,
   withoutBom,
-} from '../../src/mcp/read-body';
+} from '../../src/jsonrpc/read-body';
 
 const MESSAGE = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund"}}';
 const LIMIT = 64 * 1024;

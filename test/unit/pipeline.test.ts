@@ -6,7 +6,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pino from 'pino';
 import { createApp, type App } from '../../src/app';
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import { CoalescingStore } from '../../src/store/coalescing-store';
 import type { RecordId, StoredResponse } from '../../src/store/record';
 import { MemoryKeyStore } from '../support/memory-key-store';

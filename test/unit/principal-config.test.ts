@@ -3,9 +3,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseConfigText } from '../../src/config/load';
-import { tenantWarnings } from '../../src/config/tenant-warnings';
-import { configWarnings } from '../../src/config/warnings';
+import { parseConfigText } from '../../src/compiler/load';
+import { tenantWarnings } from '../../src/compiler/tenant-warnings';
+import { configWarnings } from '../../src/compiler/warnings';
 import type { ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { parseJsonPointer, valueAtPointer } from '../../src/idempotency/json-pointer';

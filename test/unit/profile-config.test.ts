@@ -1,6 +1,6 @@
 // `idempotency.profile` (docs/protocol-profiles.md): what a profile compiles to, and what `check`
 // refuses on a profile route — each at the line that sets it.
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
 import { ConfigError, type ConfigIssue } from '../../src/errors';
 

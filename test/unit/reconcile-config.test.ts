@@ -1,7 +1,7 @@
 // The `idempotency.reconcile` block (docs/reconcile.md): what it compiles to, and the settings it
 // refuses at their file:line (exit 2) — a pointer that is not RFC 6901, `after` shorter than the
 // upstream's timeout, reconcile where no unknown outcome is stored, the wrong probe for the route.
-import { parseConfigText } from '../../src/config/load';
+import { parseConfigText } from '../../src/compiler/load';
 import type { ProxyConfig, ReconcilePolicy } from '../../src/config/types';
 import { ConfigError } from '../../src/errors';
 

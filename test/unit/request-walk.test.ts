@@ -14,21 +14,21 @@ export const REAL_ENTRIES: readonly (Omit<WalkOptions, 'root'> & { name: string 
     file: 'src/protected/pipeline.ts',
     fn: 'runProtected',
     param: 'request',
-    implementations: { Protocol: 'src/protected/rest.ts#REST' },
+    implementations: { ProtocolAdapter: 'src/rest/adapter.ts#REST' },
   },
   {
     name: 'MCP',
     file: 'src/protected/pipeline.ts',
     fn: 'runProtected',
     param: 'request',
-    implementations: { Protocol: 'src/mcp/protocol.ts#mcpProtocol' },
+    implementations: { ProtocolAdapter: 'src/mcp/adapter.ts#mcpAdapter' },
   },
   {
     name: 'A2A',
     file: 'src/protected/pipeline.ts',
     fn: 'runProtected',
     param: 'request',
-    implementations: { Protocol: 'src/a2a/protocol.ts#A2A' },
+    implementations: { ProtocolAdapter: 'src/a2a/adapter.ts#A2A' },
   },
 ];
 
@@ -472,7 +472,7 @@ describe('the real protected path', () => {
     if (figuresWanted()) process.stderr.write(`${formatWalk(report)}\n`);
     expect(report.files[0]).toBe(entry.file);
     // Through its adapter: the walk reads the protocol's own file, not only the pipeline's.
-    const adapter = entry.implementations!.Protocol!.split('#')[0]!;
+    const adapter = entry.implementations!.ProtocolAdapter!.split('#')[0]!;
     expect(report.files).toContain(adapter);
     expect(report.filesEntered).toBeLessThanOrEqual(MAX_FILES);
     expect(report.climbs).toBeLessThanOrEqual(MAX_CLIMBS);

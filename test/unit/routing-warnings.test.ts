@@ -1,5 +1,5 @@
-import { parseConfigText } from '../../src/config/load';
-import { routingWarnings } from '../../src/config/routing-warnings';
+import { parseConfigText } from '../../src/compiler/load';
+import { routingWarnings } from '../../src/compiler/routing-warnings';
 
 function warningsFor(routes: string): string[] {
   const config = parseConfigText(

@@ -1,7 +1,7 @@
 // Statement names are digests of their text: two sessions that meet on one server connection (a
 // transaction pooler) can only share a name when they share the statement, and every name fits in
 // PostgreSQL's 63 bytes whatever the table is called.
-import { statementName } from '../../src/store/postgres/key-store';
+import { statementName } from '../../src/store/postgres/statement-layout';
 import { buildStatements } from '../../src/store/postgres/statements';
 
 test('a name follows the text: another table or another text is another name', () => {

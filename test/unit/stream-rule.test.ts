@@ -1,4 +1,4 @@
-import { isStream, mediaTypeOf } from '../../src/protected/stream-rule';
+import { isStream, mediaTypeOf } from '../../src/rest/stream-rule';
 import { StreamCapture } from '../../src/protected/stream-capture';
 import { LiveAnswer, type LiveListener } from '../../src/store/live-answer';
 

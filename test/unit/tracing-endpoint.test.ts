@@ -1,6 +1,6 @@
 // When tracing is on and where spans go (observability/tracing.ts): the standard OpenTelemetry
 // variables, off by default.
-import { tracesEndpoint } from '../../src/observability/tracing';
+import { tracesEndpoint } from '../../src/observability/tracing-switch';
 
 describe('tracesEndpoint', () => {
   test.each([

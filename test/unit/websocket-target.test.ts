@@ -1,7 +1,7 @@
 // Where the websocket relay connects and the Host header it sends, read from an upstream's origin
 // with the WHATWG parser: a port, a protocol's default port, and an IPv6 literal (its brackets off
 // to connect, kept in Host).
-import { webSocketTarget } from '../../src/upstream/websocket-relay';
+import { webSocketTarget } from '../../src/upstream/websocket-proxy';
 
 test.each([
   [

@@ -31,6 +31,7 @@ import type { Logger } from 'pino';
 import type { CompletionWaiter } from '../record';
 import type { StoreConnection } from '../../db/pool';
 import { databaseErrorFields, serverAddress } from '../../db/store-failure';
+import { within } from '../../timeout';
 
 const RECONNECT_MIN_MS = 200;
 const RECONNECT_MAX_MS = 5_000;
@@ -122,10 +123,7 @@ export class CompletionListener implements CompletionWaiter {
    * and serving meanwhile is fine (waiters poll, the replay cache is off until the proof).
    */
   async start(): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, START_WAIT_MS)));
-    await Promise.race([this.connect(), waited]);
-    clearTimeout(timer);
+    await within(this.connect(), START_WAIT_MS, () => undefined);
   }
 
   waitFor(digest: string): { changed: Promise<void>; cancel(): void } {
@@ -191,9 +189,9 @@ export class CompletionListener implements CompletionWaiter {
     let proofSentAt: number;
     try {
       await client.connect();
-      await within(client.query(`LISTEN "${this.channel}"`), CONNECT_TIMEOUT_MS, 'LISTEN');
+      await withinOrFail(client.query(`LISTEN "${this.channel}"`), CONNECT_TIMEOUT_MS, 'LISTEN');
       if (this.eviction)
-        await within(
+        await withinOrFail(
           client.query(`LISTEN "${this.eviction.channel}"`),
           CONNECT_TIMEOUT_MS,
           'LISTEN',
@@ -255,19 +253,16 @@ export class CompletionListener implements CompletionWaiter {
    */
   private async probeVia(via: Client): Promise<boolean> {
     const payload = `${PROBE_PREFIX}${randomUUID()}`;
-    let timer: NodeJS.Timeout | undefined;
     const arrived = new Promise<boolean>((resolve) => {
       this.probe = { payload, arrived: () => resolve(true) };
-      timer = setTimeout(() => resolve(false), this.probing.timeoutMs);
-      timer.unref();
     });
     try {
       const sent = via.query('SELECT pg_notify($1::text, $2::text)', [this.channel, payload]);
       // A statement that hangs (a frozen connection) is the timeout's to answer, not an error.
       sent.catch(() => undefined);
-      return await Promise.race([arrived, sent.then(() => arrived)]);
+      const answered = Promise.race([arrived, sent.then(() => arrived)]);
+      return await within(answered, this.probing.timeoutMs, () => false, true);
     } finally {
-      clearTimeout(timer);
       // A reconnect's proof may have started meanwhile: that probe is not ours to forget.
       if (this.probe?.payload === payload) this.probe = undefined;
     }
@@ -408,14 +403,8 @@ export class CompletionListener implements CompletionWaiter {
 }
 
 /** `work`, or a rejection once `ms` have passed without it settling. */
-async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+function withinOrFail<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  return within(work, ms, () => {
+    throw new Error(`${what} took longer than ${ms} ms`);
   });
-  try {
-    return await Promise.race([work, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -1,10 +1,11 @@
 // The PostgreSQL KeyStore: claims and completions batched naturally under load (natural-batcher.ts),
-// each operation one named, parameterised statement (statements.ts) whose rows rows.ts reads. The
+// each operation one named, parameterised statement (statements.ts, sent by statement-layout.ts;
+// on Citus one shard's keys at a time: shard-routing.ts) whose rows rows.ts reads. The
 // writes that must land — completions, releases, and the release of a claim whose reply was lost —
 // are kept and sent again by one outbox (write-outbox.ts) when their statement fails.
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import type { Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
+import type { Pool } from 'pg';
 import type {
   Claimant,
   ClaimRequest,
@@ -26,7 +27,6 @@ import {
   mayHaveCommitted,
 } from '../../db/write-failure';
 import { type AttemptResult, type OutboxWrite, type Settlement, WriteOutbox } from './write-outbox';
-import { ShardMap } from '../../db/shard-map';
 import { isDistributed } from '../../db/topology';
 import {
   type BatchClaimRowValues,
@@ -36,12 +36,10 @@ import {
   type ResponseRow,
   toResponse,
 } from './rows';
-import {
-  buildStatements,
-  claimStatement,
-  completeStatement,
-  completionChannel,
-} from './statements';
+import { completionChannel } from './statements';
+import { inParts, ShardRouting } from './shard-routing';
+import { type Layout, layout, StatementSender } from './statement-layout';
+import { within } from '../../timeout';
 
 export interface KeyStoreOptions {
   /**
@@ -115,7 +113,6 @@ export interface WriteObserver {
 const DEFAULT_LANES = 1;
 const DEFAULT_MAX_BATCH = 32;
 /** How old the Citus shard map may get before a batch asks for a fresh one (shards split, moved). */
-const SHARD_MAP_MAX_AGE_MS = 60_000;
 
 interface PendingClaim {
   readonly request: ClaimRequest;
@@ -129,99 +126,18 @@ interface Completion {
   readonly ttlMs: number;
 }
 
-/**
- * A statement's name is a digest of its text: sessions that end up on one server connection (a
- * transaction pooler hands server connections around) can then only ever meet a statement of that
- * name with the same text, even across proxy versions, and the name stays within PostgreSQL's 63
- * bytes whatever the table is called.
- */
-export function statementName(kind: string, text: string): string {
-  return `ip_${kind}_${createHash('sha256').update(text).digest('hex').slice(0, 20)}`;
-}
-
-/**
- * A named statement this connection prepared is not in the server session that got the call
- * (26000), or another session's is (42P05): a transaction pooler moved us. Both fail at Parse or
- * Bind, before anything runs, so the call can be sent again.
- */
-function namedStatementLost(error: unknown): boolean {
-  const code = (error as { code?: unknown }).code;
-  return (
-    code === SQLSTATE.INVALID_SQL_STATEMENT_NAME || code === SQLSTATE.DUPLICATE_PREPARED_STATEMENT
-  );
-}
-
-type Statements = ReturnType<typeof buildStatements>;
-
-/** The statements for where the table lives, and their names. */
-interface Layout {
-  readonly distributed: boolean;
-  readonly sql: Statements;
-  readonly names: Record<keyof Statements, string>;
-  /** On Citus: a batch's claims, or completions, as that many VALUES rows (statements.ts). */
-  readonly rows: {
-    readonly claim: (count: number) => { readonly name: string; readonly text: string };
-    readonly complete: (count: number) => { readonly name: string; readonly text: string };
-  };
-}
-
-/** Each batch size's statement, built and named the first time that size is sent. */
-function bySize(kind: string, build: (count: number) => string) {
-  const built = new Map<number, { name: string; text: string }>();
-  return (count: number): { name: string; text: string } => {
-    let statement = built.get(count);
-    if (!statement) {
-      const text = build(count);
-      statement = { name: statementName(`${kind}_${count}`, text), text };
-      built.set(count, statement);
-    }
-    return statement;
-  };
-}
-
-function layout(tableName: string, distributed: boolean): Layout {
-  // Named statements are parsed and planned once per connection.
-  const sql = buildStatements(tableName, distributed);
-  return {
-    distributed,
-    sql,
-    names: {
-      claimOne: statementName('claim', sql.claimOne),
-      claimBatch: statementName('claim_batch', sql.claimBatch),
-      completeOne: statementName('complete', sql.completeOne),
-      completeBatch: statementName('complete_batch', sql.completeBatch),
-      completePartial: statementName('complete_partial', sql.completePartial),
-      release: statementName('release', sql.release),
-      takeOver: statementName('take_over', sql.takeOver),
-      settleUnknown: statementName('settle_unknown', sql.settleUnknown),
-      peek: statementName('peek', sql.peek),
-      completedWith: statementName('completed_with', sql.completedWith),
-      flushCounters: statementName('flush_counters', sql.flushCounters),
-    },
-    rows: {
-      claim: bySize('claim_rows', (count) => claimStatement(tableName, count)),
-      complete: bySize('complete_rows', (count) => completeStatement(tableName, count, true)),
-    },
-  };
-}
-
-/** One call of a named statement (rowMode: 'array' returns rows as arrays). */
-type Statement = QueryConfig & { name: string; rowMode?: 'array' };
-
 export class PostgresKeyStore implements KeyStore {
   private layout: Layout | undefined;
   private layoutLoading: Promise<Layout> | undefined;
   private readonly channel: string;
-  private named: boolean;
-  private readonly onNamedStatementsLost: ((error: Error) => void) | undefined;
+  /** Sends each statement, named while named statements survive (statement-layout.ts). */
+  private readonly statements: StatementSender;
 
   private readonly claims: NaturalBatcher<PendingClaim, ClaimResult>;
   /** Each completion's new expiry (epoch ms), or null when its fence was stale. */
   private readonly completions: NaturalBatcher<Completion, number | null>;
-  /** On Citus: which shard each key is on, so a batch is one shard's (shard-map.ts). */
-  private shards: ShardMap | undefined;
-  private shardsLoadedAt = 0;
-  private shardsLoading: Promise<void> | undefined;
+  /** On Citus: which shard each key is on, so a batch is one shard's (shard-routing.ts). */
+  private readonly shards: ShardRouting;
   private readonly outbox: WriteOutbox<PendingWrite>;
   private readonly holdMs: number;
 
@@ -230,6 +146,7 @@ export class PostgresKeyStore implements KeyStore {
     private readonly tableName: string,
     options: KeyStoreOptions = {},
   ) {
+    this.shards = new ShardRouting(pool, tableName);
     if (options.distributed !== undefined) this.layout = layout(tableName, options.distributed);
     const lanes = options.lanes ?? DEFAULT_LANES;
     const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
@@ -242,18 +159,21 @@ export class PostgresKeyStore implements KeyStore {
       // (a retry storm on one key) runs as its own statement, as it would without batching.
       keyOf: ({ request: { id } }) => recordText(id),
       // On Citus each statement carries one shard's keys: Citus routes it to that shard alone.
-      groupOf: ({ request: { id } }) => this.shardOf(id.key),
+      groupOf: ({ request: { id } }) => this.shards.shardOf(id.key),
       retryAlone,
     });
     this.completions = new NaturalBatcher((batch) => this.completeBatch(batch), {
       lanes,
       maxBatch,
-      groupOf: ({ id }) => this.shardOf(id.key),
+      groupOf: ({ id }) => this.shards.shardOf(id.key),
       retryAlone,
     });
     this.channel = completionChannel(tableName);
-    this.named = options.namedStatements ?? true;
-    this.onNamedStatementsLost = options.onNamedStatementsLost;
+    this.statements = new StatementSender(
+      pool,
+      options.namedStatements ?? true,
+      options.onNamedStatementsLost,
+    );
     const outbox = { ...DEFAULT_OUTBOX, ...options.outbox };
     this.holdMs = outbox.holdMs;
     this.outbox = new WriteOutbox<PendingWrite>({
@@ -265,7 +185,7 @@ export class PostgresKeyStore implements KeyStore {
     });
     // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
     if (!this.layout) this.loadLayout().catch(() => undefined);
-    else if (this.layout.distributed) void this.loadShards();
+    else if (this.layout.distributed) void this.shards.load();
   }
 
   /**
@@ -275,7 +195,7 @@ export class PostgresKeyStore implements KeyStore {
   private loadLayout(): Promise<Layout> {
     this.layoutLoading ??= isDistributed(this.pool, this.tableName).then(
       async (distributed) => {
-        if (distributed) await this.loadShards();
+        if (distributed) await this.shards.load();
         return (this.layout = layout(this.tableName, distributed));
       },
       (error: unknown) => {
@@ -284,33 +204,6 @@ export class PostgresKeyStore implements KeyStore {
       },
     );
     return this.layoutLoading;
-  }
-
-  /**
-   * Reads the shard map; a failed read leaves the one it had (or none: every key in one group, and
-   * Citus still routes each statement by its rows). Never rejects.
-   */
-  private loadShards(): Promise<void> {
-    this.shardsLoading ??= ShardMap.load(this.pool, this.tableName)
-      .then(
-        (shards) => {
-          this.shards = shards;
-        },
-        () => undefined,
-      )
-      .finally(() => {
-        this.shardsLoadedAt = Date.now();
-        this.shardsLoading = undefined;
-      });
-    return this.shardsLoading;
-  }
-
-  /** The shard of `key` by the map this process has (0 on plain PostgreSQL), refreshed when old. */
-  private shardOf(key: string): number {
-    const shards = this.shards;
-    if (!shards) return 0;
-    if (Date.now() - this.shardsLoadedAt > SHARD_MAP_MAX_AGE_MS) void this.loadShards();
-    return shards.shardOf(key);
   }
 
   /**
@@ -330,29 +223,7 @@ export class PostgresKeyStore implements KeyStore {
 
   /** False once statements are sent unnamed (configured so, or a named one did not survive). */
   get namedStatements(): boolean {
-    return this.named;
-  }
-
-  /**
-   * Sends one statement, named while named statements work. The first time one did not survive
-   * between transactions (a transaction pooler), every later call goes unnamed, and this one is sent
-   * again unnamed: it failed before it ran. Unnamed statements are parsed within the call's own
-   * implicit transaction, so they work on any server connection.
-   */
-  private async sendStatement<R extends QueryResultRow | unknown[]>(
-    query: Statement,
-  ): Promise<QueryResult<R & QueryResultRow>> {
-    if (!this.named) return this.pool.query<R & QueryResultRow>(unnamed(query));
-    try {
-      return await this.pool.query<R & QueryResultRow>(query);
-    } catch (error) {
-      if (!namedStatementLost(error)) throw error;
-      if (this.named) {
-        this.named = false;
-        this.onNamedStatementsLost?.(error as Error);
-      }
-      return this.pool.query<R & QueryResultRow>(unnamed(query));
-    }
+    return this.statements.named;
   }
 
   /**
@@ -424,7 +295,7 @@ export class PostgresKeyStore implements KeyStore {
       // A lone claim (the store keeps up): its one row, nothing to sort or match.
       const pending = batch[0]!;
       const { fingerprint } = pending.request;
-      const { rows } = await this.sendStatement<ClaimRowValues>({
+      const { rows } = await this.statements.send<ClaimRowValues>({
         name: names.claimOne,
         text: sql.claimOne,
         values: claimValues(pending),
@@ -436,8 +307,8 @@ export class PostgresKeyStore implements KeyStore {
     }
     // Grouped by the map known when the batch formed: split again if it spans shards now.
     if (distributed) {
-      const split = this.byShard(batch, ({ request }) => request.id.key);
-      if (split) return this.inParts(batch, split, (part) => this.claimBatch(part));
+      const split = this.shards.split(batch, ({ request }) => request.id.key);
+      if (split) return inParts(batch, split, (part) => this.claimBatch(part));
     }
     // Sorted, so that concurrent batches (here or in other instances) lock rows in one order.
     // recordText order: one total order of (scope, tenant, key), the same in every instance.
@@ -450,7 +321,7 @@ export class PostgresKeyStore implements KeyStore {
       ? byRows.claim(sorted.length)
       : { name: names.claimBatch, text: sql.claimBatch };
     // Rows as arrays: pg builds no per-row object keyed by column name (it showed in profiles).
-    const { rows } = await this.sendStatement<BatchClaimRowValues>({
+    const { rows } = await this.statements.send<BatchClaimRowValues>({
       name,
       text,
       values: distributed ? sorted.flatMap(claimValues) : columnsOf(sorted, claimValues),
@@ -520,7 +391,7 @@ export class PostgresKeyStore implements KeyStore {
     if (expiresAt != null) return 'landed';
     const { sql, names } = this.layout ?? (await this.loadLayout());
     const { id, fence, response } = completion;
-    const { rows } = await this.sendStatement({
+    const { rows } = await this.statements.send({
       name: names.completedWith,
       text: sql.completedWith,
       values: [id.scope, id.tenant, id.key, fence, response.status, response.outcomeUnknown],
@@ -535,26 +406,18 @@ export class PostgresKeyStore implements KeyStore {
    */
   private async held(error: unknown, write: PendingWrite): Promise<Landing> {
     const settled = this.outbox.add(write);
-    let timer: NodeJS.Timeout | undefined;
-    const holding = new Promise<'held'>((resolve) => {
-      timer = setTimeout(() => resolve('held'), this.holdMs);
-    });
-    try {
-      const settlement = await Promise.race([settled, holding]);
-      if (settlement === 'held') return 'queued';
-      if (settlement.kind === 'landed') return 'stored';
-      if (settlement.kind === 'stale') return 'stale';
-      throw settlement.error ?? error;
-    } finally {
-      clearTimeout(timer);
-    }
+    const settlement = await within(settled, this.holdMs, () => 'held' as const);
+    if (settlement === 'held') return 'queued';
+    if (settlement.kind === 'landed') return 'stored';
+    if (settlement.kind === 'stale') return 'stale';
+    throw settlement.error ?? error;
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<(number | null)[]> {
     const { distributed, sql, names, rows: byRows } = this.layout ?? (await this.loadLayout());
     if (distributed && batch.length > 1) {
-      const split = this.byShard(batch, ({ id }) => id.key);
-      if (split) return this.inParts(batch, split, (part) => this.completeBatch(part));
+      const split = this.shards.split(batch, ({ id }) => id.key);
+      if (split) return inParts(batch, split, (part) => this.completeBatch(part));
     }
     const one = batch.length === 1;
     const { name, text } = one
@@ -573,7 +436,7 @@ export class PostgresKeyStore implements KeyStore {
         : columnsOf(batch, completionValues);
     // Rows as arrays [n, expires_at_ms, nudged]; on Citus [n, scope, tenant, key, attempts,
     // expires_at_ms] (statements.ts).
-    const { rows } = await this.sendStatement<[n: number, ...rest: unknown[]]>({
+    const { rows } = await this.statements.send<[n: number, ...rest: unknown[]]>({
       name,
       text,
       // On PostgreSQL $1 is the NOTIFY channel.
@@ -588,37 +451,6 @@ export class PostgresKeyStore implements KeyStore {
       );
     }
     return changed;
-  }
-
-  /**
-   * A batch's items by shard, when they are on more than one (else undefined): a batch formed while
-   * the shard map was not known yet, or before it changed.
-   */
-  private byShard<T>(batch: readonly T[], keyOf: (item: T) => string): number[][] | undefined {
-    const parts = new Map<number, number[]>();
-    batch.forEach((item, index) => {
-      const shard = this.shardOf(keyOf(item));
-      const part = parts.get(shard);
-      if (part) part.push(index);
-      else parts.set(shard, [index]);
-    });
-    return parts.size > 1 ? [...parts.values()] : undefined;
-  }
-
-  /** Runs each part (indexes into batch) as a statement of its own, side by side; results in order. */
-  private async inParts<T, R>(
-    batch: readonly T[],
-    parts: readonly number[][],
-    run: (part: T[]) => Promise<R[]>,
-  ): Promise<R[]> {
-    const results = new Array<R>(batch.length);
-    await Promise.all(
-      parts.map(async (part) => {
-        const partResults = await run(part.map((index) => batch[index]!));
-        part.forEach((index, k) => (results[index] = partResults[k]!));
-      }),
-    );
-    return results;
   }
 
   /**
@@ -647,7 +479,7 @@ export class PostgresKeyStore implements KeyStore {
   private async releaseOnce(id: RecordId, fence: string): Promise<boolean> {
     const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
     const values = [id.scope, id.tenant, id.key, fence];
-    const { rows } = await this.sendStatement<{ attempts: number }>({
+    const { rows } = await this.statements.send<{ attempts: number }>({
       name: names.release,
       text: sql.release,
       values: distributed ? values : [...values, this.channel, recordDigest(id)],
@@ -660,7 +492,7 @@ export class PostgresKeyStore implements KeyStore {
   async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
     if (deltas.length === 0) return;
     const { sql, names } = this.layout ?? (await this.loadLayout());
-    await this.sendStatement({
+    await this.statements.send({
       name: names.flushCounters,
       text: sql.flushCounters,
       values: [
@@ -675,7 +507,7 @@ export class PostgresKeyStore implements KeyStore {
 
   async peek(id: RecordId, fingerprint: Buffer): Promise<PeekResult> {
     const { sql, names } = this.layout ?? (await this.loadLayout());
-    const { rows } = await this.sendStatement<PeekRow>({
+    const { rows } = await this.statements.send<PeekRow>({
       name: names.peek,
       text: sql.peek,
       values: [id.scope, id.tenant, id.key, fingerprint],
@@ -694,7 +526,7 @@ export class PostgresKeyStore implements KeyStore {
     claimExpiryMs: number,
   ): Promise<string | null> {
     const { sql, names } = this.layout ?? (await this.loadLayout());
-    const { rows } = await this.sendStatement<{ fence: string }>({
+    const { rows } = await this.statements.send<{ fence: string }>({
       name: names.takeOver,
       text: sql.takeOver,
       values: [
@@ -727,7 +559,7 @@ export class PostgresKeyStore implements KeyStore {
       response.body,
       Math.round(ttlMs),
     ];
-    const { rows } = await this.sendStatement<ResponseRow & { attempts: number }>({
+    const { rows } = await this.statements.send<ResponseRow & { attempts: number }>({
       name: names.settleUnknown,
       text: sql.settleUnknown,
       values: distributed ? values : [...values, this.channel, recordDigest(id)],
@@ -792,9 +624,4 @@ function completionValues({ id, fence, response, ttlMs }: Completion): unknown[]
 function columnsOf<T>(batch: readonly T[], valuesOf: (item: T) => unknown[]): unknown[][] {
   const rows = batch.map(valuesOf);
   return rows[0]!.map((_, column) => rows.map((row) => row[column]));
-}
-
-/** The statement sent unnamed: parsed within its own call (see sendStatement). */
-function unnamed({ text, values, rowMode }: Statement): QueryConfig {
-  return rowMode === undefined ? { text, values } : ({ text, values, rowMode } as QueryConfig);
 }

@@ -6,14 +6,18 @@ import { evictionChannel } from './statements';
 import { quoteTableName } from '../../db/identifier';
 import { inTransaction } from '../../db/transaction';
 
-export interface RecordView {
+/** What a record row and its view spell alike: its identity, its state and its answer's status. */
+interface RecordHead {
   scope: string;
   tenant: string;
   key: string;
   route: string;
   state: string;
-  fence: string;
   status: number | null;
+}
+
+export interface RecordView extends RecordHead {
+  fence: string;
   outcomeUnknown: boolean;
   bodyOmitted: boolean;
   bodyBytes: number | null;
@@ -61,14 +65,8 @@ const COLUMNS = `scope, tenant, key, route, state, fence::text AS fence, status,
 const BODIES = ', body, partial_body';
 
 /** A record row as the admin queries select it (record-listing.ts picks from it too). */
-export interface RecordRow {
-  scope: string;
-  tenant: string;
-  key: string;
-  route: string;
-  state: string;
+export interface RecordRow extends RecordHead {
   fence: string;
-  status: number | null;
   outcome_unknown: boolean;
   body_omitted: boolean;
   body_bytes: number | null;
@@ -144,12 +142,7 @@ export async function deleteRecord(pool: Pool, tableName: string, id: RecordId):
 /** What a listing shows of a record too (record-listing.ts): who it is, its state, counters and times. */
 export type RecordBasics = Pick<
   RecordView,
-  | 'scope'
-  | 'tenant'
-  | 'key'
-  | 'route'
-  | 'state'
-  | 'status'
+  | keyof RecordHead
   | 'outcomeUnknown'
   | 'attempts'
   | 'replays'
@@ -161,12 +154,7 @@ export type RecordBasics = Pick<
 >;
 export type RecordBasicsRow = Pick<
   RecordRow,
-  | 'scope'
-  | 'tenant'
-  | 'key'
-  | 'route'
-  | 'state'
-  | 'status'
+  | keyof RecordHead
   | 'outcome_unknown'
   | 'attempts'
   | 'replays'

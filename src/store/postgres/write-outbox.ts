@@ -15,6 +15,7 @@
 // bad write never holds up the others. The backoff is the outbox's, not each write's: the writes wait
 // for the same PostgreSQL.
 import { performance } from 'node:perf_hooks';
+import { within } from '../../timeout';
 
 /** What an attempt found: the write is in, or the row no longer carries the claim's token. */
 export type AttemptResult = 'landed' | 'stale';
@@ -132,7 +133,7 @@ export class WriteOutbox<W extends OutboxWrite> {
       const left = deadline - performance.now();
       if (left <= 0) break;
       // An attempt that hangs (a server gone without a reset) must not hold the shutdown up.
-      await within(this.running ?? this.round(), left);
+      await within(this.running ?? this.round(), left, () => undefined);
       if (this.entries.size === 0 || this.running) continue;
       if (this.failedRounds > 0)
         await sleep(Math.min(this.delayMs(), DRAIN_PAUSE_MS, deadline - performance.now()));
@@ -211,14 +212,4 @@ export class WriteOutbox<W extends OutboxWrite> {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
-}
-
-/** Waits for `promise`, or `ms` at most (its timer cleared either way). */
-async function within(promise: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

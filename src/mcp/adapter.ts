@@ -1,8 +1,8 @@
 // The MCP protocol (src/mcp/README.md): how a POST on an MCP route is read into a protected
 // tools/call, and how the proxy's answers are written — as JSON-RPC, under each caller's own id.
 //
-//   body ─┬─ unreadable (read-body.ts) ─────────────────────► refused, never forwarded
-//         └─ message ─┬─ not a protected tools/call ─────────► forwarded unstored
+//   body ─┬─ unreadable (../jsonrpc/read-body.ts) ──────────► refused, never forwarded
+//         └─ message ─┬─ not a protected tools/call ─────────► passed (the pipeline forwards it)
 //                     ├─ cancel of a call running here ───────► held (202): the call finishes
 //                     ├─ batch with a call, call without id ──► refused (-32600)
 //                     └─ protected tools/call ─► key (header | key.body | params.idempotencyKey
@@ -12,34 +12,31 @@ import type { ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
 import { missingKeyDetail } from '../idempotency/body-key';
-import { DERIVED_KEY_HEADER, derivedKeyPolicy } from '../idempotency/derived-key';
+import { derivedKeyPolicy } from '../idempotency/derived-key';
 import { keyHeaderLines } from '../idempotency/key';
+import { INVALID_REQUEST, JSON_HEADERS, withId } from '../jsonrpc/jsonrpc';
+import { type BodyRefusal, readMcpBody } from '../jsonrpc/read-body';
+import { CLIENT_LEFT, passedWithSentKey, replayMarks } from '../jsonrpc/verdicts';
 import {
-  BODY_OMITTED_HEADER,
   type Call,
   expiresHeader,
   OUTCOME_HEADER,
-  type Outcome,
-  type ProtectedDeps,
   type ProtectedRequest,
-  type Protocol,
+  type ProtocolAdapter,
   recordIdOf,
+  type Verdict,
 } from '../protected/protocol';
-import { attachClient } from '../protected/outgoing';
-import { forwardUnstored } from '../protected/shadow';
-import type { HeaderPairs, StoredResponse } from '../store/record';
-import { callPlaceOf, type InFlightToolCalls, sessionOf } from './in-flight-calls';
+import { attachClient } from '../protected/attach';
+import type { StoredResponse } from '../store/record';
 import {
-  INVALID_REQUEST,
-  JSON_HEADERS,
   jsonRpcError,
   storedUnknownOutcome,
-  withId,
   withRetryAfterData,
   writeJsonRpcError,
   writeTransportError,
-} from './jsonrpc';
-import { type BodyRefusal, readMcpBody } from './read-body';
+} from './errors';
+import { callPlaceOf, type InFlightToolCalls, sessionOf } from './in-flight-calls';
+import { toolProbe } from './reconcile-probe';
 import { ToolCallAnswer } from './tool-call-answer';
 import {
   derivedToolCallKey,
@@ -56,20 +53,16 @@ export interface ToolCall extends Call {
 }
 
 /**
- * The MCP protocol over `toolCalls`, the calls this process is forwarding: a client's cancel of
+ * The MCP adapter over `toolCalls`, the calls this process is forwarding: a client's cancel of
  * one of them is held, so the call finishes and its result is stored for the retry.
  */
-export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
+export function mcpAdapter(toolCalls: InFlightToolCalls): ProtocolAdapter<ToolCall> {
   return {
-    read: (deps, request) => readToolCall(deps, request, toolCalls),
-    replay(request, call, stored, replayed) {
-      writeStoredMessage(
-        request.res,
-        call,
-        stored,
-        replayed ? replayHeaders(request, call, stored) : [],
-      );
-    },
+    name: 'mcp',
+    serves: (policy) => Boolean(policy.mcp),
+    read: (request) => readToolCall(request, toolCalls),
+    replay: (request, call, stored, replayed) =>
+      writeStoredMessage(request, call, stored, replayed),
     refuse(request, call, error) {
       writeJsonRpcError(request.res, call.idText, jsonRpcError(error));
     },
@@ -96,7 +89,7 @@ export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
     attach(request, call, live) {
       // The first call's events so far, then the rest live, then its final message under this
       // caller's own id.
-      const marks = replayHeaders(request, call, { bodyOmitted: false });
+      const marks = replayMarks(request, call, false);
       return attachClient(
         request,
         live,
@@ -107,26 +100,31 @@ export function mcpProtocol(toolCalls: InFlightToolCalls): Protocol<ToolCall> {
             : Buffer.from(`event: message\ndata: ${withId(final, call.idText).toString()}\n\n`),
       );
     },
+    probe: toolProbe,
   };
 }
 
+type Refusal = Extract<Verdict<ToolCall>, { kind: 'refuse' }>;
+
+/** A JSON-RPC error under `idText`, answered by the pipeline. */
+function rpcRefusal(
+  idText: string,
+  error: Parameters<typeof writeJsonRpcError>[2],
+  outcome: Refusal['outcome'],
+): Refusal {
+  return { kind: 'refuse', outcome, answer: (res) => writeJsonRpcError(res, idText, error) };
+}
+
 async function readToolCall(
-  deps: ProtectedDeps,
   request: ProtectedRequest,
   toolCalls: InFlightToolCalls,
-): Promise<ToolCall | Outcome> {
-  const { req, res, route, policy } = request;
+): Promise<Verdict<ToolCall>> {
+  const { req, route, policy } = request;
   const mcp = policy.mcp!;
   const read = await readMcpBody(req, policy.maxRequestBytes);
-  if (read.kind === 'gone') {
-    res.destroy(); // the client went away mid-body: nothing to answer
-    return { label: 'error' };
-  }
-  if (read.kind === 'refused') {
-    // The unread rest of a body over the limit would be parsed as the next request.
-    if (read.unread) res.shouldKeepAlive = false;
-    return refuseBody(res, read.refusal);
-  }
+  // The client went away mid-body: nothing to answer.
+  if (read.kind === 'gone') return CLIENT_LEFT;
+  if (read.kind === 'refused') return refuseBody(read.refusal, read.unread);
   // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
   if (read.decoded) delete req.headers['content-encoding'];
   const body = read.body;
@@ -134,28 +132,23 @@ async function readToolCall(
   const message = readMcpMessage(read.parsed, mcp);
   switch (message.kind) {
     case 'pass':
-      return forwardUnstored(deps, request, sentKeyHeader(request), body, {
-        label: 'passthrough',
-      });
+      return passedWithSentKey(body);
     case 'cancel':
       if (!toolCalls.has(callPlaceOf(policy, req.headers), message.requestIdText))
-        return forwardUnstored(deps, request, sentKeyHeader(request), body, {
-          label: 'passthrough',
-        });
-      res.writeHead(202, { 'content-length': '0' });
-      res.end();
-      return { label: 'cancel_held' };
+        return passedWithSentKey(body);
+      return { kind: 'refuse', outcome: { label: 'cancel_held' }, answer: holdCancel };
     case 'batch-with-call':
-    case 'notification-call':
-      writeJsonRpcError(res, 'null', {
+    case 'notification-call': {
+      const error = {
         code: INVALID_REQUEST,
         message:
           message.kind === 'batch-with-call'
             ? `The batch contains a tools/call for "${message.tool}", which runs at most once through this proxy; batches cannot be, so send each tools/call as a message of its own.`
             : `The tools/call for "${message.tool}" has no id, so nothing would come back to store or replay; send it as a request with an id.`,
         data: { type: 'idempotency_call_not_supported' },
-      });
-      return { label: 'bad_request', tool: message.tool };
+      };
+      return rpcRefusal('null', error, { label: 'bad_request', tool: message.tool });
+    }
   }
 
   const { call, parsed } = message;
@@ -167,21 +160,19 @@ async function readToolCall(
   );
   if (sent !== undefined && !sent.ok) {
     const error = new ProxyError('IDEMPOTENCY_KEY_INVALID', sent.detail, { route: route.name });
-    writeJsonRpcError(res, call.idText, jsonRpcError(error));
-    return { label: 'invalid_key', tool: call.tool };
+    return rpcRefusal(call.idText, jsonRpcError(error), { label: 'invalid_key', tool: call.tool });
   }
   // A route that names where its protocol puts the key (key.body) requires it unless told not to;
   // without key.body a call without a key is keyed by its tool and arguments.
   if (sent === undefined && policy.key.body !== null && policy.key.required) {
     const detail = missingKeyDetail(policy.key);
     const error = new ProxyError('IDEMPOTENCY_KEY_MISSING', detail, { route: route.name });
-    writeJsonRpcError(res, call.idText, jsonRpcError(error));
-    return { label: 'missing_key', tool: call.tool };
+    return rpcRefusal(call.idText, jsonRpcError(error), { label: 'missing_key', tool: call.tool });
   }
   const key = sent?.key ?? derivedToolCallKey(call, parsed, mcp);
   // A derived key's record lives for key.window instead of ttl.
   const callPolicy = sent === undefined ? derivedKeyPolicy(policy) : policy;
-  return {
+  const toolCall: ToolCall = {
     id: recordIdOf(request, callPolicy, key),
     policy: callPolicy,
     keyDerived: sent === undefined,
@@ -190,39 +181,45 @@ async function readToolCall(
     tool: call.tool,
     idText: call.idText,
   };
+  return { kind: 'protect', call: toolCall };
+}
+
+/** A cancel of a call running here is held: the call finishes and its result is stored. */
+function holdCancel(res: ServerResponse): void {
+  res.writeHead(202, { 'content-length': '0' });
+  res.end();
 }
 
 /** A body the proxy could not read: answered, never forwarded, whatever it might have been. */
-function refuseBody(res: ServerResponse, refusal: BodyRefusal): Outcome {
+function refuseBody(refusal: BodyRefusal, unread: boolean): Verdict<ToolCall> {
   const data: Record<string, unknown> = { type: refusal.type };
   if (refusal.errorCode !== undefined) data.code = refusal.errorCode;
-  writeTransportError(res, refusal.status, {
-    code: refusal.code,
-    message: refusal.message,
-    data,
-  });
-  return { label: refusal.status === 413 ? 'too_large' : 'bad_request' };
+  return {
+    kind: 'refuse',
+    outcome: { label: refusal.status === 413 ? 'too_large' : 'bad_request' },
+    answer: (res) => {
+      // The unread rest of a body over the limit would be parsed as the next request.
+      if (unread) res.shouldKeepAlive = false;
+      writeTransportError(res, refusal.status, {
+        code: refusal.code,
+        message: refusal.message,
+        data,
+      });
+    },
+  };
 }
 
-/** What marks a replay, as on REST routes. */
-function replayHeaders(
+/**
+ * A stored tool result (or stored unknown outcome) under this caller's JSON-RPC id; marked as a
+ * replay when it is one (not to the request that made it).
+ */
+function writeStoredMessage(
   request: ProtectedRequest,
   call: ToolCall,
-  stored: Pick<StoredResponse, 'bodyOmitted'>,
-): HeaderPairs {
-  const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
-  if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
-  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-  return extra;
-}
-
-/** A stored tool result (or stored unknown outcome) under this caller's JSON-RPC id. */
-function writeStoredMessage(
-  res: ServerResponse,
-  call: ToolCall,
   stored: StoredResponse,
-  extra: HeaderPairs,
+  replayed: boolean,
 ): void {
+  const extra = replayed ? replayMarks(request, call, stored.bodyOmitted) : [];
   // What the stored answer says of its outcome (unknown, or reconciled with the upstream) and, for
   // an unknown one on a route that probes, when to retry (docs/reconcile.md).
   const said = stored.headers.filter(([name]) => name === OUTCOME_HEADER || name === 'retry-after');
@@ -240,14 +237,5 @@ function writeStoredMessage(
     stored.outcomeUnknown && retryAfter !== undefined && /^\d+$/.test(retryAfter)
       ? withRetryAfterData(stored.body, Number(retryAfter))
       : stored.body;
-  writeWhole(res, 200, headers, withId(body, call.idText), all);
-}
-
-/**
- * A message the route does not protect goes up with the key header it was sent with (an unlisted
- * tool's server may dedupe on it itself), under forwardKeyAs like a claimed call's key.
- */
-function sentKeyHeader(request: ProtectedRequest): string | undefined {
-  const value = request.req.headers[request.policy.key.header];
-  return typeof value === 'string' ? value : undefined;
+  writeWhole(request.res, 200, headers, withId(body, call.idText), all);
 }

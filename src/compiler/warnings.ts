@@ -4,7 +4,7 @@
 import { leaseWarnings } from './lease-warnings';
 import { routingWarnings } from './routing-warnings';
 import { tenantWarnings } from './tenant-warnings';
-import type { ProxyConfig } from './types';
+import type { ProxyConfig } from '../config/types';
 
 export interface ConfigWarning {
   readonly route: string;

@@ -1,9 +1,9 @@
 // Why the store's database cannot be used, said so that a person can fix it: which server, what it
 // answered, and which setting to look at. Startup waits for a server that refuses connections (it
 // may still be starting: docker-compose order); everything else fails at once with a hint.
-import { maskPassword } from '../config/describe';
-import { SQLSTATE } from '../db/sqlstate';
-import { storeTlsProblem } from '../db/tls-problem';
+import { maskPassword } from './masked-url';
+import { SQLSTATE } from './sqlstate';
+import { storeTlsProblem } from './tls-problem';
 import type { StoreTlsConfig } from '../config/types';
 import { StartupError } from '../startup-error';
 

@@ -1,6 +1,6 @@
 // Reads the YAML config and reports every problem with file, YAML path, line and column. Pipeline:
 // YAML (kept as a document, so every node has a source range) → plain values with ${VAR}
-// interpolated → zod (schema.ts) → cross-field checks and compilation (compile.ts). All issues of
+// interpolated → zod (../config/schema.ts) → cross-field checks and compilation (compile.ts). All issues of
 // one stage are reported together; a stage that fails stops the later ones, since their input would
 // be guesswork (a YAML syntax error makes every later location unreliable).
 import fs from 'node:fs';
@@ -10,12 +10,13 @@ import type { z } from 'zod';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { StartupError } from '../startup-error';
 import { compileConfig } from './compile';
-import { formatPath, type IssuePath, type PathIssue } from './path-issue';
-import { maskPassword } from './describe';
-import { recordEnvSources, variableList } from './env-sources';
+import { formatPath, type IssuePath, type PathIssue } from '../config/path-issue';
+import { maskPassword } from '../db/masked-url';
+import { recordEnvSources, variableList } from '../config/env-sources';
 import { interpolate } from './interpolate';
-import { configSchema, knownKeysOf } from './schema';
-import type { ProxyConfig } from './types';
+import { configSchema } from '../config/schema';
+import { knownKeysOf } from '../config/schema-formats';
+import type { ProxyConfig } from '../config/types';
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): ProxyConfig {
   return loadConfigSource(file, env).config;

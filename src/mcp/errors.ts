@@ -2,28 +2,20 @@
 // JSON-RPC client reads only the body of an HTTP 200, so every refusal of a tool call the proxy
 // makes on an MCP route is a JSON-RPC error under the request's `id`, with the HTTP status it would
 // have had on a REST route as its `code` and a `data.type` a program can branch on. A body that
-// cannot be read at all (read-body.ts) has no id: it is answered as the SDK's server answers one,
-// with the HTTP status and a JSON-RPC code of JSON-RPC's or the SDK's own (writeTransportError).
-//
-// A stored tool result is kept without its `id` (STORED_PREFIX + the rest of the message), because
-// each retry carries an id of its own: a replay splices the retry's id in front of the rest.
+// cannot be read at all (../jsonrpc/read-body.ts) has no id: it is answered as the SDK's server
+// answers one, with the HTTP status and a JSON-RPC code of JSON-RPC's or the SDK's own
+// (writeTransportError).
 import type { ServerResponse } from 'node:http';
 import type { ErrorCode, ProxyError } from '../errors';
-import { writeWhole } from '../http/response';
+import { writeWhole, tooLateToAnswer } from '../http/response';
+import {
+  errorMessage,
+  JSON_HEADERS,
+  type JsonRpcErrorObject,
+  STORED_PREFIX_BYTES,
+  storedMessage,
+} from '../jsonrpc/jsonrpc';
 import type { HeaderPairs, StoredResponse } from '../store/record';
-
-/** Every message the proxy stores for an MCP route begins with these bytes (ids come after). */
-export const STORED_PREFIX = '{"jsonrpc":"2.0",';
-const STORED_PREFIX_BYTES = Buffer.from(STORED_PREFIX);
-
-export const JSON_HEADERS: HeaderPairs = [['content-type', 'application/json']];
-
-/** JSON-RPC's own code for a request the receiver will not take (JSON-RPC 2.0 §5.1). */
-export const INVALID_REQUEST = -32600;
-/** JSON-RPC's code for a message that cannot be read as JSON (JSON-RPC 2.0 §5.1). */
-export const PARSE_ERROR = -32700;
-/** The code the MCP SDK's server gives a request its HTTP transport refuses (413, 415, ...). */
-export const TRANSPORT_ERROR = -32000;
 
 /** `data.type` of the refusals src/mcp/README.md names; every other code is its lower-cased name. */
 const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
@@ -34,12 +26,6 @@ const ERROR_TYPES: Partial<Record<ErrorCode, string>> = {
   STORE_BUSY: 'idempotency_store_unavailable',
   IDEMPOTENCY_KEY_INVALID: 'idempotency_key_invalid',
 };
-
-export interface JsonRpcErrorObject {
-  readonly code: number;
-  readonly message: string;
-  readonly data: Record<string, unknown>;
-}
 
 /**
  * The JSON-RPC error for one of the proxy's own answers. `outcomeUnknown` marks an upstream failure
@@ -56,11 +42,6 @@ export function jsonRpcError(error: ProxyError, outcomeUnknown = false): JsonRpc
   return { code: error.status, message: error.message, data };
 }
 
-/** A whole JSON-RPC error response; `idText` is the request's id as JSON text ('null' if unknown). */
-export function errorMessage(idText: string, error: JsonRpcErrorObject): string {
-  return `${STORED_PREFIX}"id":${idText},"error":${JSON.stringify(error)}}`;
-}
-
 /** Answers a JSON-RPC request with an error: HTTP 200, as MCP's Streamable HTTP transport expects. */
 export function writeJsonRpcError(
   res: ServerResponse,
@@ -68,10 +49,7 @@ export function writeJsonRpcError(
   error: JsonRpcErrorObject,
   extra: HeaderPairs = [],
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   writeWhole(res, 200, JSON_HEADERS, Buffer.from(errorMessage(idText, error)), extra);
 }
 
@@ -84,17 +62,9 @@ export function writeTransportError(
   status: number,
   error: JsonRpcErrorObject,
 ): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
+  if (tooLateToAnswer(res)) return;
   const body = JSON.stringify({ jsonrpc: '2.0', error, id: null });
   writeWhole(res, status, JSON_HEADERS, Buffer.from(body));
-}
-
-/** A tool's final response as stored: the message without its id, as JSON. */
-export function storedMessage(member: 'result' | 'error', valueJson: string): Buffer {
-  return Buffer.from(`${STORED_PREFIX}"${member}":${valueJson}}`);
 }
 
 /** The stored answer for an MCP call that may have run (unknownOutcome: fail keeps it). */
@@ -127,14 +97,4 @@ export function withRetryAfterData(stored: Buffer, retryAfterSeconds: number): B
     'error',
     JSON.stringify({ ...error, data: { ...error.data, retryAfter: retryAfterSeconds } }),
   );
-}
-
-/**
- * A stored message under the retry's id. A record that is not one of ours (a `group` shared with a
- * REST route) is returned as it was stored.
- */
-export function withId(stored: Buffer, idText: string): Buffer {
-  if (!stored.subarray(0, STORED_PREFIX_BYTES.length).equals(STORED_PREFIX_BYTES)) return stored;
-  const id = Buffer.from(`"id":${idText},`);
-  return Buffer.concat([STORED_PREFIX_BYTES, id, stored.subarray(STORED_PREFIX_BYTES.length)]);
 }

@@ -2,7 +2,7 @@
 // credential does: an agent whose OAuth access token is refreshed between a call that timed out and
 // its retry lands in another scope, and the retry runs again. Not an error — a static API key is a
 // stable tenant — but `check` and startup say so, and point at scoping by a verified claim.
-import type { ProxyConfig } from './types';
+import type { ProxyConfig } from '../config/types';
 
 /** Headers that carry a bearer credential (a token that is refreshed or rotated), lower-case. */
 const CREDENTIAL_HEADERS: ReadonlySet<string> = new Set([

@@ -2,8 +2,8 @@
 // and how the proxy's answers are written — JSON-RPC under each caller's own id, or HTTP+JSON as
 // the agent gave them.
 //
-//   body ─┬─ unreadable (mcp/read-body.ts) ─────────► refused, never forwarded
-//         └─ message ─┬─ not a send ────────────────► forwarded unstored
+//   body ─┬─ unreadable (../jsonrpc/read-body.ts) ──► refused, never forwarded
+//         └─ message ─┬─ not a send ────────────────► passed (the pipeline forwards it)
 //                     ├─ batch with a send, no id, ─► refused (-32600, -32602)
 //                     │  no messageId
 //                     └─ send ─► key (header | message.messageId) ─► the pipeline, as any call
@@ -11,20 +11,18 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
-import { JSON_HEADERS, withId } from '../mcp/jsonrpc';
-import { type BodyRefusal, readMcpBody } from '../mcp/read-body';
+import { JSON_HEADERS, withId } from '../jsonrpc/jsonrpc';
+import { type BodyRefusal, readMcpBody } from '../jsonrpc/read-body';
+import { CLIENT_LEFT, passedWithSentKey, replayMarks } from '../jsonrpc/verdicts';
 import {
-  BODY_OMITTED_HEADER,
   type Call,
   OUTCOME_HEADER,
-  type Outcome,
-  type ProtectedDeps,
   type ProtectedRequest,
-  type Protocol,
+  type ProtocolAdapter,
   recordIdOf,
+  type Verdict,
 } from '../protected/protocol';
-import { forwardUnstored } from '../protected/shadow';
-import type { HeaderPairs, StoredResponse } from '../store/record';
+import type { StoredResponse } from '../store/record';
 import {
   type A2aProblem,
   a2aProblem,
@@ -32,7 +30,8 @@ import {
   writeRestError,
   writeRpcError,
 } from './errors';
-import { EVENT_STREAM, isEventStream, SendAnswer } from './send-answer';
+import { EVENT_STREAM, isEventStream } from '../jsonrpc/answer';
+import { SendAnswer } from './send-answer';
 import {
   type A2aSendRequest,
   isRestSendPath,
@@ -46,11 +45,11 @@ export interface A2aCall extends Call {
   readonly send: A2aSendRequest;
 }
 
-export const A2A: Protocol<A2aCall> = {
+export const A2A: ProtocolAdapter<A2aCall> = {
+  name: 'a2a',
+  serves: (policy) => Boolean(policy.a2a),
   read: readSend,
-  replay(request, call, stored, replayed) {
-    writeStored(request.res, call, stored, replayed ? replayHeaders(request, stored) : []);
-  },
+  replay: (request, call, stored, replayed) => writeStored(request, call, stored, replayed),
   refuse(request, call, error) {
     refuseSend(request.res, call.send, a2aProblem(error));
   },
@@ -70,33 +69,23 @@ export const A2A: Protocol<A2aCall> = {
   },
 };
 
-async function readSend(
-  deps: ProtectedDeps,
-  request: ProtectedRequest,
-): Promise<A2aCall | Outcome> {
-  const { req, res, route, policy, target } = request;
+async function readSend(request: ProtectedRequest): Promise<Verdict<A2aCall>> {
+  const { req, route, policy, target } = request;
   const read = await readMcpBody(req, policy.maxRequestBytes);
-  if (read.kind === 'gone') {
-    res.destroy(); // the client went away mid-body: nothing to answer
-    return { label: 'error' };
-  }
+  // The client went away mid-body: nothing to answer.
+  if (read.kind === 'gone') return CLIENT_LEFT;
   const restSend = isRestSendPath(target.path);
   if (read.kind === 'refused') {
-    // The unread rest of a body over the limit would be parsed as the next request.
-    if (read.unread) res.shouldKeepAlive = false;
     // An empty body cannot be a send (HTTP+JSON's POST /tasks/{id}:cancel has none).
     if (!restSend && read.refusal.type === 'json_invalid' && hasNoBody(req.headers))
-      return forwardUnstored(deps, request, sentKeyHeader(request), Buffer.alloc(0), {
-        label: 'passthrough',
-      });
-    return refuseBody(res, restSend, read.refusal);
+      return passedWithSentKey(Buffer.alloc(0));
+    return refuseBody(restSend, read.refusal, read.unread);
   }
   // The upstream gets the bytes that were read, inflated: the header described the bytes as sent.
   if (read.decoded) delete req.headers['content-encoding'];
   const body = read.body;
   const message = readA2aMessage(target.path, read.parsed);
-  if (message.kind === 'pass')
-    return forwardUnstored(deps, request, sentKeyHeader(request), body, { label: 'passthrough' });
+  if (message.kind === 'pass') return passedWithSentKey(body);
   if (message.kind === 'refuse') {
     const problem: A2aProblem = {
       status: 400,
@@ -105,9 +94,13 @@ async function readSend(
       message: message.message,
       metadata: {},
     };
-    if (message.rpc) writeRpcError(res, message.idText ?? 'null', problem);
-    else writeRestError(res, problem);
-    return { label: 'bad_request' };
+    const { rpc, idText } = message;
+    return {
+      kind: 'refuse',
+      outcome: { label: 'bad_request' },
+      answer: (res) =>
+        rpc ? writeRpcError(res, idText ?? 'null', problem) : writeRestError(res, problem),
+    };
   }
   const { send } = message;
   const headerLines = keyHeaderLines(req, policy.key.header);
@@ -121,10 +114,14 @@ async function readSend(
     });
     const problem = a2aProblem(error);
     // A messageId the proxy cannot key on is the message's params that are invalid.
-    refuseSend(res, send, headerLines === undefined ? { ...problem, rpcCode: -32602 } : problem);
-    return { label: 'invalid_key' };
+    const said = headerLines === undefined ? { ...problem, rpcCode: -32602 } : problem;
+    return {
+      kind: 'refuse',
+      outcome: { label: 'invalid_key' },
+      answer: (res) => refuseSend(res, send, said),
+    };
   }
-  return {
+  const call: A2aCall = {
     id: recordIdOf(request, policy, parsedKey.key),
     policy,
     keyDerived: false,
@@ -132,6 +129,7 @@ async function readSend(
     body,
     send,
   };
+  return { kind: 'protect', call };
 }
 
 function refuseSend(res: ServerResponse, send: A2aSendRequest, problem: A2aProblem): void {
@@ -140,7 +138,7 @@ function refuseSend(res: ServerResponse, send: A2aSendRequest, problem: A2aProbl
 }
 
 /** A body the proxy could not read: answered, never forwarded, whatever it might have been. */
-function refuseBody(res: ServerResponse, restSend: boolean, refusal: BodyRefusal): Outcome {
+function refuseBody(restSend: boolean, refusal: BodyRefusal, unread: boolean): Verdict<A2aCall> {
   const metadata: Record<string, string> = {};
   if (refusal.errorCode !== undefined) metadata.code = refusal.errorCode;
   const problem: A2aProblem = {
@@ -150,9 +148,16 @@ function refuseBody(res: ServerResponse, restSend: boolean, refusal: BodyRefusal
     message: BODY_MESSAGES[refusal.type] ?? refusal.message,
     metadata,
   };
-  if (restSend) writeRestError(res, problem);
-  else writeRpcError(res, undefined, problem);
-  return { label: refusal.status === 413 ? 'too_large' : 'bad_request' };
+  return {
+    kind: 'refuse',
+    outcome: { label: refusal.status === 413 ? 'too_large' : 'bad_request' },
+    answer: (res) => {
+      // The unread rest of a body over the limit would be parsed as the next request.
+      if (unread) res.shouldKeepAlive = false;
+      if (restSend) writeRestError(res, problem);
+      else writeRpcError(res, undefined, problem);
+    },
+  };
 }
 
 /** The body reader's refusals, told in A2A's words (its own speak of MCP tools). */
@@ -171,11 +176,14 @@ const BODY_MESSAGES: Readonly<Record<string, string>> = {
 
 /** A stored answer, under this caller's JSON-RPC id where it has one; a stream as events. */
 function writeStored(
-  res: ServerResponse,
+  request: ProtectedRequest,
   call: A2aCall,
   stored: StoredResponse,
-  extra: HeaderPairs,
+  replayed: boolean,
 ): void {
+  const { res } = request;
+  // Marked as a replay when it is one (not to the request that made it).
+  const extra = replayed ? replayMarks(request, call, stored.bodyOmitted) : [];
   const { idText } = call.send;
   const contentType = stored.headers.find(([name]) => name === 'content-type')?.[1];
   if (isEventStream(contentType)) {
@@ -199,22 +207,6 @@ function writeStored(
   const body = idText === undefined ? stored.body : withId(stored.body, idText);
   const headers = stored.headers.length > 0 ? stored.headers : JSON_HEADERS;
   writeWhole(res, stored.status, headers, body, extra);
-}
-
-/** What marks a replay, as on REST routes. */
-function replayHeaders(request: ProtectedRequest, stored: StoredResponse): HeaderPairs {
-  const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
-  if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-  return extra;
-}
-
-/**
- * A message the route does not protect goes up with the key header it was sent with, under
- * forwardKeyAs like a claimed send's key.
- */
-function sentKeyHeader(request: ProtectedRequest): string | undefined {
-  const value = request.req.headers[request.policy.key.header];
-  return typeof value === 'string' ? value : undefined;
 }
 
 /** True when the request has no body: no Content-Length (or 0) and no Transfer-Encoding. */

@@ -2,11 +2,11 @@
 // into the ReconcilePolicy the reconciler runs (docs/reconcile.md).
 import { parseJsonPointer } from '../idempotency/json-pointer';
 import { parseTemplate } from '../reconcile/template';
-import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
-import type { ReconcilePolicy } from './types';
-import { parseDurationMs } from './units';
-import type { IssuePath, PathIssue } from './path-issue';
+import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
+import type { ReconcilePolicy } from '../config/types';
+import { parseDurationMs } from '../config/units';
+import type { IssuePath, PathIssue } from '../config/path-issue';
 
 type ReconcileBlock = NonNullable<IdempotencyBlock['reconcile']>;
 

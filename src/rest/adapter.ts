@@ -13,6 +13,7 @@
 // A sent key's fingerprint is computed only if the store asks for it: a repeat of bytes seen
 // before is answered by their raw fingerprint (store/coalescing-store.ts). Canonical JSON costs a
 // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
+import type { ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
@@ -29,25 +30,28 @@ import {
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId } from '../store/record';
-import { attachClient } from './outgoing';
-import { echoedKey, UpstreamAnswer, withEcho } from './rest-answer';
+import { attachClient } from '../protected/attach';
 import {
   BODY_OMITTED_HEADER,
   type Call,
   expiresHeader,
   OUTCOME_HEADER,
-  type Outcome,
-  type ProtectedDeps,
   type ProtectedRequest,
-  type Protocol,
+  type ProtocolAdapter,
   recordIdOf,
   UnreadableCall,
-} from './protocol';
-import { passThroughInShadow, readBodyOrRewind, forwardUnstored } from './shadow';
+  type Verdict,
+} from '../protected/protocol';
+import { readBodyOrRewind } from '../protected/outgoing';
+import { requestProbe } from '../reconcile/http-probe';
+import { echoedKey, UpstreamAnswer, withEcho } from './answer';
 
 const EMPTY_BODY = Buffer.alloc(0);
 
-export const REST: Protocol<Call> = {
+export const REST: ProtocolAdapter<Call> = {
+  name: 'rest',
+  // Every protected route that names no other protocol.
+  serves: () => true,
   read: readRestCall,
   replay(request, call, stored, replayed) {
     const expires = expiresHeader(stored.expiresAt);
@@ -95,14 +99,27 @@ export const REST: Protocol<Call> = {
       ...echoedKey(request.policy, call.id.key, headers),
     ]);
   },
+  probe: requestProbe,
 };
 
-/** The call in a protected REST request, or how the request was finished without one. */
-async function readRestCall(
-  deps: ProtectedDeps,
+type Refusal = Extract<Verdict<Call>, { kind: 'refuse' }>;
+
+/** A refusal answered in the route's error shape (problem+json, or its profile's). */
+function refusal(
   request: ProtectedRequest,
-): Promise<Call | Outcome> {
-  const { req, res, route, policy, target } = request;
+  error: ProxyError,
+  outcome: Refusal['outcome'],
+): Refusal {
+  return {
+    kind: 'refuse',
+    outcome,
+    answer: (res) => sendProblem(res, error, [], request.policy.errorShape),
+  };
+}
+
+/** The call in a protected REST request, or what becomes of the request without one. */
+async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
+  const { req, route, policy, target } = request;
   const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
   // No key header on a route with key.body or key.derive: the key is read from the body, or
   // derived, once the body is read. A key that was sent but is invalid is never replaced by another:
@@ -113,21 +130,9 @@ async function readRestCall(
     (policy.key.derive !== null || policy.key.body !== null);
   if (!parsed.ok && !later) {
     const missing = parsed.problem === 'missing';
-    if (missing && !policy.key.required) {
-      // No key and none required: forwarded unprotected, streamed like any pass-through request.
-      deps.passThrough.web(req, res, route, target, request.trace);
-      return { label: 'passthrough' };
-    }
-    if (!policy.enforce)
-      return passThroughInShadow(
-        deps,
-        request,
-        missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
-      );
-    const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-    const error = new ProxyError(code, parsed.detail, { route: route.name });
-    sendProblem(res, error, [], policy.errorShape);
-    return { label: missing ? 'missing_key' : 'invalid_key' };
+    // No key and none required: forwarded unprotected, streamed like any pass-through request.
+    if (missing && !policy.key.required) return { kind: 'pass', outcome: { label: 'passthrough' } };
+    return keyRefused(request, missing, parsed.detail, undefined);
   }
   const headerKey = parsed.ok ? parsed.key : undefined;
 
@@ -135,26 +140,28 @@ async function readRestCall(
   try {
     read = await readRequestBody(request);
   } catch (error) {
-    if (!(error instanceof BodyTooLargeError)) {
+    if (!(error instanceof BodyTooLargeError))
       // The client went away mid-body: nothing was claimed, nobody to answer.
-      res.destroy();
-      return { label: 'error', key: headerKey };
-    }
+      return { kind: 'refuse', outcome: { label: 'error', key: headerKey }, answer: destroy };
     if (!policy.enforce)
-      return passThroughInShadow(deps, request, 'would_reject_too_large', headerKey);
-    // The unread rest of the body would be parsed as the next request: close the connection.
-    res.shouldKeepAlive = false;
-    sendProblem(
-      res,
-      new ProxyError(
-        'REQUEST_TOO_LARGE',
-        `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
-        { route: route.name, key: headerKey },
-      ),
-      echoedKey(policy, headerKey, []),
-      policy.errorShape,
+      return {
+        kind: 'pass',
+        outcome: { label: 'passthrough', key: headerKey, shadow: 'would_reject_too_large' },
+      };
+    const tooLarge = new ProxyError(
+      'REQUEST_TOO_LARGE',
+      `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
+      { route: route.name, key: headerKey },
     );
-    return { label: 'too_large', key: headerKey };
+    return {
+      kind: 'refuse',
+      outcome: { label: 'too_large', key: headerKey },
+      answer: (res) => {
+        // The unread rest of the body would be parsed as the next request: close the connection.
+        res.shouldKeepAlive = false;
+        sendProblem(res, tooLarge, echoedKey(policy, headerKey, []), policy.errorShape);
+      },
+    };
   }
 
   const input: FingerprintInput = {
@@ -169,7 +176,7 @@ async function readRestCall(
   input.body = body;
   let sentKey = headerKey;
   if (sentKey === undefined && policy.key.body !== null) {
-    const fromBody = await readBodyKey(deps, request, body);
+    const fromBody = readBodyKey(request, body);
     if (!('ok' in fromBody)) return fromBody;
     sentKey = fromBody.key;
   }
@@ -182,14 +189,8 @@ async function readRestCall(
       policy.fingerprint,
       read.sha256 === undefined ? { bytes: body } : { sha256: read.sha256 },
     );
-    return new SentKeyCall(
-      recordIdOf(request, policy, sentKey),
-      policy,
-      raw,
-      body,
-      input,
-      route.name,
-    );
+    const id = recordIdOf(request, policy, sentKey);
+    return { kind: 'protect', call: new SentKeyCall(id, policy, raw, body, input, route.name) };
   }
   try {
     // A route with key.derive gets here without a key, shadow mode with one. A derived key's
@@ -197,64 +198,77 @@ async function readRestCall(
     const key = sentKey ?? deriveKey(policy.key.derive!, input, policy.fingerprint.ignore);
     const fingerprint = computeFingerprint(input, policy.fingerprint);
     const callPolicy = sentKey === undefined ? derivedKeyPolicy(policy) : policy;
-    return {
-      id: recordIdOf(request, callPolicy, key),
-      policy: callPolicy,
-      keyDerived: sentKey === undefined,
-      fingerprint,
-      body,
-    };
+    const id = recordIdOf(request, callPolicy, key);
+    const keyDerived = sentKey === undefined;
+    return { kind: 'protect', call: { id, policy: callPolicy, keyDerived, fingerprint, body } };
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    if (!policy.enforce)
-      return forwardUnstored(deps, request, sentKey, body, {
-        label: 'executed',
-        key: sentKey,
-        shadow: 'would_reject_duplicate_key',
-      });
-    sendProblem(res, duplicateKeyError(route.name, sentKey), [], policy.errorShape);
-    return { label: 'bad_request', key: sentKey };
+    return duplicateKey(request, body, sentKey);
   }
 }
 
 /**
- * The key at key.body in a request sent without a key header: `{ key }` (undefined when the body has
- * none and the route derives one), or how the request was finished — refused 400, or forwarded
- * unprotected when no key is required.
+ * A key that is missing (and required) or invalid: refused 400; in shadow mode passed on as it
+ * would have been refused (streamed when the body is not read yet).
  */
-async function readBodyKey(
-  deps: ProtectedDeps,
+function keyRefused(
+  request: ProtectedRequest,
+  missing: boolean,
+  detail: string,
+  body: Buffer | undefined,
+): Verdict<Call> {
+  if (!request.policy.enforce) {
+    const shadow = missing ? 'would_reject_missing_key' : 'would_reject_invalid_key';
+    return { kind: 'pass', body, outcome: { label: 'passthrough', shadow } };
+  }
+  const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
+  const error = new ProxyError(code, detail, { route: request.route.name });
+  return refusal(request, error, { label: missing ? 'missing_key' : 'invalid_key' });
+}
+
+/** A body with an object that has a key twice: refused 400, or in shadow mode forwarded unstored. */
+function duplicateKey(
   request: ProtectedRequest,
   body: Buffer,
-): Promise<{ ok: true; key: string | undefined } | Outcome> {
-  const { res, route, policy } = request;
+  key: string | undefined,
+): Verdict<Call> {
+  if (!request.policy.enforce) {
+    const outcome = { label: 'executed', key, shadow: 'would_reject_duplicate_key' } as const;
+    return { kind: 'pass', body, key, outcome };
+  }
+  return refusal(request, duplicateKeyError(request.route.name, key), {
+    label: 'bad_request',
+    key,
+  });
+}
+
+const destroy = (res: ServerResponse): void => {
+  res.destroy();
+};
+
+/**
+ * The key at key.body in a request sent without a key header: `{ key }` (undefined when the body has
+ * none and the route derives one), or what becomes of the request — refused 400, or forwarded
+ * unprotected when no key is required.
+ */
+function readBodyKey(
+  request: ProtectedRequest,
+  body: Buffer,
+): { ok: true; key: string | undefined } | Verdict<Call> {
+  const { policy } = request;
   let found;
   try {
     found = keyInBody(parseJson(body), policy.key);
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    if (!policy.enforce)
-      return forwardUnstored(deps, request, undefined, body, {
-        label: 'executed',
-        shadow: 'would_reject_duplicate_key',
-      });
-    sendProblem(res, duplicateKeyError(route.name, undefined), [], policy.errorShape);
-    return { label: 'bad_request' };
+    return duplicateKey(request, body, undefined);
   }
   if (found?.ok) return { ok: true, key: found.key };
   if (found === undefined && policy.key.derive !== null) return { ok: true, key: undefined };
   if (found === undefined && !policy.key.required)
-    return forwardUnstored(deps, request, undefined, body, { label: 'passthrough' });
-  const missing = found === undefined;
-  if (!policy.enforce)
-    return forwardUnstored(deps, request, undefined, body, {
-      label: 'passthrough',
-      shadow: missing ? 'would_reject_missing_key' : 'would_reject_invalid_key',
-    });
+    return { kind: 'pass', body, outcome: { label: 'passthrough' } };
   const detail = found === undefined ? missingKeyDetail(policy.key) : found.detail;
-  const code = missing ? 'IDEMPOTENCY_KEY_MISSING' : 'IDEMPOTENCY_KEY_INVALID';
-  sendProblem(res, new ProxyError(code, detail, { route: route.name }), [], policy.errorShape);
-  return { label: missing ? 'missing_key' : 'invalid_key' };
+  return keyRefused(request, found === undefined, detail, body);
 }
 
 function duplicateKeyError(route: string, key: string | undefined): ProxyError {

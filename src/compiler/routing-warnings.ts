@@ -4,7 +4,7 @@
 // may truly have no `PATCH /refunds` — but `check` and startup say so, since the upstream would run
 // such a write unprotected if it has one.
 import { createRouter } from '../http/router';
-import type { ProxyConfig } from './types';
+import type { ProxyConfig } from '../config/types';
 
 const UNSAFE_METHODS = ['POST', 'PUT', 'PATCH', 'DELETE'] as const;
 

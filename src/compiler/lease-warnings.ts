@@ -1,8 +1,8 @@
 // A lease shorter than the upstream call it protects lets a repeat take over (or settle as unknown)
 // while the first request is still running. Not an error — a deliberate short lease can make sense with
 // an upstream that dedupes on the forwarded key — but worth a loud line at startup and in `check`.
-import { formatDuration } from './units';
-import type { ProxyConfig } from './types';
+import { formatDuration } from '../config/units';
+import type { ProxyConfig } from '../config/types';
 
 /** undici enforces upstream timeouts with about one second of granularity. */
 const TIMER_SLACK_MS = 1_000;

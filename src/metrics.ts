@@ -1,12 +1,12 @@
 // Prometheus metrics (prom-client). Labels are bounded sets only — route names, outcomes, store
 // operations, status classes — never a key or a tenant, which would explode cardinality and leak data.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import type { RequestLogEntry } from '../http/request-log';
-import type { ProtectedObserver } from '../protected/protocol';
-import type { ProbeResult } from '../reconcile/reconciler';
-import type { WriteKind } from '../store/postgres/key-store';
-import type { Settlement } from '../store/postgres/write-outbox';
-import { OutcomeRing } from './outcome-ring';
+import type { RequestLogEntry } from './http/request-log';
+import type { ProtectedObserver } from './protected/protocol';
+import type { ProbeResult } from './reconcile/reconciler';
+import type { WriteKind } from './store/postgres/key-store';
+import type { Settlement } from './store/postgres/write-outbox';
+import { OutcomeRing } from './observability/outcome-ring';
 
 const PREFIX = 'idempotency_proxy_';
 const MAX_TOOL_LABELS = 100;

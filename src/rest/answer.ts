@@ -16,10 +16,15 @@ import { responseHeaderPairs, writeWhole } from '../http/response';
 import type { LiveAnswer } from '../store/live-answer';
 import type { IdempotencyPolicy } from '../config/types';
 import type { HeaderPairs, PartialAnswer, StoredResponse } from '../store/record';
-import type { Settlement } from './decide';
-import { startStreaming, writeChunk } from './outgoing';
-import { type AnswerReceiver, type Call, expiresHeader, type ProtectedRequest } from './protocol';
-import { StreamCapture } from './stream-capture';
+import type { Settlement } from '../protected/decide';
+import { startStreaming, writeChunk } from '../protected/outgoing';
+import {
+  type AnswerReceiver,
+  type Call,
+  expiresHeader,
+  type ProtectedRequest,
+} from '../protected/protocol';
+import { StreamCapture } from '../protected/stream-capture';
 import { isStream } from './stream-rule';
 
 export class UpstreamAnswer implements AnswerReceiver {

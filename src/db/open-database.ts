@@ -6,14 +6,13 @@ import type { Pool } from 'pg';
 import type { Logger } from 'pino';
 import { settingName } from '../config/env-sources';
 import type { ProxyConfig, StoreTlsConfig } from '../config/types';
-import { createPool } from '../db/pool';
+import { createPool } from './pool';
 import { embeddedDataDir } from '../embedded/data-dir-placement';
-import { databaseErrorFields, serverAddress } from '../db/store-failure';
+import { databaseErrorFields, serverAddress } from './store-failure';
 import { postmasterLogFile } from '../embedded/postgres-process';
 import { RESTART_ATTEMPTS } from '../embedded/embedded-supervisor';
 import type { EmbeddedStatus, SupervisorEvents } from '../embedded/embedded-supervisor';
 import { StartupError } from '../startup-error';
-import type { Command } from './args';
 import { databaseStartupError, isConnectionError, reasonOf, serverOf } from './database-errors';
 
 export interface OpenDatabase {
@@ -41,7 +40,7 @@ export interface OpenOptions {
 export async function openDatabase(
   config: ProxyConfig,
   logger: Logger,
-  command: Command,
+  command: string,
   options: OpenOptions = {},
 ): Promise<OpenDatabase> {
   let url = config.store.url;
@@ -97,7 +96,7 @@ interface EmbeddedHandle {
 async function openEmbedded(
   config: ProxyConfig,
   logger: Logger,
-  command: Command,
+  command: string,
   options: OpenOptions,
 ): Promise<EmbeddedHandle> {
   // Where the data really is (as root it may be placed outside the checkout): what every line says.

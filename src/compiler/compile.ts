@@ -7,30 +7,31 @@ import path from 'node:path';
 import { ConfigError, type ConfigIssue } from '../errors';
 import { DERIVED_KEY_LENGTH, DERIVED_KEY_PREFIX } from '../idempotency/derived-key';
 import { fingerprintEpoch } from '../idempotency/fingerprint';
-import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from './schema';
-import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from './schema';
+import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
+import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
 import type {
   IdempotencyPolicy,
-  JwtConfig,
-  McpPolicy,
   ProxyConfig,
   RequestPart,
   RouteConfig,
   UpstreamConfig,
   UpstreamTlsConfig,
-} from './types';
-import { readJwksFile } from './jwks-file';
-import { readServerTls, readStoreTls, readUpstreamTls } from './tls-files';
+} from '../config/types';
+import { readServerTls, readStoreTls, readUpstreamTls } from '../config/tls-files';
 import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
-import { SAFE_METHODS } from './types';
-import { parseDurationMs, parseSizeBytes } from './units';
+import { SAFE_METHODS } from '../config/types';
+import { parseDurationMs, parseSizeBytes } from '../config/units';
+import { settingOf } from '../config/setting';
+import { checkA2aRoute } from './a2a-config';
+import { checkJwtTenants, compileJwt } from './jwt-config';
+import { checkMcpRoute, compileMcp, keyMaxLength } from './mcp-config';
 import { checkReconcile, compileReconcile } from './reconcile-config';
 import { problemJson } from '../http/problem';
 import { PROFILES } from '../profiles';
 import { applyProfile } from '../profiles/apply';
 import { checkProfileRoute } from '../profiles/check';
-import { formatPath, type IssuePath, type PathIssue } from './path-issue';
+import { formatPath, type IssuePath, type PathIssue } from '../config/path-issue';
 
 export type Locate = (issue: PathIssue) => Pick<ConfigIssue, 'line' | 'column'>;
 
@@ -234,141 +235,24 @@ function checkProtectedRoute(
     issues.push(...checkProfileRoute(PROFILES[block.profile], block, defaults, at, BUILT_IN.ttl));
   if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
+  const path = [...at, 'idempotency'];
   const derive = block.key?.derive ?? defaults?.key?.derive;
-  if ((block.key?.window ?? defaults?.key?.window) !== undefined && derive === undefined) {
-    const where = block.key?.window !== undefined ? [...at, 'idempotency'] : ['defaults'];
+  const window = settingOf(block, defaults, path, (b) => b.key?.window, ['key', 'window']);
+  if (window !== undefined && derive === undefined) {
     issues.push({
-      path: [...where, 'key', 'window'],
+      path: window.path,
       message:
         'key.window is only allowed together with key.derive (it is a derived key’s lifetime)',
     });
   }
   // A derived key is stored, logged and forwarded like a sent one, so it must fit the same limit.
-  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
-  if (derive !== undefined && maxLength < DERIVED_KEY_LENGTH) {
-    const where = block.key?.maxLength !== undefined ? [...at, 'idempotency'] : ['defaults'];
+  const maxLength = keyMaxLength(block, defaults, path);
+  if (derive !== undefined && maxLength.value < DERIVED_KEY_LENGTH) {
     issues.push({
-      path: [...where, 'key', 'maxLength'],
+      path: maxLength.path,
       message: `expected at least ${DERIVED_KEY_LENGTH} with key.derive: a derived key ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
     });
   }
-  return issues;
-}
-
-/**
- * An MCP route keys and fingerprints tool calls itself (src/mcp/README.md), from the tool name and
- * its arguments: the REST settings for that would be silently ignored, so they are refused here.
- */
-function checkMcpRoute(
-  block: IdempotencyBlock,
-  defaults: IdempotencyBlock | undefined,
-  at: IssuePath,
-): PathIssue[] {
-  const issues: PathIssue[] = [];
-  const own = [...at, 'idempotency'];
-  if (block.key?.derive !== undefined)
-    issues.push({
-      path: [...own, 'key', 'derive'],
-      message:
-        'an MCP route derives a missing key from the tool name and arguments; remove key.derive (mcp.ignore leaves arguments out)',
-    });
-  if (block.fingerprint !== undefined)
-    issues.push({
-      path: [...own, 'fingerprint'],
-      message:
-        'an MCP route fingerprints the tool name and arguments; remove fingerprint (use mcp.ignore to leave arguments out)',
-    });
-  const maxLength = block.key?.maxLength ?? defaults?.key?.maxLength ?? BUILT_IN.key.maxLength;
-  if (maxLength < DERIVED_KEY_LENGTH) {
-    const where = block.key?.maxLength !== undefined ? own : ['defaults'];
-    issues.push({
-      path: [...where, 'key', 'maxLength'],
-      message: `expected at least ${DERIVED_KEY_LENGTH} on an MCP route: a key derived from a tool call ("${DERIVED_KEY_PREFIX}" and a base64url SHA-256) is ${DERIVED_KEY_LENGTH} characters long`,
-    });
-  }
-  return issues;
-}
-
-/** A `jwt:<claim>` tenant part needs keys to verify tokens with: refused at the part without auth.jwt. */
-function checkJwtTenants(parsed: ParsedConfig): PathIssue[] {
-  if (parsed.auth?.jwt !== undefined) return [];
-  const blocks: [IssuePath, IdempotencyBlock | undefined][] = [
-    [['defaults'], parsed.defaults],
-    ...parsed.routes.map((route, i): [IssuePath, IdempotencyBlock | undefined] => [
-      ['routes', i, 'idempotency'],
-      typeof route.idempotency === 'object' ? route.idempotency : undefined,
-    ]),
-  ];
-  return blocks.flatMap(([at, block]) =>
-    (block?.tenant ?? []).flatMap((part, j) =>
-      part.startsWith(JWT_PREFIX)
-        ? [
-            {
-              path: [...at, 'tenant', j],
-              message: `${part} scopes keys by a claim of the verified bearer token: configure auth.jwt (jwks, issuer, audience) so tokens can be verified`,
-            },
-          ]
-        : [],
-    ),
-  );
-}
-
-/** auth.jwt with its units converted; a JWKS file is read and checked here, relative to the config. */
-function compileJwt(
-  block: NonNullable<ParsedConfig['auth']>['jwt'],
-  baseDir: string,
-  issues: PathIssue[],
-): JwtConfig | null {
-  if (block === undefined) return null;
-  const list = (value: string | string[]): string[] => (Array.isArray(value) ? value : [value]);
-  const remote = /^https?:\/\//i.test(block.jwks);
-  let jwks: JwtConfig['jwks'];
-  if (remote) jwks = { kind: 'url', url: block.jwks };
-  else {
-    const file = path.resolve(baseDir, block.jwks);
-    const keySet = readJwksFile(file, ['auth', 'jwt', 'jwks'], issues);
-    jwks = { kind: 'file', file, keySet: keySet ?? { keys: [] } };
-  }
-  return {
-    jwks,
-    issuer: list(block.issuer),
-    audience: list(block.audience),
-    algorithms: block.algorithms ?? ['RS256', 'ES256'],
-    clockSkewMs: parseDurationMs(block.clockSkew ?? '30s'),
-    cooldownMs: parseDurationMs(block.cooldown ?? '30s'),
-    refreshMs: parseDurationMs(block.refresh ?? '10m'),
-  };
-}
-
-/**
- * An A2A route keys a send by its message.messageId (or the key header) and fingerprints the
- * message (src/a2a/README.md): REST settings for either would be silently ignored, so they are
- * refused here, as is an MCP block beside it.
- */
-function checkA2aRoute(block: IdempotencyBlock, at: IssuePath): PathIssue[] {
-  const own = [...at, 'idempotency'];
-  const issues: PathIssue[] = [];
-  if (block.mcp !== undefined)
-    issues.push({
-      path: [...own, 'a2a'],
-      message: 'a route fronts an MCP server or an A2A agent, not both; remove mcp or a2a',
-    });
-  if (block.key?.derive !== undefined)
-    issues.push({
-      path: [...own, 'key', 'derive'],
-      message:
-        'an A2A route keys a send by message.messageId (or the key header); remove key.derive',
-    });
-  if (block.key?.body !== undefined)
-    issues.push({
-      path: [...own, 'key', 'body'],
-      message: 'an A2A route keys a send by message.messageId (or the key header); remove key.body',
-    });
-  if (block.fingerprint !== undefined)
-    issues.push({
-      path: [...own, 'fingerprint'],
-      message: 'an A2A route fingerprints the message it sends; remove fingerprint',
-    });
   return issues;
 }
 
@@ -513,27 +397,6 @@ function resolvePolicy(
     scopeByPath: false,
   };
   return block.profile === undefined ? policy : applyProfile(policy, PROFILES[block.profile]);
-}
-
-function compileMcp(block: NonNullable<IdempotencyBlock['mcp']>): McpPolicy {
-  const tools = block.tools ?? ['*'];
-  const exact = new Set(tools.filter((tool) => !/[*?]/.test(tool)));
-  const globs = tools.filter((tool) => /[*?]/.test(tool)).map(globPattern);
-  return {
-    protects: (tool) => exact.has(tool) || globs.some((glob) => glob.test(tool)),
-    tools,
-    ignore: (block.ignore ?? []).map((field) => field.split('.').slice(1)),
-  };
-}
-
-/** `refund_*` → /^refund_.*$/: `*` is any run of characters, `?` one, everything else literal. */
-function globPattern(glob: string): RegExp {
-  const source = [...glob]
-    .map((char) =>
-      char === '*' ? '.*' : char === '?' ? '.' : char.replace(/[\\^$.|+()[\]{}]/g, '\\$&'),
-    )
-    .join('');
-  return new RegExp(`^${source}$`, 's');
 }
 
 /** A status is stored when `store` lists it or its class, and `release` does not list it. */

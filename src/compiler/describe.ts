@@ -11,10 +11,11 @@ import type {
   ServerTlsConfig,
   StoreTlsConfig,
   UpstreamTlsConfig,
-} from './types';
+} from '../config/types';
 import { upstreamPath } from '../http/router';
-import { SAFE_METHODS } from './types';
-import { formatDuration, formatSize } from './units';
+import { SAFE_METHODS } from '../config/types';
+import { formatDuration, formatSize } from '../config/units';
+import { maskPassword } from '../db/masked-url';
 
 /**
  * `embeddedDataDir`: where the embedded PostgreSQL's data really is, when that is not the configured
@@ -213,19 +214,4 @@ export function describeStored(storesStatus: (status: number) => boolean): strin
   const listed = [...classes, ...singles.map(String)];
   if (listed.length === 0) return 'nothing';
   return `${listed.join(', ')}${except.length > 0 ? ` except ${except.join(', ')}` : ''}`;
-}
-
-/** postgres://user:***@host/db: the password never reaches a terminal or a CI log. */
-export function maskPassword(url: string): string {
-  let masked = url;
-  try {
-    const parsed = new URL(url);
-    if (parsed.password) {
-      parsed.password = '***';
-      masked = parsed.toString();
-    }
-  } catch {
-    // Not a URL (a keyword/value connection string): fall through to the pattern below.
-  }
-  return masked.replace(/(password=)[^&\s]*/gi, '$1***');
 }
