@@ -237,16 +237,22 @@ export class PostgresKeyStore implements KeyStore {
     // carries if the claim committed, and what releases it.
     const token = randomUUID();
     try {
-      return await this.claims.submit({ request, token }).catch((error: unknown) => {
-        // A Citus coordinator lost its cached connection to a worker (a worker restarted, its
-        // session was ended): the next statement gets a fresh one, so the claim is sent once
-        // more at once rather than answered 503. Safe with the same token: had the first
-        // attempt committed, the row carries this token and the claim comes back as ours.
-        if (!isRelayedConnectionFailure(error)) throw error;
-        return this.claims.submit({ request, token });
-      });
-    } catch (error) {
-      if (mayHaveCommitted(error)) this.releaseLostClaim(request, token);
+      return await this.claims.submit({ request, token });
+    } catch (first) {
+      let error = first;
+      // A Citus coordinator lost its cached connection to a worker (a worker restarted, its
+      // session was ended): the next statement gets a fresh one, so the claim is sent once more
+      // at once rather than answered 503. Safe with the same token: had the first attempt
+      // committed, the row carries this token and the claim comes back as ours. Here, not on
+      // every claim's promise: the common path pays nothing for it.
+      if (isRelayedConnectionFailure(first)) {
+        try {
+          return await this.claims.submit({ request, token });
+        } catch (again) {
+          error = again;
+        }
+      }
+      if (mayHaveCommitted(first) || mayHaveCommitted(error)) this.releaseLostClaim(request, token);
       throw error;
     }
   }
