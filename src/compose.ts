@@ -221,6 +221,13 @@ function replayCacheStatus(
 function pendingWriteReports(metrics: ProxyMetrics, logger: Logger): WriteObserver {
   return {
     retried: (write) => metrics.writeRetried(write.kind),
+    replacedUnknown(id, status) {
+      metrics.unknownOutcomeReplaced();
+      logger.warn(
+        { scope: id.scope, key: hashKey(id.key), status },
+        "store: the claim's own answer replaced the unknown outcome settled when its lease ended; replays now send that answer",
+      );
+    },
     settled(write, settlement) {
       metrics.writeSettled(write.kind, settlement);
       const fields = {

@@ -34,6 +34,7 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly writesLanded: Counter<'operation'>;
   private readonly writesDropped: Counter<'operation' | 'reason'>;
   private readonly backgroundReleases: Counter<'result'>;
+  private readonly unknownReplaced: Counter;
   /** What the store's outbox holds now (key-store.ts pendingWrites), read when scraped. */
   private pendingWrites: () => { readonly writes: number; readonly bytes: number } = () => ({
     writes: 0,
@@ -183,6 +184,11 @@ export class ProxyMetrics implements ProtectedObserver {
       labelNames: ['result'],
       registers,
     });
+    this.unknownReplaced = new Counter({
+      name: `${PREFIX}unknown_outcomes_replaced_total`,
+      help: "Unknown outcomes settled when a claim's lease ended, replaced by that claim's real answer when it landed later.",
+      registers,
+    });
   }
 
   /**
@@ -266,6 +272,11 @@ export class ProxyMetrics implements ProtectedObserver {
   /** Where the pending-write gauges read from (the key store's outbox). */
   watchPendingWrites(read: () => { readonly writes: number; readonly bytes: number }): void {
     this.pendingWrites = read;
+  }
+
+  /** A provisional unknown outcome was replaced by the real answer (key-store.ts replaceUnknown). */
+  unknownOutcomeReplaced(): void {
+    this.unknownReplaced.inc();
   }
 
   writeRetried(operation: WriteKind): void {

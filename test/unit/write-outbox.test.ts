@@ -25,10 +25,11 @@ interface TestWrite extends OutboxWrite<'complete'> {
 function write(
   name: string,
   script: (AttemptResult | (() => Error))[],
-  options: { bytes?: number; expiresAt?: number } = {},
+  options: { bytes?: number; expiresAt?: number; key?: string } = {},
 ): TestWrite {
   const w: TestWrite = {
     kind: 'complete',
+    key: options.key ?? name,
     name,
     calls: 0,
     bytes: options.bytes ?? 10,
@@ -63,6 +64,14 @@ function outbox(options: Partial<OutboxOptions<TestWrite>> = {}) {
 afterEach(() => {
   jest.useRealTimers();
 });
+
+/** Resolves once `done` holds, looking every few milliseconds (real timers). */
+async function until(done: () => boolean): Promise<void> {
+  for (let waited = 0; !done(); waited += 5) {
+    if (waited > 5_000) throw new Error('never came true');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
 
 test('a write whose first attempt failed is sent again at once and lands; it counts as a retry', async () => {
   const { box, retried } = outbox();
@@ -212,4 +221,66 @@ test('an attempt that hangs does not hold a drain past its deadline', async () =
   void box.add(hanging);
   const left = await box.drain(100);
   expect(left).toHaveLength(1);
+});
+
+test('sendNow sends the writes of one key at once, whatever the backoff, and leaves the others waiting', async () => {
+  const { box, settled } = outbox({ firstDelayMs: 60_000, maxDelayMs: 60_000 });
+  const a = write('a', [connectionLost, 'landed'], { key: 'k1' });
+  const b = write('b', [connectionLost, 'landed'], { key: 'k2' });
+  void box.add(a);
+  void box.add(b);
+  await until(() => a.calls === 1);
+  expect(b.calls).toBe(0); // the round stopped at a: b waits for the next, far off
+  expect(box.holds('k1')).toBe(true);
+  expect(box.writesOf('k1')).toEqual([a]);
+  await box.sendNow('k1');
+  expect(settled).toEqual([['a', { kind: 'landed', attempts: 3 }]]);
+  expect(box.holds('k1')).toBe(false);
+  expect(box.holds('k2')).toBe(true);
+  expect(b.calls).toBe(0);
+});
+
+test('sendNow rejects with the failure of an attempt that may succeed later, and the write stays', async () => {
+  const { box } = outbox({ firstDelayMs: 60_000, maxDelayMs: 60_000 });
+  const a = write('a', [connectionLost], { key: 'k1' });
+  void box.add(a);
+  await until(() => a.calls === 1);
+  await expect(box.sendNow('k1')).rejects.toThrow('Connection terminated');
+  expect(box.holds('k1')).toBe(true);
+  await expect(box.sendNow('nobody')).resolves.toBeUndefined();
+});
+
+test('sendNow joins an attempt under way instead of sending the write twice', async () => {
+  const { box, settled } = outbox();
+  let finish!: (result: AttemptResult) => void;
+  let calls = 0;
+  const slow: TestWrite = {
+    kind: 'complete',
+    key: 'k',
+    name: 'slow',
+    calls: 0,
+    bytes: 1,
+    expiresAt: Infinity,
+    attempt: () => {
+      calls++;
+      return new Promise((resolve) => (finish = resolve));
+    },
+  };
+  void box.add(slow, 0);
+  await until(() => calls === 1);
+  const now = box.sendNow('k');
+  finish('landed');
+  await now;
+  expect(calls).toBe(1);
+  expect(settled).toEqual([['slow', { kind: 'landed', attempts: 1 }]]);
+});
+
+test('wake cuts a backoff short: the next round starts at once', async () => {
+  const { box, settled } = outbox({ firstDelayMs: 60_000, maxDelayMs: 60_000 });
+  const a = write('a', [connectionLost, 'landed']);
+  void box.add(a);
+  await until(() => a.calls === 1);
+  box.wake();
+  await until(() => settled.length === 1);
+  expect(settled).toEqual([['a', { kind: 'landed', attempts: 3 }]]);
 });

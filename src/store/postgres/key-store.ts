@@ -2,7 +2,11 @@
 // each operation one named, parameterised statement (statements.ts, sent by statement-layout.ts;
 // on Citus one shard's keys at a time: shard-routing.ts) whose rows rows.ts reads. The
 // writes that must land — completions, releases, and the release of a claim whose reply was lost —
-// are kept and sent again by one outbox (write-outbox.ts) when their statement fails.
+// are kept and sent again by one outbox (write-outbox.ts) when their statement fails. What the outbox
+// holds for a key goes to the database before the key is claimed, taken over or settled again: an
+// answer this process gave is never overtaken by an unknown outcome of its own making. An unknown
+// outcome another request settled when the lease ended is provisional: the claim's own answer,
+// landing later, replaces it (replaceUnknown).
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
@@ -94,6 +98,8 @@ export type WriteKind = 'complete' | 'release' | 'release_claim';
 
 export interface PendingWrite extends OutboxWrite<WriteKind> {
   readonly id: RecordId;
+  /** The claim token it writes under. */
+  readonly fence: string;
 }
 
 export interface WriteObserver {
@@ -101,6 +107,11 @@ export interface WriteObserver {
   retried?(write: PendingWrite): void;
   /** A write left the outbox: landed, stale (the token moved on), or dropped (with why). */
   settled?(write: PendingWrite, settlement: Settlement): void;
+  /**
+   * A completion replaced the unknown outcome another request had settled when its lease ended:
+   * the record now holds the answer its client got.
+   */
+  replacedUnknown?(id: RecordId, status: number): void;
 }
 
 /**
@@ -111,6 +122,14 @@ export interface WriteObserver {
  * statements. A lone call still runs at once.
  */
 const DEFAULT_LANES = 1;
+/**
+ * How long after this process last saw PostgreSQL fail a lease that ended counts as ended in an
+ * outage, and how long an unknown outcome then waits for the claim's holder to land its answer: the
+ * holder's outbox sends again at least every second (write-outbox.ts), and sooner once it claims.
+ */
+const RECENT_OUTAGE_MS = 15_000;
+const HOLDER_GRACE_MS = 2_500;
+const HOLDER_POLL_MS = 100;
 const DEFAULT_MAX_BATCH = 32;
 /** How old the Citus shard map may get before a batch asks for a fresh one (shards split, moved). */
 
@@ -140,6 +159,9 @@ export class PostgresKeyStore implements KeyStore {
   private readonly shards: ShardRouting;
   private readonly outbox: WriteOutbox<PendingWrite>;
   private readonly holdMs: number;
+  private readonly onReplaced: WriteObserver['replacedUnknown'];
+  /** When this process last saw PostgreSQL fail under it: a statement, or an idle connection. */
+  private outageSeenAt = -Infinity;
 
   constructor(
     private readonly pool: Pool,
@@ -176,6 +198,8 @@ export class PostgresKeyStore implements KeyStore {
     );
     const outbox = { ...DEFAULT_OUTBOX, ...options.outbox };
     this.holdMs = outbox.holdMs;
+    this.onReplaced = options.writes?.replacedUnknown?.bind(options.writes);
+    pool.on('error', () => this.sawOutage());
     this.outbox = new WriteOutbox<PendingWrite>({
       maxWrites: outbox.maxWrites,
       maxBytes: outbox.maxBytes,
@@ -236,8 +260,13 @@ export class PostgresKeyStore implements KeyStore {
     // The token is made before the statement is sent: if its reply is lost, this is what the row
     // carries if the claim committed, and what releases it.
     const token = randomUUID();
+    // What this process still holds for the key lands first: the claim then sees the answer.
+    if (this.outbox.size > 0) await this.sendPendingOf(request.id);
     try {
-      return await this.claims.submit({ request, token });
+      const result = await this.claims.submit({ request, token });
+      // PostgreSQL answers again: queued writes need not wait out their backoff.
+      if (this.outbox.size > 0) this.outbox.wake();
+      return result;
     } catch (first) {
       let error = first;
       // A Citus coordinator lost its cached connection to a worker (a worker restarted, its
@@ -253,8 +282,20 @@ export class PostgresKeyStore implements KeyStore {
         }
       }
       if (mayHaveCommitted(first) || mayHaveCommitted(error)) this.releaseLostClaim(request, token);
+      if (isRetryableWriteError(error)) this.sawOutage();
       throw error;
     }
+  }
+
+  /**
+   * Sends what the outbox holds for a record now. A failure that may pass is the caller's (503: the
+   * key cannot be answered before what this process holds for it has landed).
+   */
+  private async sendPendingOf(id: RecordId): Promise<boolean> {
+    const key = recordText(id);
+    if (!this.outbox.holds(key)) return false;
+    await this.outbox.sendNow(key);
+    return true;
   }
 
   /**
@@ -269,6 +310,8 @@ export class PostgresKeyStore implements KeyStore {
       {
         kind: 'release_claim',
         id,
+        key: recordText(id),
+        fence: token,
         bytes: RELEASE_BYTES,
         expiresAt: performance.now() + Math.max(request.claimExpiryMs, request.leaseMs),
         attempt: async () => ((await this.releaseOnce(id, token)) ? 'landed' : 'stale'),
@@ -366,15 +409,18 @@ export class PostgresKeyStore implements KeyStore {
     try {
       // The rare completion with a broken stream's partial answer goes alone, on its own statement.
       const expiresAt =
-        response.partial === undefined
+        (response.partial === undefined
           ? await this.completions.submit(completion)
-          : (await this.completeBatch([completion]))[0]!;
+          : (await this.completeBatch([completion]))[0]!) ??
+        (await this.replaceUnknown(completion));
       return expiresAt === null ? { landing: 'stale' } : { landing: 'stored', expiresAt };
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
       const landing = await this.held(error, {
         kind: 'complete',
         id,
+        key: recordText(id),
+        fence,
         bytes: responseBytes(response),
         // An in-progress row lives at least ttl past its lease; after that a completion is moot.
         expiresAt: performance.now() + ttlMs,
@@ -394,7 +440,7 @@ export class PostgresKeyStore implements KeyStore {
    */
   private async completeAgain(completion: Completion): Promise<AttemptResult> {
     const [expiresAt] = await this.completeBatch([completion]);
-    if (expiresAt != null) return 'landed';
+    if (expiresAt != null || (await this.replaceUnknown(completion)) !== null) return 'landed';
     const { sql, names } = this.layout ?? (await this.loadLayout());
     const { id, fence, response } = completion;
     const { rows } = await this.statements.send({
@@ -406,11 +452,33 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   /**
+   * A completion that found its claim no longer in progress: when another request settled it as an
+   * unknown outcome because the lease ended, the answer replaces that (the upstream ran once, and
+   * this is what it answered). Returns the record's expiry, or null when there was nothing to
+   * replace. An unknown outcome of its own replaces nothing: it would say no more than the one there.
+   */
+  private async replaceUnknown(completion: Completion): Promise<number | null> {
+    const { id, response } = completion;
+    if (response.outcomeUnknown) return null;
+    const { sql, names } = this.layout ?? (await this.loadLayout());
+    const { rows } = await this.statements.send<{ expires_at_ms: number }>({
+      name: names.replaceUnknown,
+      text: sql.replaceUnknown,
+      values: completionValues(completion),
+    });
+    const row = rows[0];
+    if (row === undefined) return null;
+    this.onReplaced?.(id, response.status);
+    return row.expires_at_ms;
+  }
+
+  /**
    * Hands a write whose first attempt failed to the outbox and waits for it up to holdMs: what it
    * became, or `queued` while the outbox keeps sending it. A write the outbox had to drop in that
    * time fails with the first attempt's error (or its own).
    */
   private async held(error: unknown, write: PendingWrite): Promise<Landing> {
+    this.sawOutage();
     const settled = this.outbox.add(write);
     const settlement = await within(settled, this.holdMs, () => 'held' as const);
     if (settlement === 'held') return 'queued';
@@ -472,6 +540,8 @@ export class PostgresKeyStore implements KeyStore {
       return this.held(error, {
         kind: 'release',
         id,
+        key: recordText(id),
+        fence,
         bytes: RELEASE_BYTES,
         // Bounded by count: a release never does harm, however late (a row claimed anew carries
         // another token).
@@ -493,6 +563,29 @@ export class PostgresKeyStore implements KeyStore {
     const row = rows[0];
     if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row !== undefined;
+  }
+
+  /**
+   * Waits up to HOLDER_GRACE_MS for the claim with `fence` to leave its record in progress (its
+   * holder's answer landed, or it was released); true when it did.
+   */
+  private async holderLanded(id: RecordId, fence: string): Promise<boolean> {
+    const { sql, names } = this.layout ?? (await this.loadLayout());
+    const deadline = performance.now() + HOLDER_GRACE_MS;
+    for (;;) {
+      const { rows } = await this.statements.send({
+        name: names.stillClaimed,
+        text: sql.stillClaimed,
+        values: [id.scope, id.tenant, id.key, fence],
+      });
+      if (rows.length === 0) return true;
+      if (performance.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, HOLDER_POLL_MS));
+    }
+  }
+
+  private sawOutage(): void {
+    this.outageSeenAt = performance.now();
   }
 
   async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
@@ -531,6 +624,8 @@ export class PostgresKeyStore implements KeyStore {
     leaseMs: number,
     claimExpiryMs: number,
   ): Promise<string | null> {
+    // What this process holds for the key lands instead: the caller claims again and finds it.
+    if (this.outbox.size > 0 && (await this.sendPendingOf(id))) return null;
     const { sql, names } = this.layout ?? (await this.loadLayout());
     const { rows } = await this.statements.send<{ fence: string }>({
       name: names.takeOver,
@@ -554,6 +649,14 @@ export class PostgresKeyStore implements KeyStore {
     response: StoredResponse,
     ttlMs: number,
   ): Promise<StoredResponse | null> {
+    // Never an unknown outcome over an answer this process gave: that lands instead (see takeOver).
+    if (this.outbox.size > 0 && (await this.sendPendingOf(id))) return null;
+    // Right after an outage the holder, elsewhere, may have the answer queued: it gets a moment.
+    if (
+      performance.now() - this.outageSeenAt < RECENT_OUTAGE_MS &&
+      (await this.holderLanded(id, fence))
+    )
+      return null;
     const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
     const values = [
       id.scope,

@@ -217,7 +217,8 @@ function partialOf(row: RecordRow, withBody: boolean): PartialUpstreamAnswer | n
 type HistoryEvent = RecordView['history'][number];
 
 /**
- * A record's history. The store writes only exceptional events (taken_over, settled_unknown) to
+ * A record's history. The store writes only exceptional events (taken_over, settled_unknown,
+ * replaced_unknown when the real answer landed after it, reconciled) to
  * `events`; the claim and the completion are read from the row (created_at, completed_at, the fence
  * less its takeovers). Rows written before migration 3 carry every event themselves.
  */

@@ -73,6 +73,8 @@ export function layout(tableName: string, distributed: boolean): Layout {
       release: statementName('release', sql.release),
       takeOver: statementName('take_over', sql.takeOver),
       settleUnknown: statementName('settle_unknown', sql.settleUnknown),
+      replaceUnknown: statementName('replace_unknown', sql.replaceUnknown),
+      stillClaimed: statementName('still_claimed', sql.stillClaimed),
       peek: statementName('peek', sql.peek),
       completedWith: statementName('completed_with', sql.completedWith),
       flushCounters: statementName('flush_counters', sql.flushCounters),

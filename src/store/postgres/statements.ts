@@ -332,6 +332,26 @@ export function buildStatements(tableName: string, distributed = false) {
                   ${EXPIRES_AT_MS('expires_at')}`,
       notify('$9', '$10'),
     ),
+    // The answer of the claim whose lease ended and was settled as an unknown outcome by another
+    // request: the upstream did answer, so the real answer replaces the provisional one (only the
+    // unknown outcome that settleUnknown wrote, under the same token, while the record lives). Its
+    // reconcile probe, if any, has nothing left to ask. Its parameters are a lone completion's (an
+    // answer: outcome_unknown false). Unknown outcomes are never kept in replay
+    // caches (coalescing-store.ts), so no cache holds what this replaces.
+    replaceUnknown: `
+      UPDATE ${t} SET status = $5::smallint, headers = $6::jsonb, body = $7::bytea,
+             body_omitted = $8::boolean, outcome_unknown = $9::boolean, completed_at = now(),
+             expires_at = GREATEST(expires_at, now() + ${ms('$10::bigint')}),
+             prune_after = GREATEST(prune_after, now() + ${ms('$10::bigint')}),
+             partial_answer = NULL, partial_body = NULL,
+             reconcile_body = NULL, probe_after = NULL, probe_token = NULL,
+             events = events || ${event("'replaced_unknown'", 'fence', '$5::smallint')}
+      WHERE ${where} AND claim_token::text = $4::text AND state = 'completed' AND outcome_unknown
+        AND expires_at > now() AND events @> '[{"event": "settled_unknown"}]'::jsonb
+      RETURNING ${EXPIRES_AT_MS('expires_at')}`,
+    // Whether a claim still holds its record in progress (before an unknown outcome is settled).
+    stillClaimed: `
+      SELECT 1 FROM ${t} WHERE ${where} AND claim_token::text = $4::text AND state = 'in_progress'`,
     // After a completion sent again changed nothing: whether an earlier attempt, whose reply was
     // lost with its connection, had stored this answer (the row carries the token, completed with
     // this status and outcome). Not a settled-unknown answer under the same token, which differs.

@@ -9,6 +9,9 @@
 //              └──── jittered backoff after a round that ──────┴─ store failing: stop the round
 //                    met a retryable failure
 //
+// A write can also be sent out of turn (sendNow): before its key is claimed again, the write this
+// process holds for it goes first, so the record shows the answer this process already gave.
+//
 // Bounded by count and bytes: past either bound the oldest write is dropped, loudly. A round stops
 // at a retryable failure (the store is down: the rest would fail the same way, and a waiting round
 // keeps the pool free for claims); a write refused for good is dropped and the round goes on, so one
@@ -30,6 +33,8 @@ export type Settlement =
 
 export interface OutboxWrite<Kind extends string = string> {
   readonly kind: Kind;
+  /** Which record it writes (record.ts recordText): the writes of one key are found by it. */
+  readonly key: string;
   /** What it holds in memory (an answer's body and headers). */
   readonly bytes: number;
   /** performance.now() after which its record has expired and the write is given up. */
@@ -61,11 +66,15 @@ export interface OutboxOptions<W extends OutboxWrite> {
 interface Entry<W> {
   readonly write: W;
   attempts: number;
+  /** The attempt under way, shared by a round and a sendNow that meet on the write. */
+  attempting?: Promise<AttemptResult>;
   readonly settle: (settlement: Settlement) => void;
 }
 
 const DEFAULT_FIRST_DELAY_MS = 50;
-const DEFAULT_MAX_DELAY_MS = 5_000;
+// At most a second: a completion this process holds lands soon after PostgreSQL is back, before
+// most retries reach another instance (which would settle the key as an unknown outcome meanwhile).
+const DEFAULT_MAX_DELAY_MS = 1_000;
 const DEFAULT_CONCURRENCY = 4;
 /** The longest pause between rounds while draining: shutdown has no time for the backoff's. */
 const DRAIN_PAUSE_MS = 200;
@@ -73,16 +82,25 @@ const DRAIN_PAUSE_MS = 200;
 export class WriteOutbox<W extends OutboxWrite> {
   /** In age order (a Map keeps insertion order): the oldest is dropped first. */
   private readonly entries = new Map<number, Entry<W>>();
+  /** The pending entries of each key (most keys have none, or one). */
+  private readonly byKey = new Map<string, Entry<W>[]>();
   private nextId = 0;
   private bytes = 0;
   private running: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private failedRounds = 0;
+  /** wake() was called while a round ran: the next starts at once. */
+  private woken = false;
   private closed = false;
 
   constructor(private readonly options: OutboxOptions<W>) {
     if (!(options.maxWrites >= 1 && options.maxBytes >= 1))
       throw new Error('an outbox keeps at least one write and one byte');
+  }
+
+  /** Writes waiting to land. */
+  get size(): number {
+    return this.entries.size;
   }
 
   /** Writes waiting to land, and what they hold. */
@@ -103,21 +121,64 @@ export class WriteOutbox<W extends OutboxWrite> {
     if (this.closed) return Promise.resolve({ kind: 'dropped', reason: 'shutdown' });
     const settled = new Promise<Settlement>((resolve) => {
       const id = this.nextId++;
-      this.entries.set(id, {
+      const entry: Entry<W> = {
         write,
         attempts,
         settle: (settlement) => {
           if (!this.entries.delete(id)) return;
+          this.unindex(entry);
           this.bytes -= write.bytes;
           this.options.onSettled?.(write, settlement);
           resolve(settlement);
         },
-      });
+      };
+      this.entries.set(id, entry);
+      const ofKey = this.byKey.get(write.key);
+      if (ofKey) ofKey.push(entry);
+      else this.byKey.set(write.key, [entry]);
       this.bytes += write.bytes;
     });
     this.enforceBounds();
     this.schedule();
     return settled;
+  }
+
+  /** Whether a write of this key (record.ts recordText) is pending. */
+  holds(key: string): boolean {
+    return this.entries.size > 0 && this.byKey.has(key);
+  }
+
+  /** The pending writes of one key, oldest first. */
+  writesOf(key: string): W[] {
+    return (this.byKey.get(key) ?? []).map((entry) => entry.write);
+  }
+
+  /**
+   * Sends the pending writes of one key now, out of turn and whatever the backoff (an attempt
+   * already under way is joined, not repeated). Resolves once each has left the outbox; rejects
+   * with the error of an attempt that may succeed later, the write staying pending. A write refused
+   * for good is dropped, as in a round.
+   */
+  async sendNow(key: string): Promise<void> {
+    for (const entry of [...(this.byKey.get(key) ?? [])]) {
+      const failure = await this.attempt(entry);
+      if (failure !== undefined) throw failure;
+    }
+  }
+
+  /**
+   * The store answered again: a backoff under way is cut short and a round starts now, so that
+   * queued writes land before the keys they hold are claimed elsewhere.
+   */
+  wake(): void {
+    if (this.closed) return;
+    // A round under way backs off when it ends unless told now.
+    if (this.running) this.woken = true;
+    if (this.timer === undefined) return;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.failedRounds = 0;
+    this.schedule();
   }
 
   /**
@@ -161,6 +222,8 @@ export class WriteOutbox<W extends OutboxWrite> {
     this.running = this.runRound().finally(() => {
       this.running = undefined;
       if (this.entries.size === 0 || this.closed) return;
+      if (this.woken) this.failedRounds = 0;
+      this.woken = false;
       if (this.failedRounds === 0) return this.schedule();
       // Backing off: a chained timer, never one per write.
       this.timer = setTimeout(() => {
@@ -179,25 +242,45 @@ export class WriteOutbox<W extends OutboxWrite> {
     const next = (): Entry<W> | undefined => (failed ? undefined : queue.shift());
     const worker = async (): Promise<void> => {
       for (let entry = next(); entry; entry = next()) {
-        if (performance.now() >= entry.write.expiresAt) {
-          entry.settle({ kind: 'dropped', reason: 'expired' });
-          continue;
-        }
-        // A write added before any attempt (a lost claim's release) is not a retry on its first.
-        if (++entry.attempts > 1) this.options.onRetry?.(entry.write);
-        try {
-          const result = await entry.write.attempt();
-          entry.settle({ kind: result, attempts: entry.attempts });
-        } catch (error) {
-          if (this.options.retryable(error)) failed = true;
-          else entry.settle({ kind: 'dropped', reason: 'failed', error });
-        }
+        if ((await this.attempt(entry)) !== undefined) failed = true;
       }
     };
     await Promise.all(
       Array.from({ length: this.options.concurrency ?? DEFAULT_CONCURRENCY }, worker),
     );
     this.failedRounds = failed ? this.failedRounds + 1 : 0;
+  }
+
+  /**
+   * One attempt of an entry (joining one under way), settling it unless it failed in a way that may
+   * succeed later: then that error is returned and the entry stays.
+   */
+  private async attempt(entry: Entry<W>): Promise<unknown> {
+    if (performance.now() >= entry.write.expiresAt) {
+      entry.settle({ kind: 'dropped', reason: 'expired' });
+      return undefined;
+    }
+    if (entry.attempting === undefined) {
+      // A write added before any attempt (a lost claim's release) is not a retry on its first.
+      if (++entry.attempts > 1) this.options.onRetry?.(entry.write);
+      entry.attempting = entry.write.attempt().finally(() => (entry.attempting = undefined));
+    }
+    try {
+      entry.settle({ kind: await entry.attempting, attempts: entry.attempts });
+      return undefined;
+    } catch (error) {
+      if (this.options.retryable(error)) return error;
+      entry.settle({ kind: 'dropped', reason: 'failed', error });
+      return undefined;
+    }
+  }
+
+  private unindex(entry: Entry<W>): void {
+    const ofKey = this.byKey.get(entry.write.key);
+    if (ofKey === undefined) return;
+    const at = ofKey.indexOf(entry);
+    if (at >= 0) ofKey.splice(at, 1);
+    if (ofKey.length === 0) this.byKey.delete(entry.write.key);
   }
 
   /** Full jitter over an exponential backoff: between half and all of first × 2^(failed rounds - 1). */
