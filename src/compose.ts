@@ -178,13 +178,11 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       await app.close(graceMs);
       // The drained requests' completions that are still pending, before the pool goes.
       const left = await store.drainWrites(config.store.outbox.drainTimeoutMs);
-      if (left.length > 0)
+      // One line per write: each is an answer (or a release) an operator may have to account for.
+      for (const write of left)
         logger.error(
-          {
-            writes: left.length,
-            records: left.slice(0, 20).map(writeFields),
-          },
-          'shutdown: these completions and releases could not be stored; their claims stay in progress until their lease ends',
+          { ...writeFields(write), drainTimeoutMs: config.store.outbox.drainTimeoutMs },
+          `shutdown: a pending ${write.kind === 'complete' ? 'completion could not be stored within store.outbox.drainTimeout: the answer its client got is lost, and the claim ends as an unknown outcome when its lease ends' : 'release could not be stored within store.outbox.drainTimeout: its claim stays in progress until its lease ends'}`,
         );
       admin.closeAllConnections();
       await new Promise<void>((resolve) => admin.close(() => resolve()));

@@ -53,7 +53,8 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
   const pruner = startLoggedPruner(database.pool, current.config, database.url, metrics, logger);
   const stop = async (graceMs: number): Promise<boolean> => {
     draining = true;
-    const clean = await supervisor.drain(graceMs);
+    // A worker drains its requests (graceMs), then its pending writes (store.outbox.drainTimeout).
+    const clean = await supervisor.drain(graceMs + current.config.store.outbox.drainTimeoutMs);
     admin.closeAllConnections();
     await new Promise<void>((resolve) => admin.close(() => resolve()));
     await pruner.stop();

@@ -62,8 +62,9 @@ export class WorkerSupervisor {
   }
 
   /**
-   * Tells every worker to drain (each waits up to graceMs for its requests), and resolves once all
-   * exited: true if each exited 0. One still running DRAIN_MARGIN_MS after the grace is killed.
+   * Tells every worker to drain (its requests, then its pending writes: up to graceMs in all), and
+   * resolves once all exited: true if each exited 0. One still running DRAIN_MARGIN_MS after the
+   * grace is killed.
    */
   async drain(graceMs: number): Promise<boolean> {
     this.stopping = true;

@@ -419,9 +419,9 @@ export const configSchema = strict(
                 "How long a client's answer waits for its failed completion to land before it is sent anyway (the proxy keeps trying).",
               ),
             drainTimeout: duration({ timer: true })
-              .default('5s')
+              .default('30s')
               .describe(
-                'How long shutdown keeps sending pending writes, after draining requests; what is left is logged.',
+                "How long shutdown keeps sending pending writes after draining requests (30s: Kubernetes' default terminationGracePeriodSeconds); what is left goes to the spool, or is logged one error line per write. Give the orchestrator's stop timeout shutdownGrace plus this.",
               ),
           },
           'store.outbox settings (maxWrites, maxBytes, holdAnswer, drainTimeout)',

@@ -362,9 +362,11 @@ describe('docker-compose.yml agrees with config/proxy.yaml and the Dockerfile', 
     expect(Object.keys(compose.volumes ?? {})).toContain(data?.source);
   });
 
-  it('gives the proxy longer to stop than shutdownGrace, so in-flight requests store their result', () => {
+  it('gives the proxy longer to stop than shutdownGrace plus store.outbox.drainTimeout, so answers are stored', () => {
     const grace = service('proxy').stop_grace_period ?? '10s';
-    expect(durationMs(grace)).toBeGreaterThan(config.shutdownGraceMs);
+    expect(durationMs(grace)).toBeGreaterThan(
+      config.shutdownGraceMs + config.store.outbox.drainTimeoutMs,
+    );
   });
 
   it('runs the proxy on a read-only root filesystem, with a tmpfs only on /tmp', () => {

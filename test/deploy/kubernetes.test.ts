@@ -333,12 +333,15 @@ describe('config/kubernetes agrees with the proxy config it carries', () => {
     ]);
   });
 
-  it('gives a pod longer to stop than its preStop pause plus the drain (shutdownGrace)', () => {
+  it('gives a pod longer to stop than its preStop pause plus the drains (shutdownGrace, store.outbox.drainTimeout)', () => {
     const command = container.lifecycle?.preStop?.exec?.command ?? [];
     const pauseMs = command[0] === 'sleep' ? Number(command[1]) * 1000 : 0;
     expect(Number.isFinite(pauseMs)).toBe(true);
     const graceMs = (pod.terminationGracePeriodSeconds ?? 30) * 1000;
-    expect(graceMs).toBeGreaterThan(pauseMs + config.shutdownGraceMs);
+    expect(config.store.outbox.drainTimeoutMs).toBe(30_000);
+    expect(graceMs).toBeGreaterThan(
+      pauseMs + config.shutdownGraceMs + config.store.outbox.drainTimeoutMs,
+    );
   });
 
   it("runs as the image's non-root user on a read-only root filesystem, with only /tmp writable", () => {
