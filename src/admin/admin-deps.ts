@@ -46,3 +46,18 @@ export interface WorkersStatus {
   /** Workers listening now (a replaced one counts once its successor listens). */
   readonly serving: number;
 }
+
+/** How a clear on a cluster's primary reached the workers' replay caches (cluster-forget.ts). */
+export interface WorkersForgot {
+  /** The workers serving when the clear committed: each was asked to forget the record. */
+  readonly asked: number;
+  /** Of those, the ones that confirmed, or exited meanwhile (a process gone holds nothing). */
+  readonly forgot: number;
+  /** The ones that did not confirm in time: they forget it when the clear's NOTIFY reaches them. */
+  readonly unconfirmed: readonly UnconfirmedWorker[];
+}
+
+export interface UnconfirmedWorker {
+  readonly workerPid: number | undefined;
+  readonly reason: string;
+}
