@@ -151,7 +151,12 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     beforeScrape: () => metrics.waiting(listener.stats.waiting),
     logger,
     embedded: options.embedded,
-    forgetRecord: cache && ((id) => cache.forget(id)),
+    forgetRecords:
+      cache &&
+      ((ids) => {
+        for (const id of ids) cache.forget(id);
+        return Promise.resolve(undefined);
+      }),
     replayCache: () => replayCacheStatus(cache, listener),
   });
   const pruner = options.prune

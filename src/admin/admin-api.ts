@@ -108,9 +108,15 @@ async function record(
   const table = config.store.table;
   const missing = `Nothing is stored for scope "${scope}", this tenant and key "${key}". A tenanted scope needs ?tenant= (the raw value, one per tenant part) or ?tenantHash= (as listed by /api/records).`;
   if (method === 'DELETE') {
-    const deleted = await clearByAdmin(deps, config, id);
+    const { deleted, workers } = await clearByAdmin(deps, config, id);
     if (!deleted) return problem(res, 404, 'No such record', missing);
-    return json(res, 200, { deleted: true, scope, tenant: id.tenant, key });
+    return json(res, 200, {
+      deleted: true,
+      scope,
+      tenant: id.tenant,
+      key,
+      ...(workers ? { workers } : {}),
+    });
   }
   const found = await findRecord(deps.pool, table, id, params.get('body') === '1');
   if (!found) return problem(res, 404, 'No such record', missing);

@@ -21,9 +21,13 @@ export interface AdminDeps {
   /** Refreshes gauges that are read rather than counted (e.g. waiting requests) before a scrape. */
   readonly beforeScrape?: () => void;
   /** Where operator actions (a clear) are logged; never with the token. */
-  readonly logger?: Pick<Logger, 'info'>;
-  /** Drops a cleared record from this process's memory, before the clear is answered. */
-  readonly forgetRecord?: (id: RecordId) => void;
+  readonly logger?: Pick<Logger, 'info' | 'warn'>;
+  /**
+   * Drops cleared records from the memory of every process that answers clients, before the clear
+   * is answered: this process's replay cache, or on a cluster's primary every worker's (asked over
+   * IPC: cluster/cluster-forget.ts, which says how that went). Undefined: no such memory.
+   */
+  readonly forgetRecords?: (ids: readonly RecordId[]) => Promise<WorkersForgot | undefined>;
   /** The replay cache's state, shown by /readyz. */
   readonly replayCache?: () => ReplayCacheStatus;
   /** The embedded PostgreSQL serve started and watches; undefined with a store URL. */
@@ -45,4 +49,19 @@ export interface WorkersStatus {
   readonly configured: number;
   /** Workers listening now (a replaced one counts once its successor listens). */
   readonly serving: number;
+}
+
+/** How a clear on a cluster's primary reached the workers' replay caches (cluster-forget.ts). */
+export interface WorkersForgot {
+  /** The workers serving when the clear committed: each was asked to forget the record. */
+  readonly asked: number;
+  /** Of those, the ones that confirmed, or exited meanwhile (a process gone holds nothing). */
+  readonly forgot: number;
+  /** The ones that did not confirm in time: they forget it when the clear's NOTIFY reaches them. */
+  readonly unconfirmed: readonly UnconfirmedWorker[];
+}
+
+export interface UnconfirmedWorker {
+  readonly workerPid: number | undefined;
+  readonly reason: string;
 }

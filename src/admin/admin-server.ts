@@ -152,10 +152,10 @@ async function keys(
   const id: RecordId = { scope, tenant: tenantOf(tenantParts, tenantValues), key };
   const table = config.store.table;
   if (method === 'DELETE') {
-    const deleted = await clearByAdmin(deps, config, id);
+    const { deleted, workers } = await clearByAdmin(deps, config, id);
     if (!deleted)
       return problem(res, 404, 'No such key', 'Nothing is stored for this route, tenant and key.');
-    return json(res, 200, { deleted: true, scope, key });
+    return json(res, 200, { deleted: true, scope, key, ...(workers ? { workers } : {}) });
   }
   const record = await findRecord(deps.pool, table, id, url.searchParams.get('body') === '1');
   if (!record)

@@ -98,7 +98,7 @@ export async function runClear(
   const id = recordIdOf(config, args.route!, args.tenant, args.key!);
   const database = await openDatabase(config, logger, 'clear');
   try {
-    const deleted = await database.whenReady(
+    const { deleted } = await database.whenReady(
       () => clearRecord(database.pool, config, id, logger, 'cli'),
       INSPECT_WAIT_MS,
     );

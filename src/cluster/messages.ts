@@ -9,7 +9,12 @@ export type Question =
   | { readonly what: 'metrics' }
   | { readonly what: 'outcomes' }
   /** The config text the primary checked: the worker compiles and swaps it in. */
-  | { readonly what: 'reload'; readonly configText: string };
+  | { readonly what: 'reload'; readonly configText: string }
+  /**
+   * Records an operator cleared (their digests, as the eviction NOTIFY carries them): the worker's
+   * replay cache drops them before it answers. Many at once are one question (cluster-forget.ts).
+   */
+  | { readonly what: 'forget'; readonly digests: readonly string[] };
 
 export type ToWorker =
   /** The answer to `hello`: what a worker needs to serve. */

@@ -15,7 +15,9 @@ import { openStore } from '../embedding';
 import { reloadListenerTls } from '../listener';
 import { ProxyMetrics } from '../metrics';
 import { restartOnlyChanges } from '../runtime';
+import { clusterForget } from './cluster-forget';
 import { clusterMetrics } from './cluster-metrics';
+import type { Question } from './messages';
 import { WorkerSupervisor } from './supervisor';
 import { stopSignal } from '../stop-signal';
 
@@ -38,13 +40,15 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
     start: () => ({ databaseUrl: database.url, configFile: file, configText: current.text }),
   });
   const ask = supervisor.questions.ask.bind(supervisor.questions);
+  const askServing = (question: Question, timeoutMs: number) =>
+    ask(supervisor.serving(), question, timeoutMs);
   let draining = false;
   const admin = createAdminServer({
     config: () => current.config,
     pool: database.pool,
-    metrics: clusterMetrics(metrics, (question, timeoutMs) =>
-      ask(supervisor.serving(), question, timeoutMs),
-    ),
+    metrics: clusterMetrics(metrics, askServing),
+    // A clear answers once every worker's replay cache dropped the record.
+    forgetRecords: clusterForget(askServing),
     draining: () => draining,
     logger,
     embedded: database.embeddedStatus,

@@ -1,6 +1,6 @@
 // The primary asking every live worker the same question (its metrics, its console counters, to
-// reload) and gathering the answers. A worker that exits, or does not answer within the deadline,
-// is reported as such instead of holding the others' answers back.
+// reload, to forget a cleared record) and gathering the answers. A worker that exits, or does not
+// answer within the deadline, is reported as such instead of holding the others' answers back.
 import type { Worker } from 'node:cluster';
 import { isFromWorker, messageType, type Question, type ToWorker } from './messages';
 
@@ -10,6 +10,8 @@ export interface Answer {
   readonly value?: unknown;
   /** Why there is no value: the worker's error, or that it exited or did not answer in time. */
   readonly error?: string;
+  /** It exited before answering (so it holds nothing the question was about any more). */
+  readonly exited?: true;
 }
 
 interface Pending {
@@ -66,12 +68,18 @@ export class WorkerQuestions {
   exited(worker: Worker): void {
     for (const pending of [...this.pending.values()]) {
       if (!pending.waitingFor.delete(worker.id)) continue;
-      pending.answers.set(worker.id, answerOf(worker, { error: 'it exited before answering' }));
+      pending.answers.set(
+        worker.id,
+        answerOf(worker, { error: 'it exited before answering', exited: true }),
+      );
       if (pending.waitingFor.size === 0) pending.done();
     }
   }
 }
 
-function answerOf(worker: Worker, result: { value?: unknown; error?: string }): Answer {
+function answerOf(
+  worker: Worker,
+  result: { value?: unknown; error?: string; exited?: true },
+): Answer {
   return { workerId: worker.id, pid: worker.process.pid, ...result };
 }

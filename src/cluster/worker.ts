@@ -1,9 +1,9 @@
 // One worker of a cluster (`workers` > 1): a whole proxy instance — its own pool, completion
 // listener, replay cache and app — on the listener node:cluster shares, given the database URL and
 // the config text by the primary (cluster/primary.ts). It answers the primary's questions (metrics,
-// console counters, reload) and drains as `serve` does: on the primary's word, or on SIGTERM/SIGINT
-// sent to it directly (Ctrl-C reaches the whole process group). The primary prunes, owns the
-// embedded PostgreSQL and the admin listener.
+// console counters, reload, forgetting a cleared record) and drains as `serve` does: on the
+// primary's word, or on SIGTERM/SIGINT sent to it directly (Ctrl-C reaches the whole process
+// group). The primary prunes, owns the embedded PostgreSQL and the admin listener.
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { composeProxy, type ProxyInstance } from '../compose';
@@ -123,6 +123,10 @@ async function valueFor(instance: ProxyInstance, question: Question): Promise<un
       return instance.metrics.recentOutcomes.snapshot();
     case 'reload':
       instance.reload(parseConfigText(question.configText, instance.app.config().file));
+      return true;
+    case 'forget':
+      // As the clear's NOTIFY does when it arrives (later, and still: other hosts rely on it).
+      for (const digest of question.digests) instance.cache?.evict(digest);
       return true;
   }
 }

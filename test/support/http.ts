@@ -15,6 +15,8 @@ export interface TestRequest {
   body?: string | Buffer;
   /** Send the body with Transfer-Encoding: chunked instead of Content-Length. */
   chunked?: boolean;
+  /** The agent to send through (one keeping connections open); by default a new connection each. */
+  agent?: http.Agent;
 }
 
 const agent = new http.Agent({ keepAlive: false });
@@ -25,7 +27,8 @@ export function send(url: string, request: TestRequest = {}): Promise<TestRespon
     const headers: Record<string, string | string[]> = { ...request.headers };
     if (body !== undefined && !request.chunked) headers['content-length'] = String(body.length);
     if (request.chunked) headers['transfer-encoding'] = 'chunked';
-    const req = http.request(url, { method: request.method ?? 'POST', headers, agent }, (res) => {
+    const options = { method: request.method ?? 'POST', headers, agent: request.agent ?? agent };
+    const req = http.request(url, options, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () => {
@@ -51,8 +54,10 @@ export function postJson(
   key: string | undefined,
   value: unknown,
   headers: Record<string, string> = {},
+  agent?: http.Agent,
 ): Promise<TestResponse> {
   return send(url, {
+    ...(agent ? { agent } : {}),
     method: 'POST',
     headers: {
       'content-type': 'application/json',

@@ -1,7 +1,11 @@
 // The pure parts of `workers` > 1: when a dead worker is replaced, how the console's counters of
-// several processes add up, and how the setting is read.
+// several processes add up, what a clear reports of the workers it asked, and how the setting is read.
 import os from 'node:os';
+import { clusterForget, FORGET_TIMEOUT_MS } from '../../src/cluster/cluster-forget';
 import { mergeOutcomeCounters } from '../../src/cluster/cluster-metrics';
+import type { Question } from '../../src/cluster/messages';
+import type { Answer } from '../../src/cluster/questions';
+import { recordDigest } from '../../src/store/record';
 import { MAX_EXITS, RespawnPolicy, WINDOW_MS } from '../../src/cluster/respawn-policy';
 import { parseConfigText } from '../../src/compiler/load';
 import { restartOnlyChanges } from '../../src/runtime';
@@ -62,6 +66,47 @@ describe('mergeOutcomeCounters', () => {
     expect(merged.buckets).toHaveLength(3);
     expect(merged.buckets.at(-1)!.counts).toEqual({ replayed: 1 });
     expect(merged.totals).toEqual({ executed: 2, replayed: 1 });
+  });
+});
+
+describe('clusterForget', () => {
+  const ids = [
+    { scope: 'jobs', tenant: '', key: 'a' },
+    { scope: 'jobs', tenant: '', key: 'b' },
+  ];
+
+  it('asks every worker once for all the records, by their NOTIFY digests, with the deadline', async () => {
+    const asked: [Question, number][] = [];
+    const forget = clusterForget((question, timeoutMs) => {
+      asked.push([question, timeoutMs]);
+      return Promise.resolve([
+        { workerId: 1, pid: 101, value: true },
+        { workerId: 2, pid: 102, value: true },
+      ]);
+    });
+    expect(await forget(ids)).toEqual({ asked: 2, forgot: 2, unconfirmed: [] });
+    expect(asked).toEqual([
+      [{ what: 'forget', digests: ids.map(recordDigest) }, FORGET_TIMEOUT_MS],
+    ]);
+  });
+
+  it('names the workers that did not confirm; one that exited holds nothing and counts as done', async () => {
+    const answers: Answer[] = [
+      { workerId: 1, pid: 101, value: true },
+      { workerId: 2, pid: 102, error: 'it exited before answering', exited: true },
+      { workerId: 3, pid: 103, error: `no answer within ${FORGET_TIMEOUT_MS} ms` },
+    ];
+    const forget = clusterForget(() => Promise.resolve(answers));
+    expect(await forget(ids)).toEqual({
+      asked: 3,
+      forgot: 2,
+      unconfirmed: [{ workerPid: 103, reason: `no answer within ${FORGET_TIMEOUT_MS} ms` }],
+    });
+  });
+
+  it('with no worker serving, there is nothing to wait for', async () => {
+    const forget = clusterForget(() => Promise.resolve([]));
+    expect(await forget(ids)).toEqual({ asked: 0, forgot: 0, unconfirmed: [] });
   });
 });
 
