@@ -120,7 +120,7 @@ describe('durability', () => {
     for (const [, seq, name] of acknowledged) {
       const spooled = names.get(Number(seq));
       expect(spooled && nameOf(spooled)).toBe(name);
-      expect(spooled!.blobs[0]).toEqual(Buffer.alloc(700, name));
+      expect(spooled!.blobs[0]!.equals(Buffer.alloc(700, name))).toBe(true);
     }
     expect(recovered.map(({ seq }) => seq)).toEqual([...names.keys()].sort((a, b) => a - b));
   });
