@@ -48,3 +48,9 @@ export class SpoolClosed extends SpoolError {
 export class SpoolEntryUnknown extends SpoolError {
   readonly code = 'SPOOL_ENTRY_UNKNOWN';
 }
+
+/** What an error says, however it was thrown (and from whichever realm: not every Error is ours). */
+export function messageOf(error: unknown): string {
+  const message = (error as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message : String(error);
+}

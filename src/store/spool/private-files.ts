@@ -3,9 +3,9 @@
 // what it finds already there it does not quietly fix, it refuses with the path, the mode and the
 // command that fixes it, since a loose mode there means someone else set it up that way.
 import { constants, type Stats } from 'node:fs';
-import { chmod, type FileHandle, mkdir, open, statfs } from 'node:fs/promises';
+import { chmod, type FileHandle, mkdir, open, stat, statfs } from 'node:fs/promises';
 import path from 'node:path';
-import { SpoolRefused } from './errors';
+import { messageOf, SpoolRefused } from './errors';
 
 const DIRECTORY_MODE = 0o700;
 const FILE_MODE = 0o600;
@@ -26,43 +26,61 @@ const NETWORK_FILE_SYSTEMS: ReadonlyMap<number, string> = new Map([
 /** Any failure while opening, as a SpoolRefused that says what was being done. */
 export function refusal(error: unknown, doing: string): SpoolRefused {
   if (error instanceof SpoolRefused) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new SpoolRefused(`cannot ${doing}: ${message}`, error);
+  return new SpoolRefused(`cannot ${doing}: ${messageOf(error)}`, error);
 }
 
 /**
  * Creates `dir` (and its parents) as 0700, or checks the one there, and opens it: the handle is for
- * fsyncing entries made in it, and for reaching it by a short path (lock.ts).
+ * fsyncing entries made in it, and for reaching it by a short path (directory-lock.ts).
  */
 export async function openPrivateDirectory(dir: string): Promise<FileHandle> {
-  let created: string | undefined;
-  try {
-    created = await mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST' || code === 'ENOTDIR')
-      throw new SpoolRefused(
-        `cannot use ${dir} as the spool directory: it or one of its parents is a file, not a directory`,
-        error,
-      );
-    throw refusal(error, `create the spool directory ${dir}`);
-  }
-  if (created !== undefined) await chmod(dir, DIRECTORY_MODE);
+  const created = await makeDirectories(dir);
   const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY);
   try {
     checkPrivate(dir, await handle.stat(), 'directory');
     await refuseNetworkFileSystem(dir);
     // The new directories' entries in their parents, so the spool file is not lost with them.
-    if (created !== undefined)
-      for (let made = dir; ; made = path.dirname(made)) {
-        await syncDirectoryAt(path.dirname(made));
-        if (made === created || made === path.dirname(made)) break;
-      }
+    for (const made of created) await syncDirectoryAt(path.dirname(made));
     return handle;
   } catch (error) {
     await handle.close();
     throw error;
   }
+}
+
+/**
+ * Makes the directories missing on the way to `dir` one by one, each chmod'ed 0700: mkdir's mode
+ * passes through the umask, and one that takes the owner's write bit would leave a parent nobody
+ * can create the next level in. Returns them, outermost first.
+ */
+async function makeDirectories(dir: string): Promise<string[]> {
+  const missing: string[] = [];
+  for (let at = dir; !(await isDirectory(at, dir)); at = path.dirname(at)) missing.unshift(at);
+  for (const made of missing) {
+    try {
+      await mkdir(made, { mode: DIRECTORY_MODE });
+    } catch (error) {
+      // Made meanwhile by someone else: checked like any directory found there.
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') continue;
+      throw refusal(error, `create the spool directory ${dir}`);
+    }
+    await chmod(made, DIRECTORY_MODE);
+  }
+  return missing;
+}
+
+/** Whether `at`, on the way to `dir`, is a directory (false when nothing is there). */
+async function isDirectory(at: string, dir: string): Promise<boolean> {
+  try {
+    if ((await stat(at)).isDirectory()) return true;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return false;
+    if (code !== 'ENOTDIR') throw refusal(error, `look for the spool directory ${dir}`);
+  }
+  throw new SpoolRefused(
+    `cannot use ${dir} as the spool directory: it or one of its parents is a file, not a directory`,
+  );
 }
 
 /**
