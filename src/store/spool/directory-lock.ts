@@ -19,7 +19,7 @@
 // process that shares the machine but not the file system view (another mount namespace over the
 // same volume) still connects, as the socket is the volume's inode.
 import { existsSync } from 'node:fs';
-import { type FileHandle, readdir, rm } from 'node:fs/promises';
+import { chmod, type FileHandle, readdir, rm } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -27,6 +27,7 @@ import { SpoolRefused } from './errors';
 
 /** A unix socket path's longest, without its NUL (sizeof sun_path is 108 on Linux). */
 const MAX_SOCKET_PATH_BYTES = 107;
+const SOCKET_MODE = 0o600;
 const HOLDER_NAME = /^holder-(\d+)-[0-9a-f]+\.sock$/;
 /** Rounds of stepping back before an opener that keeps seeing a live holder refuses. */
 const ROUNDS = 3;
@@ -49,11 +50,19 @@ export async function lockDirectory(dir: string, directory: FileHandle): Promise
   lockedHere.add(identity);
   try {
     const name = `holder-${process.pid}-${randomBytes(6).toString('hex')}.sock`;
+    const file = path.join(dir, name);
     const reach = socketPaths(dir, directory.fd);
     for (let round = 1; ; round++) {
       const server = await listen(reach(name));
-      const holder = await liveHolder(dir, name, reach);
-      const file = path.join(dir, name);
+      let holder: number | undefined;
+      try {
+        // Connecting needs write permission on the socket file, which a tight umask may take away.
+        await chmod(file, SOCKET_MODE);
+        holder = await liveHolder(dir, name, reach);
+      } catch (error) {
+        await stopListening(server, file);
+        throw error;
+      }
       if (holder === undefined) return heldBy(server, file, identity);
       await stopListening(server, file);
       if (round === ROUNDS) throw inUse(dir, holder);

@@ -23,7 +23,14 @@ import { type FileHandle, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { rewriteWith } from './compact';
 import { type DirectoryLock, lockDirectory } from './directory-lock';
-import { SpoolClosed, SpoolEntryUnknown, SpoolFailed, SpoolFull, SpoolRefused } from './errors';
+import {
+  messageOf,
+  SpoolClosed,
+  SpoolEntryUnknown,
+  SpoolFailed,
+  SpoolFull,
+  SpoolRefused,
+} from './errors';
 import { readAt, writeAt } from './file-io';
 import {
   encodeEntry,
@@ -136,7 +143,9 @@ export class Spool {
     let lock: DirectoryLock | undefined;
     let handle: FileHandle | undefined;
     try {
-      lock = await lockDirectory(where, directory);
+      lock = await lockDirectory(where, directory).catch((error: unknown) => {
+        throw refusal(error, `lock the spool directory ${where} (a unix socket in it)`);
+      });
       await rm(path.join(where, COMPACTING_FILE), { force: true });
       const opened = await openPrivateFile(file);
       handle = opened.handle;
@@ -338,8 +347,10 @@ export class Spool {
       await this.handle
         .truncate(start)
         .catch((cutError: unknown) => this.fail('cutting', cutError));
-      const message = error instanceof Error ? error.message : String(error);
-      const failed = new SpoolFailed(`writing to the spool ${this.file} failed: ${message}`, error);
+      const failed = new SpoolFailed(
+        `writing to the spool ${this.file} failed: ${messageOf(error)}`,
+        error,
+      );
       return this.rejectAppends(batch, failed);
     }
     this.fileBytes = start + bytes.length;
@@ -380,9 +391,8 @@ export class Spool {
    * unsynced pages and a second fdatasync can succeed without them (PostgreSQL's "fsyncgate").
    */
   private fail(doing: string, error: unknown): SpoolFailed {
-    const message = error instanceof Error ? error.message : String(error);
     this.failure ??= new SpoolFailed(
-      `${doing} the spool ${this.file} failed (${message}); what it holds on disk is unknown, so ` +
+      `${doing} the spool ${this.file} failed (${messageOf(error)}); what it holds on disk is unknown, so ` +
         `it takes no more appends until the process restarts`,
       error,
     );
