@@ -7,14 +7,11 @@
 //   open   ─► lock the directory ─► read the file to its last whole frame, cut what follows
 //             ─► the live entries, in append order
 //
-// Group commit: one write and one fdatasync at a time. Appends that arrive while one runs go out
-// together in the next, so an outage that queues hundreds of appends costs a few fdatasyncs, not
-// hundreds. Appends made in one turn of the event loop share the first.
-//
-// What an append costs (measured 2026-12 on this project's 2-core VM, ext4 on virtio, Node 26,
-// entries of ~1 KiB): one at a time ~1.5 ms each, nearly all of it the fdatasync; 500 at once
-// ~7 ms for all of them (one or two fdatasyncs), ~14 µs each. A disk with a volatile write cache
-// but honest flushes pays its flush latency per batch instead.
+// Appends share fdatasyncs (group commit, frame-writer.ts). What an append costs (measured 2026-12
+// on this project's 2-core VM, ext4 on virtio, Node 26, entries of ~1 KiB): one at a time ~1.5 ms
+// each, nearly all of it the fdatasync; 500 at once ~7 ms for all of them (one or two fdatasyncs),
+// ~14 µs each. A disk with a volatile write cache but honest flushes pays its flush latency per
+// batch instead.
 //
 // The file stays small: once nothing is live it is cut to empty; when dead frames dominate (more
 // dead bytes than live, and past compactMinFileBytes) the live frames are rewritten to a new file
@@ -23,15 +20,8 @@ import { type FileHandle, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { rewriteWith } from './compact';
 import { type DirectoryLock, lockDirectory } from './directory-lock';
-import {
-  messageOf,
-  SpoolClosed,
-  SpoolEntryUnknown,
-  SpoolFailed,
-  SpoolFull,
-  SpoolRefused,
-} from './errors';
-import { readAt, writeAt } from './file-io';
+import { SpoolClosed, SpoolEntryUnknown, SpoolFailed, SpoolFull, SpoolRefused } from './errors';
+import { readAt } from './file-io';
 import {
   encodeEntry,
   encodeRemoval,
@@ -41,8 +31,9 @@ import {
   readFrame,
   type SpoolEntry,
 } from './frame';
+import { FrameWriter } from './frame-writer';
 import { openPrivateDirectory, openPrivateFile, refusal } from './private-files';
-import { readSpoolFile } from './read-file';
+import { type FileReading, readSpoolFile } from './read-file';
 
 export type { SpoolEntry };
 
@@ -85,42 +76,30 @@ interface Placement {
   offset: number | undefined;
 }
 
-interface Queued {
-  readonly frame: Buffer;
-  /** Absent for a removal frame. */
-  readonly append?: {
-    readonly seq: number;
-    readonly resolve: (seq: number) => void;
-    readonly reject: (error: Error) => void;
-  };
-}
-
 export class Spool {
   /** Live entries by seq, in append order, queued ones included. */
   private readonly placements = new Map<number, Placement>();
-  private queue: Queued[] = [];
-  private writing: Promise<void> | undefined;
   /** Reads under way: the file they read must not be cut or closed under them. */
   private readonly reads = new Set<Promise<unknown>>();
   private live = 0;
   /** The live bytes that are in the file (the rest are queued): the file's other bytes are dead. */
   private liveInFile = 0;
-  private syncs = 0;
-  /** Set once an fdatasync failed: what is on disk is unknown, nothing more is appended. */
-  private failure: SpoolFailed | undefined;
   private closing: Promise<void> | undefined;
   /** After a failed rewrite, the file size at which one is tried again. */
   private nextRewriteAt = 0;
+  private readonly writer: FrameWriter;
 
   private constructor(
     private readonly file: string,
     private readonly directory: FileHandle,
     private readonly lock: DirectoryLock,
-    private handle: FileHandle,
-    private fileBytes: number,
+    handle: FileHandle,
+    fileBytes: number,
     private nextSeq: number,
     private readonly options: SpoolOptions,
-  ) {}
+  ) {
+    this.writer = new FrameWriter(file, handle, fileBytes, () => this.tidy());
+  }
 
   /**
    * Opens (creating it if need be) the spool in `dir`, takes its lock and reads what it holds.
@@ -130,11 +109,7 @@ export class Spool {
     dir: string,
     options: SpoolOptions,
   ): Promise<{ spool: Spool; recovered: RecoveredEntry[] }> {
-    const { maxBytes, compactMinFileBytes } = options;
-    if (!(Number.isSafeInteger(maxBytes) && maxBytes > 0))
-      throw new SpoolRefused(`a spool's maxBytes must be a positive whole number, not ${maxBytes}`);
-    if (compactMinFileBytes !== undefined && !(compactMinFileBytes >= 0))
-      throw new SpoolRefused(`compactMinFileBytes must be 0 or more, not ${compactMinFileBytes}`);
+    checkOptions(options);
     const where = path.resolve(dir);
     const file = path.join(where, SPOOL_FILE);
     const directory = await openPrivateDirectory(where).catch((error: unknown) => {
@@ -142,6 +117,7 @@ export class Spool {
     });
     let lock: DirectoryLock | undefined;
     let handle: FileHandle | undefined;
+    let spool: Spool | undefined;
     try {
       lock = await lockDirectory(where, directory).catch((error: unknown) => {
         throw refusal(error, `lock the spool directory ${where} (a unix socket in it)`);
@@ -151,13 +127,8 @@ export class Spool {
       handle = opened.handle;
       // A new file's name must be durable before anything in it is acknowledged.
       if (opened.created) await directory.sync();
-      const size = (await handle.stat()).size;
-      const reading = await readSpoolFile(handle, size);
-      if (reading.stoppedBecause !== undefined) {
-        await handle.truncate(reading.goodBytes);
-        await handle.sync();
-      }
-      const spool = new Spool(
+      const reading = await readToLastWholeFrame(handle);
+      spool = new Spool(
         file,
         directory,
         lock,
@@ -169,25 +140,30 @@ export class Spool {
       for (const { seq, offset, bytes } of reading.live.values())
         spool.placed(seq, { bytes, offset });
       await spool.tidy();
-      if (spool.failure) throw spool.failure;
+      if (spool.writer.failure) throw spool.writer.failure;
       if (reading.stoppedBecause !== undefined)
         options.onTornTail?.({
           file,
           keptEntries: reading.live.size,
-          droppedBytes: size - reading.goodBytes,
+          droppedBytes: reading.droppedBytes,
           reason: reading.stoppedBecause,
         });
       const recovered = [...reading.live.values()].map(({ seq, entry }) => ({ seq, entry }));
       return { spool, recovered };
     } catch (error) {
-      await handle?.close().catch(() => undefined);
-      await lock?.release();
-      await directory.close().catch(() => undefined);
+      // The spool, once made, owns the file, the lock and the directory (a rewrite may have
+      // swapped the file already).
+      if (spool) await spool.close().catch(() => undefined);
+      else {
+        await handle?.close().catch(() => undefined);
+        await lock?.release();
+        await directory.close().catch(() => undefined);
+      }
       throw refusal(error, `open the spool in ${where}`);
     }
   }
 
-  /** The bytes `entry` would take against maxBytes (its frame's size); throws a TypeError for meta with no JSON form. */
+  /** The bytes `entry` takes against maxBytes (its frame's size); a TypeError for meta with no JSON form. */
   static entryBytes(entry: SpoolEntry): number {
     return entryFrameBytes(entry);
   }
@@ -202,7 +178,7 @@ export class Spool {
 
   /** fdatasyncs made so far: far fewer than appends when they come together. */
   get syncCount(): number {
-    return this.syncs;
+    return this.writer.syncCount;
   }
 
   /** Whether an entry of `bytes` (Spool.entryBytes) would be taken now. */
@@ -217,7 +193,7 @@ export class Spool {
    */
   async append(entry: SpoolEntry): Promise<number> {
     if (this.closing) throw new SpoolClosed(`the spool ${this.file} is closed`);
-    if (this.failure) throw this.failure;
+    if (this.writer.failure) throw this.writer.failure;
     const seq = this.nextSeq;
     const frame = encodeEntry(seq, entry);
     if (!this.wouldFit(frame.length))
@@ -226,12 +202,29 @@ export class Spool {
           `${this.live} of its ${this.options.maxBytes} bytes are live`,
       );
     this.nextSeq++;
-    this.placed(seq, { bytes: frame.length, offset: undefined });
-    const durable = new Promise<number>((resolve, reject) => {
-      this.queue.push({ frame, append: { seq, resolve, reject } });
+    const placement: Placement = { bytes: frame.length, offset: undefined };
+    this.placed(seq, placement);
+    return new Promise<number>((resolve, reject) => {
+      let settled = false;
+      this.writer.add({
+        frame,
+        durable: true,
+        written: (offset) => {
+          placement.offset = offset;
+          this.liveInFile += placement.bytes;
+        },
+        done: () => {
+          settled = true;
+          resolve(seq);
+        },
+        failed: (error) => {
+          if (settled) return;
+          settled = true;
+          this.unplaced(seq);
+          reject(error);
+        },
+      });
     });
-    this.startWriting();
-    return durable;
   }
 
   /**
@@ -239,15 +232,11 @@ export class Spool {
    * removal is written in the background and never synced.
    */
   remove(seq: number): void {
-    const placement = this.placements.get(seq);
     // A queued entry's seq is not out yet: its append has not resolved.
-    if (placement?.offset === undefined) return;
-    this.placements.delete(seq);
-    this.live -= placement.bytes;
-    this.liveInFile -= placement.bytes;
-    if (this.closing || this.failure) return;
-    this.queue.push({ frame: encodeRemoval(seq) });
-    this.startWriting();
+    if (this.placements.get(seq)?.offset === undefined) return;
+    this.unplaced(seq);
+    if (this.closing || this.writer.failure) return;
+    this.writer.add({ frame: encodeRemoval(seq), durable: false });
   }
 
   /** Reads a live entry back from the file. */
@@ -257,7 +246,7 @@ export class Spool {
     if (placement?.offset === undefined)
       throw new SpoolEntryUnknown(`the spool ${this.file} has no live entry ${seq}`);
     // Taken now: a rewrite may swap the file, but waits for this read before closing the old one.
-    const reading = this.readEntry(this.handle, seq, placement.offset, placement.bytes);
+    const reading = this.readEntry(this.writer.handle, seq, placement.offset, placement.bytes);
     this.reads.add(reading);
     try {
       return await reading;
@@ -272,10 +261,10 @@ export class Spool {
   }
 
   private async shutDown(): Promise<void> {
-    while (this.writing) await this.writing;
+    await this.writer.idle();
     await Promise.allSettled(this.reads);
     try {
-      await this.handle.close();
+      await this.writer.handle.close();
     } finally {
       await this.lock.release();
       await this.directory.close();
@@ -286,6 +275,14 @@ export class Spool {
     this.placements.set(seq, placement);
     this.live += placement.bytes;
     if (placement.offset !== undefined) this.liveInFile += placement.bytes;
+  }
+
+  private unplaced(seq: number): void {
+    const placement = this.placements.get(seq);
+    if (!placement) return;
+    this.placements.delete(seq);
+    this.live -= placement.bytes;
+    if (placement.offset !== undefined) this.liveInFile -= placement.bytes;
   }
 
   private async readEntry(
@@ -307,116 +304,18 @@ export class Spool {
     );
   }
 
-  private startWriting(): void {
-    this.writing ??= this.writeQueued()
-      .catch((error: unknown) => {
-        this.fail('writing', error);
-      })
-      .finally(() => {
-        this.writing = undefined;
-        if (this.queue.length > 0) this.startWriting();
-      });
-  }
-
-  private async writeQueued(): Promise<void> {
-    // Lets every append of this turn of the event loop join the first batch.
-    await Promise.resolve();
-    while (this.queue.length > 0) {
-      const batch = this.queue;
-      this.queue = [];
-      if (this.placements.size === 0 && this.reads.size === 0) {
-        // Only removals are queued and nothing is live: the whole file is dead. Emptying it is
-        // cheaper than writing them, and needs no sync (what an unsynced cut leaves is removed).
-        await this.truncateToEmpty();
-        continue;
-      }
-      await this.writeBatch(batch);
-      await this.tidy();
-    }
-  }
-
-  private async writeBatch(batch: Queued[]): Promise<void> {
-    if (this.failure) return this.rejectAppends(batch, this.failure);
-    const start = this.fileBytes;
-    const bytes = Buffer.concat(batch.map((queued) => queued.frame));
-    try {
-      await writeAt(this.handle, bytes, start);
-    } catch (error) {
-      // A partial write leaves a torn frame, and reading stops at one: every frame written after it
-      // would be lost at the next open. Cut it off; if that fails too, append nothing more.
-      await this.handle
-        .truncate(start)
-        .catch((cutError: unknown) => this.fail('cutting', cutError));
-      const failed = new SpoolFailed(
-        `writing to the spool ${this.file} failed: ${messageOf(error)}`,
-        error,
-      );
-      return this.rejectAppends(batch, failed);
-    }
-    this.fileBytes = start + bytes.length;
-    let offset = start;
-    for (const { frame, append } of batch) {
-      const placement = append && this.placements.get(append.seq);
-      if (placement) {
-        placement.offset = offset;
-        this.liveInFile += placement.bytes;
-      }
-      offset += frame.length;
-    }
-    if (!batch.some((queued) => queued.append)) return;
-    try {
-      await this.handle.datasync();
-      this.syncs++;
-    } catch (error) {
-      return this.rejectAppends(batch, this.fail('fdatasync of', error));
-    }
-    for (const { append } of batch) append?.resolve(append.seq);
-  }
-
-  private rejectAppends(batch: Queued[], error: SpoolFailed): void {
-    for (const { append } of batch) {
-      if (!append) continue;
-      const placement = this.placements.get(append.seq);
-      if (placement) {
-        this.placements.delete(append.seq);
-        this.live -= placement.bytes;
-        if (placement.offset !== undefined) this.liveInFile -= placement.bytes;
-      }
-      append.reject(error);
-    }
-  }
-
   /**
-   * From now on the spool appends nothing: after a failed fdatasync the kernel may have dropped the
-   * unsynced pages and a second fdatasync can succeed without them (PostgreSQL's "fsyncgate").
+   * Keeps the file small, between the writer's batches: empty once nothing is live (no sync: what
+   * an unsynced cut leaves behind was removed), rewritten when dead frames dominate.
    */
-  private fail(doing: string, error: unknown): SpoolFailed {
-    this.failure ??= new SpoolFailed(
-      `${doing} the spool ${this.file} failed (${messageOf(error)}); what it holds on disk is unknown, so ` +
-        `it takes no more appends until the process restarts`,
-      error,
-    );
-    return this.failure;
-  }
-
-  /** Keeps the file small: empty once nothing is live, rewritten when dead frames dominate. */
   private async tidy(): Promise<void> {
-    if (this.failure) return;
-    if (this.placements.size === 0 && this.reads.size === 0) return this.truncateToEmpty();
-    const dead = this.fileBytes - this.liveInFile;
+    if (this.writer.failure) return;
+    const fileBytes = this.writer.bytes;
+    if (this.placements.size === 0 && this.reads.size === 0) return this.writer.empty();
     const minFileBytes = this.options.compactMinFileBytes ?? DEFAULT_COMPACT_MIN_FILE_BYTES;
-    if (dead > this.liveInFile && this.fileBytes >= Math.max(minFileBytes, this.nextRewriteAt))
+    const dead = fileBytes - this.liveInFile;
+    if (dead > this.liveInFile && fileBytes >= Math.max(minFileBytes, this.nextRewriteAt))
       await this.rewrite(minFileBytes);
-  }
-
-  private async truncateToEmpty(): Promise<void> {
-    if (this.fileBytes === 0) return;
-    try {
-      await this.handle.truncate(0);
-      this.fileBytes = 0;
-    } catch (error) {
-      this.fail('emptying', error);
-    }
   }
 
   private async rewrite(minFileBytes: number): Promise<void> {
@@ -424,15 +323,15 @@ export class Spool {
       .filter(([, placement]) => placement.offset !== undefined)
       .map(([seq, { offset, bytes }]) => ({ seq, offset: offset!, bytes }));
     const scratch = path.join(path.dirname(this.file), COMPACTING_FILE);
-    const rewritten = await rewriteWith(this.handle, frames, this.file, scratch).catch(() => {
-      // The old file is whole and still the spool. Try again once it has grown by as much again.
-      this.nextRewriteAt = this.fileBytes + minFileBytes;
-      return undefined;
-    });
+    const rewritten = await rewriteWith(this.writer.handle, frames, this.file, scratch).catch(
+      () => {
+        // The old file is whole and still the spool. Try again once it has grown by as much again.
+        this.nextRewriteAt = this.writer.bytes + minFileBytes;
+        return undefined;
+      },
+    );
     if (!rewritten) return;
-    const old = this.handle;
-    this.handle = rewritten.handle;
-    this.fileBytes = rewritten.bytes;
+    const old = this.writer.swap(rewritten.handle, rewritten.bytes);
     this.liveInFile = 0;
     for (const [seq, offset] of rewritten.offsets) {
       const placement = this.placements.get(seq);
@@ -446,9 +345,29 @@ export class Spool {
       // lost it would bring back the old file, without them.
       await this.directory.sync();
     } catch (error) {
-      this.fail('syncing the directory of', error);
+      this.writer.fail('syncing the directory of', error);
     }
     await Promise.allSettled(this.reads);
     await old.close().catch(() => undefined);
   }
+}
+
+function checkOptions({ maxBytes, compactMinFileBytes }: SpoolOptions): void {
+  if (!(Number.isSafeInteger(maxBytes) && maxBytes > 0))
+    throw new SpoolRefused(`a spool's maxBytes must be a positive whole number, not ${maxBytes}`);
+  if (compactMinFileBytes !== undefined && !(compactMinFileBytes >= 0))
+    throw new SpoolRefused(`compactMinFileBytes must be 0 or more, not ${compactMinFileBytes}`);
+}
+
+/** What the file holds up to its last whole frame; what follows is cut off, durably. */
+async function readToLastWholeFrame(
+  handle: FileHandle,
+): Promise<FileReading & { readonly droppedBytes: number }> {
+  const size = (await handle.stat()).size;
+  const reading = await readSpoolFile(handle, size);
+  if (reading.stoppedBecause !== undefined) {
+    await handle.truncate(reading.goodBytes);
+    await handle.sync();
+  }
+  return { ...reading, droppedBytes: size - reading.goodBytes };
 }
