@@ -17,7 +17,10 @@ function framesOf(indexes: number[]): number {
 }
 
 const opened: Spool[] = [];
-afterEach(() => Promise.all(opened.splice(0).map((spool) => spool.close())));
+afterEach(async () => {
+  jest.restoreAllMocks();
+  await Promise.all(opened.splice(0).map((spool) => spool.close()));
+});
 
 function fileOf(dir: string): fs.Stats {
   return fs.statSync(path.join(dir, 'spool.log'));
@@ -65,6 +68,28 @@ test('when dead bytes pass live ones in a file over 1 MiB, the live frames are r
   await spool.append(entry('after', BODY_BYTES));
   await spool.close();
   expect(await namesIn(dir)).toEqual([...kept.map((_, i) => `e${4 * i + 1}`), 'after']);
+});
+
+test('a rewrite syncs the new file before it renames it over the old, and the directory after', async () => {
+  const { dir, spool, seqs } = await spoolWith(4, { compactMinFileBytes: 1_000 });
+  const handle = await fs.promises.open(__filename, 'r');
+  await handle.close();
+  const proto = Object.getPrototypeOf(handle) as fs.promises.FileHandle;
+  const events: string[] = [];
+  const realSync = proto.sync;
+  jest.spyOn(proto, 'sync').mockImplementation(async function (this: fs.promises.FileHandle) {
+    events.push('sync');
+    return realSync.call(this);
+  });
+  const realRename = fs.promises.rename;
+  jest.spyOn(fs.promises, 'rename').mockImplementation(async (from, to) => {
+    events.push('rename');
+    return realRename(from, to);
+  });
+  for (const seq of seqs.slice(1)) spool.remove(seq);
+  await eventually(() => expect(fileOf(dir).size).toBe(FRAME_BYTES));
+  await spool.close();
+  expect(events).toEqual(['sync', 'rename', 'sync']);
 });
 
 test('a file under compactMinFileBytes, or one mostly live, is not rewritten', async () => {
