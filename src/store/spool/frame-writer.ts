@@ -94,7 +94,7 @@ export class FrameWriter {
   fail(doing: string, error: unknown): SpoolFailed {
     this.broken ??= new SpoolFailed(
       `${doing} the spool ${this.file} failed (${messageOf(error)}); what it holds on disk is ` +
-        `unknown, so it takes no more appends until the process restarts`,
+        `unknown, so it takes no more appends until it is opened again`,
       error,
     );
     return this.broken;
