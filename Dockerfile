@@ -49,11 +49,15 @@ RUN npm run build \
 # stay owned by root and read-only to the `node` user the process runs as (the official image's
 # non-root user): the proxy never writes to its own files, so the container can run with a
 # read-only root filesystem (docker run --read-only, Kubernetes readOnlyRootFilesystem). On an
-# external PostgreSQL it writes nowhere; a tmpfs on /tmp is enough for anything Node puts there.
+# external PostgreSQL it writes only its spool (a volume on /var/lib/idempotency-proxy); a tmpfs on
+# /tmp is enough for anything Node puts there.
 FROM base AS runtime
 ENV NODE_ENV=production
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /pkg ./
+# The one place the proxy writes, when a volume is mounted there: the spool (store.outbox.spool) of
+# answers PostgreSQL could not take yet. A new named volume starts with this directory's owner.
+RUN mkdir -p /var/lib/idempotency-proxy && chown node:node /var/lib/idempotency-proxy
 USER node
 
 # The demo "legacy" payments API (not idempotent). It binds 127.0.0.1 by default; in a container it

@@ -11,12 +11,10 @@ import { type App, createApp, hashKey } from './app';
 import { probeOf, protocolAdapters } from './protocols';
 import type { ProxyConfig } from './config/types';
 import { CompletionListener, type EvictionSubscriber } from './store/postgres/completion-listener';
-import {
-  type PendingWrite,
-  PostgresKeyStore,
-  type WriteObserver,
-} from './store/postgres/key-store';
+import { PostgresKeyStore } from './store/postgres/key-store';
+import type { PendingWrite, WriteObserver } from './store/postgres/pending-writes';
 import type { DropReason } from './store/postgres/write-outbox';
+import { openSpool } from './store/spool-at-start';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { type BackgroundPruner, startPruner } from './store/postgres/pruner';
 import { ReconcileStore } from './store/postgres/reconcile-store';
@@ -53,6 +51,8 @@ export interface ComposeOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** The embedded PostgreSQL serve watches, for /readyz. */
   readonly embedded?: (() => EmbeddedStatus) | undefined;
+  /** The spool's directory when not store.outbox.spool's own: a cluster worker's (worker-N in it). */
+  readonly spoolDir?: string;
 }
 
 export interface ProxyInstance {
@@ -84,6 +84,8 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     );
   }
   const metrics = options.metrics ?? new ProxyMetrics();
+  const spoolDir = options.spoolDir ?? config.store.outbox.spool;
+  const spooled = spoolDir === undefined ? undefined : await openSpool(spoolDir, config, logger);
   const store = new PostgresKeyStore(pool, table, {
     distributed: topology.kind === 'citus' && topology.distributed,
     onNamedStatementsLost: (error) =>
@@ -93,7 +95,15 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       ),
     outbox: config.store.outbox,
     writes: pendingWriteReports(metrics, logger),
+    spool: spooled?.spool,
   });
+  if (spooled && spooled.recovered.length > 0) {
+    const count = store.recoverSpooled(spooled.recovered);
+    logger.warn(
+      { spool: spoolDir, writes: count },
+      'store: the spool holds answers (and releases) an earlier run could not store; they are stored before their keys are answered',
+    );
+  }
   metrics.watchPendingWrites(() => store.pendingWrites);
   const cache =
     config.store.replayCacheBytes > 0 ? new ReplayCache(config.store.replayCacheBytes) : undefined;
@@ -182,9 +192,18 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       await sweeper.stop();
       await app.close(graceMs);
       // The drained requests' completions that are still pending, before the pool goes.
-      const left = await store.drainWrites(config.store.outbox.drainTimeoutMs);
+      const { kept, lost } = await store.drainWrites(config.store.outbox.drainTimeoutMs);
+      if (kept.length > 0)
+        logger.warn(
+          {
+            spool: spoolDir,
+            writes: kept.length,
+            drainTimeoutMs: config.store.outbox.drainTimeoutMs,
+          },
+          'shutdown: answers not stored within store.outbox.drainTimeout stay in the spool; the next start on it stores them first',
+        );
       // One line per write: each is an answer (or a release) an operator may have to account for.
-      for (const write of left)
+      for (const write of lost)
         logger.error(
           { ...writeFields(write), drainTimeoutMs: config.store.outbox.drainTimeoutMs },
           `shutdown: a pending ${write.kind === 'complete' ? 'completion could not be stored within store.outbox.drainTimeout: the answer its client got is lost, and the claim ends as an unknown outcome when its lease ends' : 'release could not be stored within store.outbox.drainTimeout: its claim stays in progress until its lease ends'}`,
@@ -224,6 +243,13 @@ function replayCacheStatus(
 function pendingWriteReports(metrics: ProxyMetrics, logger: Logger): WriteObserver {
   return {
     retried: (write) => metrics.writeRetried(write.kind),
+    spoolRefused(write, error) {
+      metrics.spoolRefused();
+      logger.error(
+        { ...writeFields(write), error: (error as Error).message },
+        'store: the spool could not take an answer (store.outbox.spoolMaxBytes, or its disk): the client waits until PostgreSQL has it, and new claims get 503 meanwhile',
+      );
+    },
     replacedUnknown(id, status) {
       metrics.unknownOutcomeReplaced();
       logger.warn(

@@ -4,7 +4,7 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { RequestLogEntry } from './http/request-log';
 import type { ProtectedObserver } from './protected/protocol';
 import type { ProbeResult } from './reconcile/reconciler';
-import type { WriteKind } from './store/postgres/key-store';
+import type { WriteKind } from './store/postgres/pending-writes';
 import type { Settlement } from './store/postgres/write-outbox';
 import { OutcomeRing } from './observability/outcome-ring';
 
@@ -35,6 +35,7 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly writesDropped: Counter<'operation' | 'reason'>;
   private readonly backgroundReleases: Counter<'result'>;
   private readonly unknownReplaced: Counter;
+  private readonly spoolRefusals: Counter;
   /** What the store's outbox holds now (key-store.ts pendingWrites), read when scraped. */
   private pendingWrites: () => { readonly writes: number; readonly bytes: number } = () => ({
     writes: 0,
@@ -184,6 +185,11 @@ export class ProxyMetrics implements ProtectedObserver {
       labelNames: ['result'],
       registers,
     });
+    this.spoolRefusals = new Counter({
+      name: `${PREFIX}spool_refused_total`,
+      help: 'Answers the spool could not take (full, or its disk failed): each waited until PostgreSQL had it.',
+      registers,
+    });
     this.unknownReplaced = new Counter({
       name: `${PREFIX}unknown_outcomes_replaced_total`,
       help: "Unknown outcomes settled when a claim's lease ended, replaced by that claim's real answer when it landed later.",
@@ -272,6 +278,11 @@ export class ProxyMetrics implements ProtectedObserver {
   /** Where the pending-write gauges read from (the key store's outbox). */
   watchPendingWrites(read: () => { readonly writes: number; readonly bytes: number }): void {
     this.pendingWrites = read;
+  }
+
+  /** The spool could not take an answer (pending-writes.ts). */
+  spoolRefused(): void {
+    this.spoolRefusals.inc();
   }
 
   /** A provisional unknown outcome was replaced by the real answer (key-store.ts replaceUnknown). */

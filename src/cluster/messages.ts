@@ -23,6 +23,8 @@ export type ToWorker =
       readonly databaseUrl: string;
       readonly configFile: string;
       readonly configText: string;
+      /** Its own spool (worker-N in store.outbox.spool), when the config has one. */
+      readonly spoolDir?: string;
     }
   | { readonly type: `${typeof PREFIX}ask`; readonly id: number; readonly question: Question }
   | { readonly type: `${typeof PREFIX}drain` };

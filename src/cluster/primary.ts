@@ -3,6 +3,7 @@
 // the workers that serve clients (cluster/worker.ts): it hands each the database URL and the config
 // text it checked, replaces one that dies, passes a SIGHUP on once the file loads, and on SIGTERM
 // drains them all before it stops. What runs where: docs/operations.md#workers-every-core.
+import path from 'node:path';
 import type { Logger } from 'pino';
 import { createAdminServer } from '../admin/admin-server';
 import { listenAll, logReloadRejected, stopOnSignalWhileStarting } from '../cli/serve';
@@ -37,7 +38,13 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
   const supervisor = new WorkerSupervisor({
     count: current.config.workers,
     logger,
-    start: () => ({ databaseUrl: database.url, configFile: file, configText: current.text }),
+    // Each worker its own spool, the same for the worker that replaces it: one process per spool.
+    start: (slot) => ({
+      databaseUrl: database.url,
+      configFile: file,
+      configText: current.text,
+      spoolDir: workerSpool(current.config.store.outbox.spool, slot),
+    }),
   });
   const ask = supervisor.questions.ask.bind(supervisor.questions);
   const askServing = (question: Question, timeoutMs: number) =>
@@ -144,4 +151,9 @@ export async function servePrimary(started: ProxyConfig, logger: Logger): Promis
   }
   logger.info('stopped');
   return 0;
+}
+
+/** A worker's spool: worker-N (from 1) in the configured one. */
+function workerSpool(spool: string | undefined, slot: number): string | undefined {
+  return spool === undefined ? undefined : path.join(spool, `worker-${slot + 1}`);
 }

@@ -16,13 +16,19 @@ const DRAIN_MARGIN_MS = 5_000;
 
 export interface SupervisorOptions {
   readonly count: number;
-  /** What a worker is told when it says hello: the URL and the config text in force now. */
-  readonly start: () => Omit<Extract<ToWorker, { type: typeof messageType.start }>, 'type'>;
+  /**
+   * What a worker is told when it says hello: the URL and the config text in force now. `slot`
+   * (0 to count-1) is its place, kept by the worker that replaces it (its spool is the slot's).
+   */
+  readonly start: (
+    slot: number,
+  ) => Omit<Extract<ToWorker, { type: typeof messageType.start }>, 'type'>;
   readonly logger: Logger;
 }
 
 interface Slot {
   readonly worker: Worker;
+  readonly index: number;
   listening: boolean;
   draining: boolean;
 }
@@ -47,7 +53,7 @@ export class WorkerSupervisor {
   /** Forks every worker; resolves once all listen, rejects with the first one's startup error. */
   async startAll(): Promise<void> {
     const listening = new Promise<void>((resolve) => (this.onListening = resolve));
-    for (let i = 0; i < this.options.count; i++) this.fork();
+    for (let i = 0; i < this.options.count; i++) this.fork(i);
     await Promise.race([listening, this.failed]);
     this.started = true;
   }
@@ -93,9 +99,9 @@ export class WorkerSupervisor {
     for (const { worker } of this.slots.values()) worker.process.kill('SIGKILL');
   }
 
-  private fork(): void {
+  private fork(index: number): void {
     const worker = cluster.fork();
-    this.slots.set(worker.id, { worker, listening: false, draining: false });
+    this.slots.set(worker.id, { worker, index, listening: false, draining: false });
     worker.on('exit', (code: number | null, signal: NodeJS.Signals | null) =>
       this.exited(worker, code, signal),
     );
@@ -109,7 +115,7 @@ export class WorkerSupervisor {
     switch (message.type) {
       case messageType.hello:
         if (slot.draining || this.stopping) sendTo(worker, { type: messageType.drain });
-        else sendTo(worker, { type: messageType.start, ...this.options.start() });
+        else sendTo(worker, { type: messageType.start, ...this.options.start(slot.index) });
         return;
       case messageType.listening:
         slot.listening = true;
@@ -169,7 +175,7 @@ export class WorkerSupervisor {
       `worker (PID ${worker.process.pid}) exited unexpectedly (${how}); starting another in ${decision.delayMs} ms`,
     );
     setTimeout(() => {
-      if (!this.stopping) this.fork();
+      if (!this.stopping && slot) this.fork(slot.index);
     }, decision.delayMs);
   }
 }

@@ -52,6 +52,7 @@ export async function serveWorker(logger: Logger): Promise<number> {
       databaseUrl: start.databaseUrl,
       logger,
       metrics,
+      spoolDir: start.spoolDir,
     });
     await listenAll(
       [{ server: instance.app.server, section: 'listen', what: 'idempotency-proxy' }],

@@ -110,6 +110,8 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
         maxBytes: parseSizeBytes(store.outbox.maxBytes),
         holdMs: parseDurationMs(store.outbox.holdAnswer),
         drainTimeoutMs: parseDurationMs(store.outbox.drainTimeout),
+        spool: spoolDir(store.outbox.spool, env.DATABASE_URL || store.url, store.dataDir, cwd),
+        spoolMaxBytes: parseSizeBytes(store.outbox.spoolMaxBytes),
       },
     },
     upstreams,
@@ -435,4 +437,20 @@ function deepFreeze<T>(value: T): T {
   else if (value instanceof Set) return Object.freeze(value);
   else for (const field of Object.values(value)) deepFreeze(field);
   return Object.freeze(value);
+}
+
+/**
+ * The spool's directory: the one set; none when set to false; unset, the embedded PostgreSQL's
+ * beside its data directory (on a store URL: none, as the operator must choose a disk that
+ * outlives the process, docs/record-lifecycle.md).
+ */
+function spoolDir(
+  setting: string | false | undefined,
+  url: string,
+  dataDir: string,
+  cwd: string,
+): string | undefined {
+  if (setting === false) return undefined;
+  if (setting !== undefined) return path.resolve(cwd, setting);
+  return url ? undefined : `${path.resolve(cwd, dataDir)}-spool`;
 }

@@ -412,7 +412,9 @@ export const configSchema = strict(
                 error: 'expected a size greater than 0b',
               })
               .default('64mb')
-              .describe('Memory those pending answers may hold; past it the oldest are dropped.'),
+              .describe(
+                'Memory those pending answers may hold; past it the oldest are dropped (with a spool: let go from memory, read back from the spool).',
+              ),
             holdAnswer: duration({ timer: true })
               .default('2s')
               .describe(
@@ -423,8 +425,29 @@ export const configSchema = strict(
               .describe(
                 "How long shutdown keeps sending pending writes after draining requests (30s: Kubernetes' default terminationGracePeriodSeconds); what is left goes to the spool, or is logged one error line per write. Give the orchestrator's stop timeout shutdownGrace plus this.",
               ),
+            spool: z
+              .preprocess(
+                // Empty (an unset variable's `${X:-}`): the default.
+                (v: unknown) => (v === '' ? undefined : toBoolean(v)),
+                z
+                  .union([z.literal(false), pattern(/./, 'expected a directory', 'directory')], {
+                    error: 'expected a directory, or false',
+                  })
+                  .optional(),
+              )
+              .describe(
+                "A directory on local disk where an answer whose completion could not be stored within holdAnswer is written (and flushed) before its client gets it, so that a crash or a stop during a PostgreSQL outage loses nothing: the next start stores it first. false: none (a process that ends with answers queued loses them). Unset: the embedded PostgreSQL's keeps one beside its data directory (<dataDir>-spool); with a store URL, none. Made 0700, owned by the proxy's user; one process per spool (workers get worker-N inside it).",
+              ),
+            spoolMaxBytes: size
+              .refine((text) => (tryParseSizeBytes(text) ?? 0) > 0, {
+                error: 'expected a size greater than 0b',
+              })
+              .default('1gb')
+              .describe(
+                'The most the spool holds; past it an answer is not sent until it is stored, and new claims get 503 meanwhile.',
+              ),
           },
-          'store.outbox settings (maxWrites, maxBytes, holdAnswer, drainTimeout)',
+          'store.outbox settings (maxWrites, maxBytes, holdAnswer, drainTimeout, spool, spoolMaxBytes)',
         )
           .prefault({})
           .describe(

@@ -95,6 +95,9 @@ export interface StoreConfig {
     readonly holdMs: number;
     /** How long shutdown keeps sending what is pending. */
     readonly drainTimeoutMs: number;
+    /** Where answers past the hold are kept on disk (an absolute path); undefined: nowhere. */
+    readonly spool: string | undefined;
+    readonly spoolMaxBytes: number;
   };
 }
 

@@ -374,8 +374,20 @@ describe('docker-compose.yml agrees with config/proxy.yaml and the Dockerfile', 
     expect(proxy.read_only).toBe(true);
     const tmpfs = [proxy.tmpfs ?? []].flat().map((entry) => entry.split(':')[0]);
     expect(tmpfs).toEqual(['/tmp']);
-    // Everything else the container may write is a volume; only the read-only config mount is one.
-    expect(mounts(proxy).map((mount) => mount.readOnly)).toEqual([true]);
+    // Everything else the container may write is a volume: the config is mounted read-only, and
+    // the one writable volume holds the spool.
+    expect(mounts(proxy).map(({ target, readOnly }) => [target, readOnly])).toEqual([
+      ['/app/config', true],
+      ['/var/lib/idempotency-proxy', false],
+    ]);
+  });
+
+  it('keeps the spool on a named volume that outlives the container', () => {
+    const spool = config.store.outbox.spool;
+    expect(spool).toBe('/var/lib/idempotency-proxy/spool');
+    const mount = mounts(service('proxy')).find((each) => spool!.startsWith(`${each.target}/`));
+    expect(mount?.source).toBe('spool');
+    expect(Object.keys(compose.volumes ?? {})).toContain('spool');
   });
 
   it('restarts a crashed proxy a few times, never a config error in a loop', () => {

@@ -344,7 +344,7 @@ describe('config/kubernetes agrees with the proxy config it carries', () => {
     );
   });
 
-  it("runs as the image's non-root user on a read-only root filesystem, with only /tmp writable", () => {
+  it("runs as the image's non-root user on a read-only root filesystem, with only /tmp and the spool writable", () => {
     const image = stageNamed(readDockerfile(), 'proxy');
     expect(lastOf(readDockerfile(), image, 'USER')?.args).toBe('node');
     for (const podSpec of [pod, (migrationJob.spec!.template as { spec: PodSpec }).spec]) {
@@ -362,8 +362,19 @@ describe('config/kubernetes agrees with the proxy config it carries', () => {
       const writableMounts = (only.volumeMounts ?? []).filter((mount) =>
         writable.some((volume) => volume.name === mount.name),
       );
-      expect(writableMounts.map((mount) => mount.mountPath)).toEqual(['/tmp']);
+      expect(writableMounts.map((mount) => mount.mountPath)).toEqual(
+        podSpec === pod ? ['/tmp', '/var/lib/idempotency-proxy'] : ['/tmp'],
+      );
     }
+  });
+
+  it('keeps the spool on its own volume, inside the mount so that the proxy can make it private', () => {
+    const spool = config.store.outbox.spool;
+    expect(spool).toBe('/var/lib/idempotency-proxy/spool');
+    const mount = container.volumeMounts?.find((each) => spool!.startsWith(`${each.mountPath}/`));
+    expect(mount?.mountPath).toBe('/var/lib/idempotency-proxy');
+    const volume = pod.volumes?.find((each) => each.name === mount?.name);
+    expect(volume?.emptyDir).toBeDefined();
   });
 
   it("spreads the replicas over zones and nodes, counting the Deployment's own pods", () => {

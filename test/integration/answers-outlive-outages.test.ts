@@ -8,40 +8,29 @@
 //   an unknown outcome; one that cannot know settles it, provisionally: once the holder's completion
 //   lands it replaces it, and every replay is the 201;
 // - nothing runs twice.
-import { URL } from 'node:url';
 import { postJson, send, type TestResponse } from '../support/http';
 import { until } from '../support/eventually';
 import { PgNode, pgClusterUnavailable } from '../support/pg-cluster';
-import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
+import { cuttableDatabase } from '../support/cuttable-database';
+import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { describeUnless, recordFigures } from '../support/run-report';
-import { startTcpForwarder, type TcpForwarder } from '../support/tcp-forwarder';
-import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
-import { findFreePort } from '../../src/embedded/embedded';
+import {
+  type CountingUpstream,
+  sleep,
+  startSlowCountingUpstream,
+  startUpstream,
+  type TestUpstream,
+} from '../support/upstream';
 
 const LEASE_MS = 1_500;
 /** How long the upstream takes: the cut comes while it runs. */
-const UPSTREAM_MS = 400;
+const UPSTREAM_MS = 1_000;
 const ADMIN_TOKEN = 'outage-token-5c1e';
-
-type CountingUpstream = TestUpstream & { runs(key: string): number };
-
-async function startCountingUpstream(delayMs: number): Promise<CountingUpstream> {
-  const runs = new Map<string, number>();
-  const upstream = await startUpstream(async (req, res) => {
-    const key = String(req.headers['idempotency-key'] ?? '');
-    const n = (runs.get(key) ?? 0) + 1;
-    runs.set(key, n);
-    await sleep(delayMs);
-    res.writeHead(201, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ key, execution: n, at: Date.now() }));
-  });
-  return Object.assign(upstream, { runs: (key: string) => runs.get(key) ?? 0 });
-}
 
 function yaml(upstreamUrl: string): string {
   return `
 admin: { token: "${ADMIN_TOKEN}" }
-store: { table: "\${TEST_TABLE}", poolSize: 8, outbox: { holdAnswer: 300ms } }
+store: { table: "\${TEST_TABLE}", poolSize: 8, outbox: { holdAnswer: 300ms, drainTimeout: 2s } }
 upstreams: { api: { url: ${upstreamUrl}, timeout: 10s } }
 routes:
   - name: orders
@@ -51,15 +40,7 @@ routes:
 `;
 }
 
-/** The test database's URL with its host and port replaced (to go through a forwarder). */
-function through(url: string, port: number): string {
-  const via = new URL(url);
-  via.hostname = '127.0.0.1';
-  via.port = String(port);
-  return via.toString();
-}
-
-/** An instance whose every connection to PostgreSQL goes through a forwarder the test can cut. */
+/** An instance whose every connection to PostgreSQL goes through a way the test can cut. */
 interface CuttableProxy {
   readonly proxy: TestProxy;
   cut(): void;
@@ -67,30 +48,16 @@ interface CuttableProxy {
   close(): Promise<void>;
 }
 
-async function startCuttableProxy(
-  upstream: TestUpstream,
-  table: string,
-  server = databaseUrl(),
-): Promise<CuttableProxy> {
-  const target = new URL(server);
-  const real = { host: target.hostname, port: Number(target.port || 5432) };
-  const forwarder: TcpForwarder = await startTcpForwarder(real);
-  const proxy = await startProxy({
-    yaml: yaml(upstream.url),
-    table,
-    databaseUrl: through(server, forwarder.port),
-  });
-  const nowhere = { host: '127.0.0.1', port: await findFreePort() };
+async function startCuttableProxy(upstream: TestUpstream, table: string): Promise<CuttableProxy> {
+  const database = await cuttableDatabase();
+  const proxy = await startProxy({ yaml: yaml(upstream.url), table, databaseUrl: database.url });
   return {
     proxy,
-    cut: () => {
-      forwarder.switchTo(nowhere);
-      forwarder.drop();
-    },
-    restore: () => forwarder.switchTo(real),
+    cut: () => database.cut(),
+    restore: () => database.restore(),
     close: async () => {
       await proxy.close();
-      await forwarder.close();
+      await database.close();
     },
   };
 }
@@ -107,14 +74,22 @@ async function retryPast503(url: string, key: string): Promise<TestResponse> {
   }
 }
 
-/** Sends `keys` to `url` and cuts the instance off while their upstream calls run. */
+/**
+ * Sends each url its keys and cuts PostgreSQL off while their upstream calls run: once every one
+ * has reached the upstream (it was claimed), before any has answered.
+ */
 async function answeredDuringCut(
-  url: string,
-  keys: readonly string[],
+  upstream: CountingUpstream,
+  targets: readonly (readonly [url: string, keys: readonly string[]])[],
   cut: () => void | Promise<void>,
 ): Promise<Map<string, TestResponse>> {
-  const sent = keys.map(async (key) => [key, await order(url, key)] as const);
-  await sleep(UPSTREAM_MS / 2);
+  const sent = targets.flatMap(([url, keys]) =>
+    keys.map(async (key) => [key, await order(url, key)] as const),
+  );
+  const keys = targets.flatMap(([, each]) => each);
+  await until(() => keys.every((key) => upstream.runs(key) > 0), 'every call to reach upstream', {
+    intervalMs: 5,
+  });
   await cut();
   const firsts = new Map(await Promise.all(sent));
   for (const [key, res] of firsts) {
@@ -166,7 +141,7 @@ describe('one PostgreSQL, instances cut off from it one at a time', () => {
   let upstream: CountingUpstream;
   const open: CuttableProxy[] = [];
   beforeAll(async () => {
-    upstream = await startCountingUpstream(UPSTREAM_MS);
+    upstream = await startSlowCountingUpstream(UPSTREAM_MS);
   });
   afterEach(async () => {
     for (const instance of open.splice(0)) await instance.close();
@@ -177,7 +152,7 @@ describe('one PostgreSQL, instances cut off from it one at a time', () => {
     const a = await startCuttableProxy(upstream, uniqueTable('outage'));
     open.push(a);
     const keys = keysOf('same');
-    const firsts = await answeredDuringCut(a.proxy.url, keys, a.cut);
+    const firsts = await answeredDuringCut(upstream, [[a.proxy.url, keys]], a.cut);
     expect(a.proxy.store.pendingWrites.writes).toBe(keys.length);
     await sleep(LEASE_MS + 1_000);
     a.restore();
@@ -200,7 +175,7 @@ describe('one PostgreSQL, instances cut off from it one at a time', () => {
     const b = await startCuttableProxy(upstream, table);
     open.push(a, b);
     const keys = keysOf('other');
-    const firsts = await answeredDuringCut(a.proxy.url, keys, a.cut);
+    const firsts = await answeredDuringCut(upstream, [[a.proxy.url, keys]], a.cut);
     await sleep(LEASE_MS + 500);
     // b cannot know that a holds the answers: the lease is over, so it settles each as unknown.
     for (const key of keys) {
@@ -243,7 +218,9 @@ describe('one PostgreSQL, instances cut off from it one at a time', () => {
     // A completion that is itself an unknown outcome says no more than the settled one: the record
     // keeps the first (the settled one), and nothing is counted as replaced.
     const table = uniqueTable('outage');
+    let arrived = false;
     const failing = await startUpstream(async (_req, res) => {
+      arrived = true;
       await sleep(UPSTREAM_MS);
       res.destroy(); // the upstream dropped the connection mid-call: an unknown outcome
     });
@@ -252,7 +229,7 @@ describe('one PostgreSQL, instances cut off from it one at a time', () => {
     open.push(a, b);
     const [key] = keysOf('dropped', 1);
     const first = order(a.proxy.url, key!);
-    await sleep(UPSTREAM_MS / 2);
+    await until(() => arrived, 'the call to reach upstream', { intervalMs: 5 });
     a.cut();
     expect((await first).status).toBe(502);
     await sleep(LEASE_MS + 500);
@@ -281,11 +258,13 @@ describeUnless(pgClusterUnavailable(), 'outages of a real PostgreSQL server')(
     beforeAll(async () => {
       node = await PgNode.init('answers');
       await node.start();
-      upstream = await startCountingUpstream(UPSTREAM_MS);
-      quick = await startCountingUpstream(20);
+      upstream = await startSlowCountingUpstream(UPSTREAM_MS);
+      quick = await startSlowCountingUpstream(20);
     }, 120_000);
     afterEach(async () => {
       for (const proxy of proxies.splice(0)) await proxy.close();
+      // A test that failed with the server stopped leaves it so: the next one needs it.
+      await node.start().catch(() => undefined);
     });
     afterAll(async () => {
       await upstream?.close();
@@ -304,11 +283,14 @@ describeUnless(pgClusterUnavailable(), 'outages of a real PostgreSQL server')(
       const [a, b] = await twoInstances(upstream);
       const keysA = keysOf('crash-a');
       const keysB = keysOf('crash-b');
-      const stop = async (): Promise<void> => node.stop('immediate');
-      const [firstsA, firstsB] = await Promise.all([
-        answeredDuringCut(a!.url, keysA, stop),
-        answeredDuringCut(b!.url, keysB, async () => undefined),
-      ]);
+      const firsts = await answeredDuringCut(
+        upstream,
+        [
+          [a!.url, keysA],
+          [b!.url, keysB],
+        ],
+        () => node.stop('immediate'),
+      );
       await sleep(LEASE_MS + 1_000);
       await node.start();
       // Each key is retried at once on the instance that does not hold its answer.
@@ -321,7 +303,6 @@ describeUnless(pgClusterUnavailable(), 'outages of a real PostgreSQL server')(
         'both instances to land their completions',
         { timeoutMs: 15_000 },
       );
-      const firsts = new Map([...firstsA, ...firstsB]);
       recordFigures(__filename, 'pg_ctl stop -m immediate, two instances', {
         keys: firsts.size,
         answered201: firsts.size,

@@ -7,11 +7,8 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import { migrate } from '../../src/db/migrate';
 import type { ClaimRequest, RecordId, StoredResponse } from '../../src/store/record';
-import {
-  type PendingWrite,
-  PostgresKeyStore,
-  type WriteObserver,
-} from '../../src/store/postgres/key-store';
+import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import type { PendingWrite, WriteObserver } from '../../src/store/postgres/pending-writes';
 import type { Settlement } from '../../src/store/postgres/write-outbox';
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';

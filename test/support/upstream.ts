@@ -89,3 +89,26 @@ export function startWaitingUpstream(): Promise<TestUpstream> {
     res.end(`done ${req.url}`);
   });
 }
+
+/** An upstream that counts its executions per Idempotency-Key (what fault tests compare against). */
+export type CountingUpstream = TestUpstream & { runs(key: string): number };
+
+/**
+ * Answers 201 `{ key, execution, pad }` after `delayMs`, counting executions per key; `padBytes` of
+ * padding give the answer a size (for bounds in bytes).
+ */
+export async function startSlowCountingUpstream(
+  delayMs: number,
+  padBytes = 0,
+): Promise<CountingUpstream> {
+  const runs = new Map<string, number>();
+  const upstream = await startUpstream(async (req, res) => {
+    const key = String(req.headers['idempotency-key'] ?? '');
+    const n = (runs.get(key) ?? 0) + 1;
+    runs.set(key, n);
+    await sleep(delayMs);
+    res.writeHead(201, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ key, execution: n, pad: 'x'.repeat(padBytes) }));
+  });
+  return Object.assign(upstream, { runs: (key: string) => runs.get(key) ?? 0 });
+}

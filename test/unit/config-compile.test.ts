@@ -68,7 +68,10 @@ describe('defaults', () => {
         maxWrites: 10_000,
         maxBytes: 64 * 1024 * 1024,
         holdMs: 2_000,
-        drainTimeoutMs: 5_000,
+        drainTimeoutMs: 30_000,
+        // The embedded PostgreSQL's spool, beside its data directory.
+        spool: path.resolve(process.cwd(), '.data/postgres-spool'),
+        spoolMaxBytes: 1024 * 1024 * 1024,
       },
     });
     expect(config.upstreams.get('app')).toEqual({
@@ -605,5 +608,39 @@ describe('describeConfig', () => {
       'postgres://h/db?password=***&sslmode=require',
     );
     expect(maskPassword('host=h password=x dbname=d')).toBe('host=h password=*** dbname=d');
+  });
+});
+
+describe('store.outbox.spool', () => {
+  const spoolOf = (outbox: string, env: NodeJS.ProcessEnv = {}): string | undefined =>
+    parse(routeYaml('    idempotency: {}\n', `store: { outbox: ${outbox} }\n`), env).store.outbox
+      .spool;
+
+  it('is a directory resolved against the working directory', () => {
+    expect(spoolOf('{ spool: var/spool }')).toBe(path.resolve(process.cwd(), 'var/spool'));
+    expect(spoolOf('{ spool: /srv/spool }')).toBe('/srv/spool');
+  });
+
+  it('is off when set to false, also from the environment', () => {
+    expect(spoolOf('{ spool: false }')).toBeUndefined();
+    expect(spoolOf('{ spool: "${SPOOL}" }', { SPOOL: 'false' })).toBeUndefined();
+  });
+
+  it('is the embedded PostgreSQL’s beside its data directory when unset, and off on a store URL', () => {
+    expect(spoolOf('{}')).toBe(path.resolve(process.cwd(), '.data/postgres-spool'));
+    expect(spoolOf('{}', { DATABASE_URL: 'postgres://db/x' })).toBeUndefined();
+    expect(spoolOf('{ spool: /srv/spool }', { DATABASE_URL: 'postgres://db/x' })).toBe(
+      '/srv/spool',
+    );
+  });
+
+  it('refuses what is neither a directory nor false, and a spoolMaxBytes of nothing', () => {
+    const issues = issuesOf(
+      routeYaml('    idempotency: {}\n', 'store: { outbox: { spool: 3, spoolMaxBytes: 0b } }\n'),
+    );
+    expect(issues.map((issue) => [issue.path, issue.message])).toEqual([
+      ['store.outbox.spool', expect.stringContaining('expected a directory, or false')],
+      ['store.outbox.spoolMaxBytes', expect.stringContaining('greater than 0b')],
+    ]);
   });
 });

@@ -2,7 +2,8 @@
 // each operation one named, parameterised statement (statements.ts, sent by statement-layout.ts;
 // on Citus one shard's keys at a time: shard-routing.ts) whose rows rows.ts reads. The
 // writes that must land — completions, releases, and the release of a claim whose reply was lost —
-// are kept and sent again by one outbox (write-outbox.ts) when their statement fails. What the outbox
+// are kept and sent again (pending-writes.ts: in memory, and on disk with a spool) when their
+// statement fails. What this process
 // holds for a key goes to the database before the key is claimed, taken over or settled again: an
 // answer this process gave is never overtaken by an unknown outcome of its own making. An unknown
 // outcome another request settled when the lease ended is provisional: the claim's own answer,
@@ -30,7 +31,16 @@ import {
   isRetryableWriteError,
   mayHaveCommitted,
 } from '../../db/write-failure';
-import { type AttemptResult, type OutboxWrite, type Settlement, WriteOutbox } from './write-outbox';
+import type { AttemptResult } from './write-outbox';
+import {
+  DEFAULT_OUTBOX,
+  type OutboxSettings,
+  type PendingWrite,
+  PendingWrites,
+  type WriteData,
+  type WriteObserver,
+} from './pending-writes';
+import type { RecoveredEntry, Spool } from '../spool';
 import { isDistributed } from '../../db/topology';
 import {
   type BatchClaimRowValues,
@@ -43,7 +53,6 @@ import {
 import { completionChannel } from './statements';
 import { inParts, ShardRouting } from './shard-routing';
 import { type Layout, layout, StatementSender } from './statement-layout';
-import { within } from '../../timeout';
 
 export interface KeyStoreOptions {
   /**
@@ -70,48 +79,18 @@ export interface KeyStoreOptions {
   readonly outbox?: Partial<OutboxSettings>;
   /** Told of every write sent again, and of every write leaving the outbox (metrics, logs). */
   readonly writes?: WriteObserver;
+  /** Where writes past the hold are kept on disk (store.outbox.spool), opened by the caller. */
+  readonly spool?: Spool;
 }
 
-export interface OutboxSettings {
-  /** Writes kept at most; past it the oldest is dropped. */
-  readonly maxWrites: number;
-  /** Bytes (answers' bodies and headers) kept at most; past it the oldest writes are dropped. */
-  readonly maxBytes: number;
-  /**
-   * How long complete() and release() wait for a write whose first attempt failed before they
-   * return `queued` (the outbox keeps trying).
-   */
-  readonly holdMs: number;
-}
-
-export const DEFAULT_OUTBOX: OutboxSettings = {
-  maxWrites: 10_000,
-  maxBytes: 64 * 1024 * 1024,
-  holdMs: 2_000,
-};
-
-/**
- * A write the outbox holds: a completion, the release of a claim whose forward reached nobody, or
- * the release of a claim whose statement's reply was lost (`release_claim`).
- */
-export type WriteKind = 'complete' | 'release' | 'release_claim';
-
-export interface PendingWrite extends OutboxWrite<WriteKind> {
-  readonly id: RecordId;
-  /** The claim token it writes under. */
-  readonly fence: string;
-}
-
-export interface WriteObserver {
-  /** An attempt after the first. */
-  retried?(write: PendingWrite): void;
-  /** A write left the outbox: landed, stale (the token moved on), or dropped (with why). */
-  settled?(write: PendingWrite, settlement: Settlement): void;
-  /**
-   * A completion replaced the unknown outcome another request had settled when its lease ended:
-   * the record now holds the answer its client got.
-   */
-  replacedUnknown?(id: RecordId, status: number): void;
+/** A claim refused because answers already given wait for the store and the spool is full. */
+export class AnswersUnkept extends Error {
+  constructor() {
+    super(
+      'answers this proxy gave are waiting to be stored and its spool (store.outbox.spool) cannot take more: no new claim until PostgreSQL has them',
+    );
+    this.name = 'AnswersUnkept';
+  }
 }
 
 /**
@@ -157,8 +136,8 @@ export class PostgresKeyStore implements KeyStore {
   private readonly completions: NaturalBatcher<Completion, number | null>;
   /** On Citus: which shard each key is on, so a batch is one shard's (shard-routing.ts). */
   private readonly shards: ShardRouting;
-  private readonly outbox: WriteOutbox<PendingWrite>;
-  private readonly holdMs: number;
+  /** The writes whose first attempt failed, until they land. */
+  private readonly outbox: PendingWrites;
   private readonly onReplaced: WriteObserver['replacedUnknown'];
   /** When this process last saw PostgreSQL fail under it: a statement, or an idle connection. */
   private outageSeenAt = -Infinity;
@@ -196,17 +175,15 @@ export class PostgresKeyStore implements KeyStore {
       options.namedStatements ?? true,
       options.onNamedStatementsLost,
     );
-    const outbox = { ...DEFAULT_OUTBOX, ...options.outbox };
-    this.holdMs = outbox.holdMs;
+    this.outbox = new PendingWrites((data, followUp) => this.sendAgain(data, followUp), {
+      ...DEFAULT_OUTBOX,
+      ...options.outbox,
+      retryable: isRetryableWriteError,
+      observer: options.writes,
+      spool: options.spool,
+    });
     this.onReplaced = options.writes?.replacedUnknown?.bind(options.writes);
     pool.on('error', () => this.sawOutage());
-    this.outbox = new WriteOutbox<PendingWrite>({
-      maxWrites: outbox.maxWrites,
-      maxBytes: outbox.maxBytes,
-      retryable: isRetryableWriteError,
-      onRetry: options.writes?.retried?.bind(options.writes),
-      onSettled: options.writes?.settled?.bind(options.writes),
-    });
     // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
     if (!this.layout) this.loadLayout().catch(() => undefined);
     else if (this.layout.distributed) void this.shards.load();
@@ -260,8 +237,12 @@ export class PostgresKeyStore implements KeyStore {
     // The token is made before the statement is sent: if its reply is lost, this is what the row
     // carries if the claim committed, and what releases it.
     const token = randomUUID();
-    // What this process still holds for the key lands first: the claim then sees the answer.
-    if (this.outbox.size > 0) await this.sendPendingOf(request.id);
+    if (this.outbox.size > 0) {
+      // An answer this process could not keep waits for the store: take on no new one meanwhile.
+      if (this.outbox.refusingClaims) throw new AnswersUnkept();
+      // What this process still holds for the key lands first: the claim then sees the answer.
+      await this.sendPendingOf(request.id);
+    }
     try {
       const result = await this.claims.submit({ request, token });
       // PostgreSQL answers again: queued writes need not wait out their backoff.
@@ -305,19 +286,15 @@ export class PostgresKeyStore implements KeyStore {
    * token: the release finds nothing and is done.
    */
   private releaseLostClaim(request: ClaimRequest, token: string): void {
-    const { id } = request;
-    void this.outbox.add(
-      {
-        kind: 'release_claim',
-        id,
-        key: recordText(id),
-        fence: token,
-        bytes: RELEASE_BYTES,
-        expiresAt: performance.now() + Math.max(request.claimExpiryMs, request.leaseMs),
-        attempt: async () => ((await this.releaseOnce(id, token)) ? 'landed' : 'stale'),
-      },
-      0,
+    this.outbox.later(
+      { kind: 'release_claim', id: request.id, fence: token },
+      performance.now() + Math.max(request.claimExpiryMs, request.leaseMs),
     );
+  }
+
+  /** Puts back the writes a spool kept from an earlier run (see PendingWrites.recover). */
+  recoverSpooled(entries: readonly RecoveredEntry[]): number {
+    return this.outbox.recover(entries);
   }
 
   /** Writes kept after a failed attempt, not yet landed. */
@@ -327,9 +304,10 @@ export class PostgresKeyStore implements KeyStore {
 
   /**
    * Sends what the outbox holds until it has landed or `timeoutMs` has passed (shutdown); returns
-   * what could not be landed, which is given up. No write is kept afterwards.
+   * what could not be landed: kept in the spool for the next start, or lost. No write is taken
+   * afterwards.
    */
-  drainWrites(timeoutMs: number): Promise<PendingWrite[]> {
+  drainWrites(timeoutMs: number): Promise<{ kept: PendingWrite[]; lost: PendingWrite[] }> {
     return this.outbox.drain(timeoutMs);
   }
 
@@ -416,22 +394,28 @@ export class PostgresKeyStore implements KeyStore {
       return expiresAt === null ? { landing: 'stale' } : { landing: 'stored', expiresAt };
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
-      const landing = await this.held(error, {
-        kind: 'complete',
-        id,
-        key: recordText(id),
-        fence,
-        bytes: responseBytes(response),
-        // An in-progress row lives at least ttl past its lease; after that a completion is moot.
-        expiresAt: performance.now() + ttlMs,
-        attempt: async () => {
-          const result = await this.completeAgain(completion);
-          if (result === 'landed') await followUp?.();
-          return result;
-        },
-      });
+      this.sawOutage();
+      // An in-progress row lives at least ttl past its lease; after that a completion is moot.
+      const landing = await this.outbox.hold(
+        error,
+        { kind: 'complete', id, fence, response, ttlMs },
+        performance.now() + ttlMs,
+        followUp,
+      );
       return { landing };
     }
+  }
+
+  /** A write whose first attempt failed, sent once more (by the outbox). */
+  private async sendAgain(
+    data: WriteData,
+    followUp?: () => Promise<unknown>,
+  ): Promise<AttemptResult> {
+    if (data.kind !== 'complete')
+      return (await this.releaseOnce(data.id, data.fence)) ? 'landed' : 'stale';
+    const result = await this.completeAgain(data);
+    if (result === 'landed') await followUp?.();
+    return result;
   }
 
   /**
@@ -470,21 +454,6 @@ export class PostgresKeyStore implements KeyStore {
     if (row === undefined) return null;
     this.onReplaced?.(id, response.status);
     return row.expires_at_ms;
-  }
-
-  /**
-   * Hands a write whose first attempt failed to the outbox and waits for it up to holdMs: what it
-   * became, or `queued` while the outbox keeps sending it. A write the outbox had to drop in that
-   * time fails with the first attempt's error (or its own).
-   */
-  private async held(error: unknown, write: PendingWrite): Promise<Landing> {
-    this.sawOutage();
-    const settled = this.outbox.add(write);
-    const settlement = await within(settled, this.holdMs, () => 'held' as const);
-    if (settlement === 'held') return 'queued';
-    if (settlement.kind === 'landed') return 'stored';
-    if (settlement.kind === 'stale') return 'stale';
-    throw settlement.error ?? error;
   }
 
   private async completeBatch(batch: readonly Completion[]): Promise<(number | null)[]> {
@@ -537,17 +506,10 @@ export class PostgresKeyStore implements KeyStore {
       return (await this.releaseOnce(id, fence)) ? 'stored' : 'stale';
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
-      return this.held(error, {
-        kind: 'release',
-        id,
-        key: recordText(id),
-        fence,
-        bytes: RELEASE_BYTES,
-        // Bounded by count: a release never does harm, however late (a row claimed anew carries
-        // another token).
-        expiresAt: Infinity,
-        attempt: async () => ((await this.releaseOnce(id, fence)) ? 'landed' : 'stale'),
-      });
+      this.sawOutage();
+      // Bounded by count: a release never does harm, however late (a row claimed anew carries
+      // another token).
+      return this.outbox.hold(error, { kind: 'release', id, fence }, Infinity);
     }
   }
 
@@ -677,20 +639,6 @@ export class PostgresKeyStore implements KeyStore {
     if (distributed && row && row.attempts > 1) await this.nudgeWaiters([id]);
     return row ? toResponse(row) : null;
   }
-}
-
-/** What a release holds in memory, about: its key and token. */
-const RELEASE_BYTES = 256;
-
-/** What a completion holds in memory: its bodies and headers, and about as much again for the rest. */
-function responseBytes(response: StoredResponse): number {
-  let bytes = response.body.length + 256;
-  for (const [name, value] of response.headers) bytes += name.length + value.length;
-  const partial = response.partial;
-  if (partial === undefined) return bytes;
-  bytes += partial.body.length;
-  for (const [name, value] of partial.headers) bytes += name.length + value.length;
-  return bytes;
 }
 
 /** One claim's values, in the order of statements.ts's claim input columns. */

@@ -12,7 +12,8 @@
 // A write can also be sent out of turn (sendNow): before its key is claimed again, the write this
 // process holds for it goes first, so the record shows the answer this process already gave.
 //
-// Bounded by count and bytes: past either bound the oldest write is dropped, loudly. A round stops
+// Bounded by count and bytes: past either bound the oldest write is dropped, loudly, unless the
+// owner can spill it (let its payload go to disk, pending-writes.ts): then it stays, small. A round stops
 // at a retryable failure (the store is down: the rest would fail the same way, and a waiting round
 // keeps the pool free for claims); a write refused for good is dropped and the round goes on, so one
 // bad write never holds up the others. The backoff is the outbox's, not each write's: the writes wait
@@ -55,6 +56,12 @@ export interface OutboxOptions<W extends OutboxWrite> {
   readonly maxDelayMs?: number;
   /** Writes sent at once in a round. */
   readonly concurrency?: number;
+  /**
+   * Past a bound, instead of dropping: let the write's payload go (it is kept elsewhere) and return
+   * the bytes it holds now, or 'keep' when it cannot go yet (it stays, over the bound, until
+   * `rebound`). Unset: the oldest write is dropped.
+   */
+  readonly spill?: (write: W) => number | 'keep';
   /** Each attempt after the first, counted. */
   readonly onRetry?: (write: W) => void;
   /** Every write leaving the outbox, with how. */
@@ -65,6 +72,10 @@ export interface OutboxOptions<W extends OutboxWrite> {
 
 interface Entry<W> {
   readonly write: W;
+  /** The bytes counted for it: its own at first, fewer once spilled. */
+  bytes: number;
+  /** Its payload went elsewhere (spill): it no longer counts against maxWrites. */
+  spilled: boolean;
   attempts: number;
   /** The attempt under way, shared by a round and a sendNow that meet on the write. */
   attempting?: Promise<AttemptResult>;
@@ -86,6 +97,8 @@ export class WriteOutbox<W extends OutboxWrite> {
   private readonly byKey = new Map<string, Entry<W>[]>();
   private nextId = 0;
   private bytes = 0;
+  /** Entries spilled: the count bound is on the others. */
+  private spilledCount = 0;
   private running: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private failedRounds = 0;
@@ -123,11 +136,14 @@ export class WriteOutbox<W extends OutboxWrite> {
       const id = this.nextId++;
       const entry: Entry<W> = {
         write,
+        bytes: write.bytes,
+        spilled: false,
         attempts,
         settle: (settlement) => {
           if (!this.entries.delete(id)) return;
           this.unindex(entry);
-          this.bytes -= write.bytes;
+          this.bytes -= entry.bytes;
+          if (entry.spilled) this.spilledCount--;
           this.options.onSettled?.(write, settlement);
           resolve(settlement);
         },
@@ -204,11 +220,28 @@ export class WriteOutbox<W extends OutboxWrite> {
     return left.map((entry) => entry.write);
   }
 
+  /** Applies the bounds again: a write that could not be spilled before may be now. */
+  rebound(): void {
+    this.enforceBounds();
+  }
+
   private enforceBounds(): void {
-    const { maxWrites, maxBytes } = this.options;
+    const { maxWrites, maxBytes, spill } = this.options;
+    const over = (): boolean =>
+      this.entries.size - this.spilledCount > maxWrites || this.bytes > maxBytes;
     for (const entry of this.entries.values()) {
-      if (this.entries.size <= maxWrites && this.bytes <= maxBytes) return;
-      entry.settle({ kind: 'dropped', reason: 'bound' });
+      if (!over()) return;
+      if (spill === undefined) {
+        entry.settle({ kind: 'dropped', reason: 'bound' });
+        continue;
+      }
+      if (entry.spilled) continue;
+      const bytes = spill(entry.write);
+      if (bytes === 'keep') continue;
+      this.bytes += bytes - entry.bytes;
+      entry.bytes = bytes;
+      entry.spilled = true;
+      this.spilledCount++;
     }
   }
 
