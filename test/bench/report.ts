@@ -19,6 +19,7 @@ export type ScenarioName =
   | 'replay-no-cache'
   | 'storm-409'
   | 'new-key-sync-off'
+  | 'new-key-spool'
   | 'new-key-rows'
   | 'new-key-pruning';
 
@@ -237,6 +238,14 @@ export function checkTargets(
   ratio('pass-through req/s ≥ 1.3× bare http-proxy', rps(pass), rps(bare), 1.3, false);
   ratio('pass-through req/s ≥ 1.0× @fastify/http-proxy', rps(pass), rps(fastify), 1.0, false);
   ratio('new key proxy CPU/req ≤ 1.6× our pass-through', cpu(newKey), cpu(pass), 1.6, true);
+  // The spool is written only past the hold of a failed completion: the common path must not pay.
+  ratio(
+    'new key req/s with a spool ≥ 0.9× without',
+    rps(get('new-key-spool')),
+    rps(newKey),
+    0.9,
+    false,
+  );
   // Shown, not judged: PostgreSQL's CPU per new key beside its CPU for a bare INSERT + UPDATE.
   const pgNewKey = newKey?.cpuMicrosPerRequest?.postgres;
   const pgFloor = storeFloor?.cpuMicrosPerRequest?.postgres;

@@ -2,6 +2,8 @@
 // sends the same request — POST, a ~100-byte JSON body, an Idempotency-Key — so the columns compare
 // like with like; only the target, the path and the key change.
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import { request } from 'undici';
 import { waitForMessage } from './children';
 import { seedRows, startPrune } from './data-scale';
@@ -23,6 +25,7 @@ export const ALL_SCENARIOS = [
   'replay-no-cache',
   'storm-409',
   'new-key-sync-off',
+  'new-key-spool',
 ] as const satisfies readonly ScenarioName[];
 
 /** Added to the list by --rows N (data-scale.ts); never run without it. */
@@ -38,6 +41,8 @@ export const DATA_SCENARIOS = [
 export const CONFIG_VARIANTS = {
   'sync-off': 'synchronousCommit: false',
   'no-replay-cache': 'replayCache: 0b',
+  // A spool of this run's own (one process per spool): the bench's store is a URL, where it is off.
+  spool: `outbox: { spool: ${JSON.stringify(path.join(os.tmpdir(), `idempotency-proxy-bench-spool-${process.pid}`))} }`,
 } as const;
 export type ConfigVariant = keyof typeof CONFIG_VARIANTS;
 
@@ -253,6 +258,16 @@ export const SCENARIOS: Record<ScenarioName, Scenario> = {
     countsRoundTrips: true,
     configVariant: 'sync-off',
     synchronousCommit: 'off',
+  },
+  'new-key-spool': {
+    name: 'new-key-spool',
+    label: 'our new key, spool on',
+    target: 'proxy',
+    path: '/refunds',
+    key: 'unique',
+    expectedStatus: 201,
+    countsRoundTrips: true,
+    configVariant: 'spool',
   },
 };
 

@@ -365,21 +365,54 @@ export function describeKeyStoreContract(name: string, make: () => Promise<Store
       expect(await store.claim(claimOf(id))).toMatchObject({ kind: 'in-flight', fence });
     });
 
+    const unknownOutcome = {
+      ...response(502, '{"code":"IDEMPOTENCY_OUTCOME_UNKNOWN"}'),
+      outcomeUnknown: true,
+    };
+
     test('an unknown outcome settled after the lease ended is stored, replayed, counted, and fences out the holder', async () => {
       const id = idOf(freshKey());
       const old = await leaseOver(id);
-      const unknown = {
-        ...response(502, '{"code":"IDEMPOTENCY_OUTCOME_UNKNOWN"}'),
-        outcomeUnknown: true,
-      };
-      const settled = await store.settleUnknown(id, old, unknown, LONG_MS);
-      expect(settled).toEqual(storedAs(unknown));
-      expect(await store.settleUnknown(id, old, unknown, LONG_MS)).toBeNull();
-      expect((await store.complete(id, old, response(201), LONG_MS)).landing).toBe('stale');
+      const settled = await store.settleUnknown(id, old, unknownOutcome, LONG_MS);
+      expect(settled).toEqual(storedAs(unknownOutcome));
+      expect(await store.settleUnknown(id, old, unknownOutcome, LONG_MS)).toBeNull();
       expect(await store.takeOver(id, old, LONG_MS, LONG_MS)).toBeNull();
+      // An unknown outcome of the holder's own says no more: it replaces nothing.
+      expect((await store.complete(id, old, unknownOutcome, LONG_MS)).landing).toBe('stale');
       expect(await subject.repeat(claimOf(id))).toEqual({ kind: 'replay', response: settled });
       // The request that settled gets the stored answer, as the repeat does: two replays.
       expect(await subject.counters(id)).toEqual({ attempts: 2, replays: 2 });
+    });
+
+    test("the holder's answer, landing after its lease was settled as an unknown outcome, replaces it once", async () => {
+      const id = idOf(freshKey());
+      const old = await leaseOver(id);
+      await store.settleUnknown(id, old, unknownOutcome, LONG_MS);
+      const real = response(201, '{"refund":"r_1"}');
+      expect((await store.complete(id, old, real, LONG_MS)).landing).toBe('stored');
+      expect(await subject.repeat(claimOf(id))).toEqual({
+        kind: 'replay',
+        response: storedAs(real),
+      });
+      // Once replaced, the record is the answer's: nothing replaces it again.
+      expect((await store.complete(id, old, response(200), LONG_MS)).landing).toBe('stale');
+      expect(await subject.repeat(claimOf(id))).toEqual({
+        kind: 'replay',
+        response: storedAs(real),
+      });
+    });
+
+    test('only the claim whose lease it was replaces an unknown outcome', async () => {
+      const id = idOf(freshKey());
+      const old = await leaseOver(id);
+      await store.settleUnknown(id, old, unknownOutcome, LONG_MS);
+      expect((await store.complete(id, 'another-token', response(201), LONG_MS)).landing).toBe(
+        'stale',
+      );
+      expect(await subject.repeat(claimOf(id))).toMatchObject({
+        kind: 'replay',
+        response: { status: 502, outcomeUnknown: true },
+      });
     });
 
     test('another fingerprint with the key is a mismatch, in progress or completed, and changes nothing', async () => {

@@ -26,6 +26,8 @@ interface Row {
   response: StoredResponse | undefined;
   attempts: number;
   replays: number;
+  /** Settled as an unknown outcome because the lease ended: the holder's answer may replace it. */
+  provisional?: boolean;
 }
 
 export class MemoryKeyStore implements KeyStore {
@@ -97,10 +99,11 @@ export class MemoryKeyStore implements KeyStore {
     ttlMs: number,
   ): Promise<CompleteResult> {
     this.enter('complete');
-    const row = this.current(id, fence);
+    const row = this.current(id, fence) ?? this.replaceable(id, fence, response);
     if (row === undefined) return { landing: 'stale' };
+    row.provisional = false;
     // As a bytea NULL reads back: an omitted body is empty.
-    const expiresAt = this.now() + ttlMs;
+    const expiresAt = Math.max(row.state === 'completed' ? row.expiresAt : 0, this.now() + ttlMs);
     const body = response.bodyOmitted ? Buffer.alloc(0) : response.body;
     const stored: StoredResponse = { ...response, body, expiresAt };
     Object.assign(row, { state: 'completed', response: stored, expiresAt });
@@ -151,9 +154,17 @@ export class MemoryKeyStore implements KeyStore {
     // Whatever the caller passed, what is stored is an unknown outcome with its body.
     const expiresAt = this.now() + ttlMs;
     const stored = { ...response, bodyOmitted: false, outcomeUnknown: true, expiresAt };
-    Object.assign(row, { state: 'completed', response: stored, expiresAt });
+    Object.assign(row, { state: 'completed', response: stored, expiresAt, provisional: true });
     row.replays++;
     return stored;
+  }
+
+  /** A row the holder's answer replaces: its lease ended and was settled as an unknown outcome. */
+  private replaceable(id: RecordId, fence: string, response: StoredResponse): Row | undefined {
+    const row = this.rows.get(recordText(id));
+    if (response.outcomeUnknown || row?.provisional !== true || row.token !== fence)
+      return undefined;
+    return row.expiresAt > this.now() ? row : undefined;
   }
 
   private enter(operation: string): void {
