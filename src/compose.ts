@@ -122,6 +122,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
       timeoutMs: config.store.listenProbeTimeoutMs,
     },
   );
+  listener.whenLost(() => store.noteOutage());
   const caching = new CoalescingStore(store, cache, {
     waiter: listener,
     onFlushError: (error) =>

@@ -294,6 +294,12 @@ export class PgNode {
     });
   }
 
+  /** Whether the server this node started is still running. */
+  get running(): boolean {
+    const child = this.child;
+    return child !== undefined && child.exitCode === null && child.signalCode === null;
+  }
+
   /** Stops the server: `immediate` is a crash (SIGQUIT, no shutdown checkpoint), `fast` a clean stop. */
   async stop(mode: 'immediate' | 'fast' = 'fast'): Promise<void> {
     const child = this.child;

@@ -96,6 +96,8 @@ export class CompletionListener implements CompletionWaiter {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private probeTimer: NodeJS.Timeout | undefined;
   private probe: { payload: string; arrived(): void } | undefined;
+  /** Told whenever the connection is lost or a connect fails: PostgreSQL may be away. */
+  private lostListener: (() => void) | undefined;
   readonly stats: ListenerStats = {
     connected: false,
     polling: false,
@@ -124,6 +126,14 @@ export class CompletionListener implements CompletionWaiter {
    */
   async start(): Promise<void> {
     await within(this.connect(), START_WAIT_MS, () => undefined);
+  }
+
+  /**
+   * `listener` is called whenever the LISTEN connection is lost or a connect attempt fails (every
+   * few seconds while PostgreSQL is away): an instance with no traffic knows of an outage so.
+   */
+  whenLost(listener: () => void): void {
+    this.lostListener = listener;
   }
 
   waitFor(digest: string): { changed: Promise<void>; cancel(): void } {
@@ -368,6 +378,7 @@ export class CompletionListener implements CompletionWaiter {
     }
     this.stats.connected = false;
     this.stats.backendPid = undefined;
+    this.lostListener?.();
     this.unprove(reason);
     client.removeAllListeners('end');
     client.removeAllListeners('error');

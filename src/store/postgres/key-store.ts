@@ -139,7 +139,7 @@ export class PostgresKeyStore implements KeyStore {
   /** The writes whose first attempt failed, until they land. */
   private readonly outbox: PendingWrites;
   private readonly onReplaced: WriteObserver['replacedUnknown'];
-  /** When this process last saw PostgreSQL fail under it: a statement, or an idle connection. */
+  /** When this process last saw PostgreSQL fail under it: a statement, or the LISTEN connection. */
   private outageSeenAt = -Infinity;
 
   constructor(
@@ -183,7 +183,6 @@ export class PostgresKeyStore implements KeyStore {
       spool: options.spool,
     });
     this.onReplaced = options.writes?.replacedUnknown?.bind(options.writes);
-    pool.on('error', () => this.sawOutage());
     // Found out now, so that hardly a call waits for it (one that fails is tried again on use).
     if (!this.layout) this.loadLayout().catch(() => undefined);
     else if (this.layout.distributed) void this.shards.load();
@@ -263,7 +262,7 @@ export class PostgresKeyStore implements KeyStore {
         }
       }
       if (mayHaveCommitted(first) || mayHaveCommitted(error)) this.releaseLostClaim(request, token);
-      if (isRetryableWriteError(error)) this.sawOutage();
+      if (isRetryableWriteError(error)) this.noteOutage();
       throw error;
     }
   }
@@ -394,7 +393,7 @@ export class PostgresKeyStore implements KeyStore {
       return expiresAt === null ? { landing: 'stale' } : { landing: 'stored', expiresAt };
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
-      this.sawOutage();
+      this.noteOutage();
       // An in-progress row lives at least ttl past its lease; after that a completion is moot.
       const landing = await this.outbox.hold(
         error,
@@ -506,7 +505,7 @@ export class PostgresKeyStore implements KeyStore {
       return (await this.releaseOnce(id, fence)) ? 'stored' : 'stale';
     } catch (error) {
       if (!isRetryableWriteError(error)) throw error;
-      this.sawOutage();
+      this.noteOutage();
       // Bounded by count: a release never does harm, however late (a row claimed anew carries
       // another token).
       return this.outbox.hold(error, { kind: 'release', id, fence }, Infinity);
@@ -546,7 +545,11 @@ export class PostgresKeyStore implements KeyStore {
     }
   }
 
-  private sawOutage(): void {
+  /**
+   * PostgreSQL failed under this process (a statement, an idle connection, the LISTEN connection):
+   * an unknown outcome settled soon after gives the claim's holder a moment first (settleUnknown).
+   */
+  noteOutage(): void {
     this.outageSeenAt = performance.now();
   }
 
