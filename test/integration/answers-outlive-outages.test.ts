@@ -8,8 +8,9 @@
 //   an unknown outcome; one that cannot know settles it, provisionally: once the holder's completion
 //   lands it replaces it, and every replay is the 201;
 // - nothing runs twice.
-import { postJson, send, type TestResponse } from '../support/http';
+import { send, type TestResponse } from '../support/http';
 import { until } from '../support/eventually';
+import { answeredDuringCut, keysOf, order, retryPast503 } from '../support/outage-orders';
 import { PgNode, pgClusterUnavailable } from '../support/pg-cluster';
 import { cuttableDatabase } from '../support/cuttable-database';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
@@ -62,43 +63,6 @@ async function startCuttableProxy(upstream: TestUpstream, table: string): Promis
   };
 }
 
-const order = (url: string, key: string): Promise<TestResponse> =>
-  postJson(`${url}/orders`, key, { key });
-
-/** A retry as a client sends it: again after Retry-After while the store answers 503. */
-async function retryPast503(url: string, key: string): Promise<TestResponse> {
-  for (let attempt = 0; ; attempt++) {
-    const res = await order(url, key);
-    if (res.status !== 503 || attempt >= 40) return res;
-    await sleep(250);
-  }
-}
-
-/**
- * Sends each url its keys and cuts PostgreSQL off while their upstream calls run: once every one
- * has reached the upstream (it was claimed), before any has answered.
- */
-async function answeredDuringCut(
-  upstream: CountingUpstream,
-  targets: readonly (readonly [url: string, keys: readonly string[]])[],
-  cut: () => void | Promise<void>,
-): Promise<Map<string, TestResponse>> {
-  const sent = targets.flatMap(([url, keys]) =>
-    keys.map(async (key) => [key, await order(url, key)] as const),
-  );
-  const keys = targets.flatMap(([, each]) => each);
-  await until(() => keys.every((key) => upstream.runs(key) > 0), 'every call to reach upstream', {
-    intervalMs: 5,
-  });
-  await cut();
-  const firsts = new Map(await Promise.all(sent));
-  for (const [key, res] of firsts) {
-    // The upstream answered, so the client has it, whatever the store could do.
-    expect({ key, status: res.status }).toEqual({ key, status: 201 });
-  }
-  return firsts;
-}
-
 /** Every key replays, from each url, exactly what its first client got; each ran once upstream. */
 async function expectEveryAnswerKept(
   upstream: CountingUpstream,
@@ -118,9 +82,6 @@ async function expectEveryAnswerKept(
     expect({ key, runs: upstream.runs(key) }).toEqual({ key, runs: 1 });
   }
 }
-
-const keysOf = (name: string, count = 10): string[] =>
-  Array.from({ length: count }, (_, i) => `${name}-${i}-${Date.now()}`);
 
 /** A counter's value in an instance's Prometheus text (0 when not there yet). */
 async function counter(proxy: TestProxy, name: string): Promise<number> {

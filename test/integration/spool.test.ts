@@ -9,8 +9,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { cuttableDatabase, type CuttableDatabase } from '../support/cuttable-database';
-import { postJson, type TestResponse } from '../support/http';
 import { until } from '../support/eventually';
+import {
+  answeredDuringCut,
+  keysOf,
+  order,
+  retryPast503,
+  untilUpstreamHas,
+} from '../support/outage-orders';
 import { startProxyProcess, type ProxyProcess } from '../support/proxy-process';
 import { startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { type CountingUpstream, sleep, startSlowCountingUpstream } from '../support/upstream';
@@ -85,42 +91,13 @@ async function serve(options: ServeOptions): Promise<ProxyProcess> {
   return proxy;
 }
 
-const order = (url: string, key: string): Promise<TestResponse> =>
-  postJson(`${url}/orders`, key, { key });
-
-const keysOf = (name: string, count = 10): string[] =>
-  Array.from({ length: count }, (_, i) => `${name}-${i}-${Date.now()}`);
-
-/** Sends `keys` and cuts PostgreSQL off while their upstream calls run; every client gets its 201. */
+/** Sends `keys` and cuts PostgreSQL off while their upstream calls run; the answers' bodies. */
 async function answeredDuringOutage(
   url: string,
   keys: readonly string[],
 ): Promise<Map<string, string>> {
-  const sent = keys.map(async (key) => [key, await order(url, key)] as const);
-  await untilUpstreamHas(keys);
-  database.cut();
-  const firsts = new Map<string, string>();
-  for (const [key, res] of await Promise.all(sent)) {
-    expect({ key, status: res.status }).toEqual({ key, status: 201 });
-    firsts.set(key, res.text());
-  }
-  return firsts;
-}
-
-/** Resolves once every key's call has reached the upstream (it was claimed), before any answered. */
-function untilUpstreamHas(keys: readonly string[]): Promise<boolean> {
-  return until(() => keys.every((key) => upstream.runs(key) > 0), 'every call to reach upstream', {
-    intervalMs: 5,
-  });
-}
-
-/** A retry as a client sends it: again while the store answers 503. */
-async function retryPast503(url: string, key: string): Promise<TestResponse> {
-  for (let attempt = 0; ; attempt++) {
-    const res = await order(url, key);
-    if (res.status !== 503 || attempt >= 40) return res;
-    await sleep(250);
-  }
+  const firsts = await answeredDuringCut(upstream, [[url, keys]], () => database.cut());
+  return new Map([...firsts].map(([key, res]) => [key, res.text()]));
 }
 
 /** Every key replays what its first client got, and ran once upstream. */
@@ -225,7 +202,7 @@ test('past the memory bound the answers go to the spool, not away: 20 queued ove
   try {
     const keys = keysOf('bound', 20);
     const sent = keys.map(async (key) => [key, await order(proxy.url, key)] as const);
-    await untilUpstreamHas(keys);
+    await untilUpstreamHas(upstream, keys);
     cut.cut();
     const firsts = new Map<string, string>();
     for (const [key, res] of await Promise.all(sent)) {
@@ -257,7 +234,7 @@ test('a full spool: the answer waits until PostgreSQL has it, and new claims get
     const sent = keys.map((key) =>
       order(proxy.url, key).then((res) => answered.set(key, res.status)),
     );
-    await untilUpstreamHas(keys);
+    await untilUpstreamHas(upstream, keys);
     cut.cut();
     // One answer fits on disk and is sent after the hold; the other has no room: it is not sent
     // while PostgreSQL is away.

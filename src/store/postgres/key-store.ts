@@ -3,11 +3,10 @@
 // on Citus one shard's keys at a time: shard-routing.ts) whose rows rows.ts reads. The
 // writes that must land — completions, releases, and the release of a claim whose reply was lost —
 // are kept and sent again (pending-writes.ts: in memory, and on disk with a spool) when their
-// statement fails. What this process
-// holds for a key goes to the database before the key is claimed, taken over or settled again: an
-// answer this process gave is never overtaken by an unknown outcome of its own making. An unknown
-// outcome another request settled when the lease ended is provisional: the claim's own answer,
-// landing later, replaces it (replaceUnknown).
+// statement fails. What this process holds for a key goes to the database before the key is
+// claimed, taken over or settled again: an answer this process gave is never overtaken by an
+// unknown outcome of its own making. An unknown outcome another request settled when the lease
+// ended is provisional: the claim's own answer, landing later, replaces it (replaceUnknown).
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
