@@ -22,7 +22,7 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { JWT_PREFIX } from '../idempotency/tenant';
 import { SAFE_METHODS } from '../config/types';
 import { parseDurationMs, parseSizeBytes } from '../config/units';
-import { settingOf } from '../config/setting';
+import { inheritedValue, mergedBlock, settingOf } from '../config/setting';
 import { checkA2aRoute } from './a2a-config';
 import { checkJwtTenants, compileJwt } from './jwt-config';
 import { checkMcpRoute, compileMcp, keyMaxLength } from './mcp-config';
@@ -223,7 +223,7 @@ function checkProtectedRoute(
   const block = own === true ? {} : own;
   const issues: PathIssue[] = [];
   const listed = route.match.method ?? [];
-  if (!(block.allowSafeMethods ?? defaults?.allowSafeMethods ?? BUILT_IN.allowSafeMethods)) {
+  if (!(inheritedValue(block, defaults, (b) => b.allowSafeMethods) ?? BUILT_IN.allowSafeMethods)) {
     (Array.isArray(listed) ? listed : [listed]).forEach((method, j) => {
       const upper = method.toUpperCase();
       if (!SAFE_METHODS.has(upper)) return;
@@ -238,7 +238,7 @@ function checkProtectedRoute(
   if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
   const path = [...at, 'idempotency'];
-  const derive = block.key?.derive ?? defaults?.key?.derive;
+  const derive = inheritedValue(block, defaults, (b) => b.key?.derive);
   const window = settingOf(block, defaults, path, (b) => b.key?.window, ['key', 'window']);
   if (window !== undefined && derive === undefined) {
     issues.push({
@@ -297,8 +297,8 @@ function methodsOf(route: ParsedRoute): string[] {
   return (Array.isArray(listed) ? listed : [listed]).map((method) => method.toUpperCase());
 }
 
-// Nested `key` and `fingerprint` merge field by field (docs/README.md#small-rules): a route that
-// sets only `fingerprint.ignore` keeps the defaults' parts. Every other field is replaced whole.
+// Nested `key`, `fingerprint` and `streams` merge field by field (docs/README.md#small-rules);
+// every other field is the route's own, else the defaults' (config/setting.ts), else built in.
 function resolvePolicy(
   route: ParsedRoute,
   defaults: IdempotencyBlock | undefined,
@@ -306,18 +306,11 @@ function resolvePolicy(
   const own = route.idempotency;
   if (own === undefined || own === false) return null;
   const block: IdempotencyBlock = own === true ? {} : own;
-  const pick = <K extends keyof IdempotencyBlock>(field: K) => block[field] ?? defaults?.[field];
-  const key = { ...BUILT_IN.key, ...defined(defaults?.key), ...defined(block.key) };
-  const streams = {
-    ...BUILT_IN.streams,
-    ...defined(defaults?.streams),
-    ...defined(block.streams),
-  };
-  const fingerprint = {
-    ...BUILT_IN.fingerprint,
-    ...defined(defaults?.fingerprint),
-    ...defined(block.fingerprint),
-  };
+  const pick = <K extends keyof IdempotencyBlock>(field: K) =>
+    inheritedValue(block, defaults, (b) => b[field]);
+  const key = mergedBlock(BUILT_IN.key, block, defaults, (b) => b.key);
+  const streams = mergedBlock(BUILT_IN.streams, block, defaults, (b) => b.streams);
+  const fingerprint = mergedBlock(BUILT_IN.fingerprint, block, defaults, (b) => b.fingerprint);
   const forwardKeyAs =
     key.forward === 'none' ? false : (pick('forwardKeyAs') ?? BUILT_IN.forwardKeyAs);
   // Header names are case-insensitive, claim names are not.
@@ -424,13 +417,6 @@ function compilePart(text: string): RequestPart {
 }
 
 /** Drops undefined fields so spreading an optional block never erases a default. */
-function defined<T extends object>(value: T | undefined): Partial<T> {
-  if (value === undefined) return {};
-  return Object.fromEntries(
-    Object.entries(value).filter(([, field]) => field !== undefined),
-  ) as Partial<T>;
-}
-
 function deepFreeze<T>(value: T): T {
   if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
   if (value instanceof Map) for (const entry of value.values()) deepFreeze(entry);

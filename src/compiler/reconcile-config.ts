@@ -4,6 +4,7 @@ import { parseJsonPointer } from '../idempotency/json-pointer';
 import { parseTemplate } from '../reconcile/template';
 import type { IdempotencyBlock, ParsedConfig, ParsedRoute } from '../config/schema';
 import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
+import { inheritedValue } from '../config/setting';
 import type { ReconcilePolicy } from '../config/types';
 import { parseDurationMs } from '../config/units';
 import type { IssuePath, PathIssue } from '../config/path-issue';
@@ -46,7 +47,7 @@ function checkRoute(
       at,
       'reconcile resolves outcomes stored as unknown (unknownOutcome: fail); under retry a repeat forwards again after the lease: remove one of them',
     );
-  if ((block.enforce ?? parsed.defaults?.enforce ?? BUILT_IN.enforce) === false)
+  if ((inheritedValue(block, parsed.defaults, (b) => b.enforce) ?? BUILT_IN.enforce) === false)
     add(at, 'a shadow-mode route (enforce: false) stores no unknown outcomes to reconcile');
   if (block.a2a !== undefined) add(at, 'an A2A route has no probe yet; remove reconcile');
   const mcp = block.mcp !== undefined;

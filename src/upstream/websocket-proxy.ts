@@ -3,7 +3,8 @@
 // handshake goes up as an http(s).request through the upstream's keep-alive agent (and so its TLS
 // settings), the upstream's 101 comes back with its headers, then the two sockets are piped both
 // ways, kept open (no idle timeout, no Nagle delay, TCP keep-alive). An answer other than 101 goes
-// back to the client, which is then disconnected.
+// back to the client with its status, headers and body (one without a Content-Length re-framed as
+// chunked, as HTTP/1.1 allows), and the client is then disconnected.
 import type http from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';

@@ -97,7 +97,8 @@ test('prune deletes expired records and reports how many', async () => {
 test('clear: an unknown outcome (an upstream timeout) is cleared from the CLI, and the next request executes', async () => {
   const executions = () =>
     upstream.executions().filter((r) => r.headers['idempotency-key'] === 'charge-1').length;
-  const timedOut = await postJson(`${proxy.url}/charges`, 'charge-1', {}, { 'x-wait': '1000' });
+  // undici's timers fire up to ~1 s late (more under load): the upstream answers well after that.
+  const timedOut = await postJson(`${proxy.url}/charges`, 'charge-1', {}, { 'x-wait': '4000' });
   expect(timedOut.status).toBe(504);
   expect(timedOut.headers['idempotency-outcome']).toBe('unknown');
   const repeat = await postJson(`${proxy.url}/charges`, 'charge-1', {});

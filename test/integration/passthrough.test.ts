@@ -16,11 +16,21 @@ let wss: WebSocketServer;
 const upgrades: http.IncomingMessage[] = [];
 /** Requests the upstream holds without answering, as they arrive (before their body is read). */
 const holding: http.IncomingMessage[] = [];
+/**
+ * An upstream that refuses every upgrade in raw bytes: a 403 whose body is chunked in two pieces,
+ * or, for a path with "sized" in it, one with a Content-Length. It records the request lines, and
+ * answers a plain request 204.
+ */
+let refuser: http.Server;
+const refusedLines: string[] = [];
 const BIG_BYTES = 8 * 1024 * 1024;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res, raw) => {
-    if (req.url.includes('slow')) await sleep(1_000);
+    // Well past the route's 300 ms timeout: undici's timers fire up to ~1 s late, more under load.
+    // (unref'd: the file's last test may end before it does).
+    if (req.url.includes('slow'))
+      await new Promise((resolve) => setTimeout(resolve, 4_000).unref());
     if (req.url.includes('hold')) return; // never answered: the client gives up
     if (req.url.includes('big')) {
       res.writeHead(200, {
@@ -85,23 +95,45 @@ beforeAll(async () => {
     upgrades.push(req);
     socket.on('message', (data) => socket.send(`echo:${data.toString()} from ${req.url}`));
   });
+  refuser = http.createServer((req, res) => {
+    refusedLines.push(`${req.method} ${req.url}`);
+    res.writeHead(204).end();
+  });
+  refuser.on('upgrade', (req: http.IncomingMessage, socket) => {
+    refusedLines.push(`${req.method} ${req.url}`);
+    const head =
+      'HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nX-Reason: no-sockets\r\n';
+    if (req.url?.includes('sized'))
+      socket.end(`${head}Content-Length: 15\r\nConnection: close\r\n\r\n{"denied":true}`);
+    else
+      socket.end(
+        `${head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n` +
+          '7\r\n{"denie\r\n8\r\nd":true}\r\n0\r\n\r\n',
+      );
+  });
+  await new Promise<void>((resolve) => refuser.listen(0, '127.0.0.1', resolve));
+  const refuserPort = (refuser.address() as { port: number }).port;
   proxy = await startProxy({
     yaml: `
 store: { table: "\${TEST_TABLE}" }
 upstreams:
   api: { url: ${upstream.url}/base, timeout: 300ms }
+  refuser: { url: http://127.0.0.1:${refuserPort} }
   dead: { url: http://127.0.0.1:1 }
 routes:
   - { name: mail, match: { path: /mail/**, host: mail.internal }, upstream: api, stripPrefix: /mail }
   - { name: dead, match: { path: /dead/** }, upstream: dead }
   - { name: only-get, match: { method: GET, path: /only-get }, upstream: api }
   - { name: items, match: { path: /items/:id }, upstream: api }
+  - { name: sockets, match: { path: /sockets/** }, upstream: refuser }
 `,
   });
 });
 
 afterAll(async () => {
   wss.close();
+  refuser.closeAllConnections();
+  await new Promise((resolve) => refuser.close(resolve));
   await proxy?.close();
   await upstream?.close();
 });
@@ -253,6 +285,71 @@ test("passes on an upstream's refusal to switch protocols as it came", async () 
   socket.terminate();
   expect(status).toBe(401);
 });
+
+/** An upgrade handshake sent in raw bytes; resolves with everything the proxy wrote back. */
+async function rawUpgrade(path: string): Promise<string> {
+  const net = await import('node:net');
+  return new Promise<string>((resolve, reject) => {
+    const socket = net.connect(proxy.port, '127.0.0.1', () =>
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+          'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+      ),
+    );
+    let text = '';
+    socket.on('data', (data: Buffer) => (text += data.toString()));
+    socket.on('close', () => resolve(text));
+    socket.on('error', reject);
+  });
+}
+
+test('sends an upgrade to the path a plain request goes to, its query kept as written', async () => {
+  refusedLines.length = 0;
+  await rawUpgrade('/sockets/feed?a=1&&b=%2F;c');
+  await send(`${proxy.url}/sockets/feed?a=1&&b=%2F;c`, { method: 'GET' });
+  // An empty query is no query, for an upgrade as for any forwarded request.
+  await rawUpgrade('/sockets/feed?');
+  await send(`${proxy.url}/sockets/feed?`, { method: 'GET' });
+  expect(refusedLines).toEqual([
+    'GET /sockets/feed?a=1&&b=%2F;c',
+    'GET /sockets/feed?a=1&&b=%2F;c',
+    'GET /sockets/feed',
+    'GET /sockets/feed',
+  ]);
+});
+
+test("passes on a refused upgrade's status, headers and body, then closes", async () => {
+  const chunked = await rawUpgrade('/sockets/feed');
+  const [chunkedHead] = chunked.split('\r\n\r\n', 1) as [string];
+  expect(chunkedHead).toMatch(/^HTTP\/1\.1 403 Forbidden\r\n/);
+  expect(chunkedHead.toLowerCase()).toContain('x-reason: no-sockets');
+  expect(chunkedHead.toLowerCase()).toContain('content-type: application/json');
+  // Without a Content-Length, the body comes chunked (it may be cut into other pieces).
+  expect(chunkedHead.toLowerCase()).toContain('transfer-encoding: chunked');
+  expect(dechunk(chunked.slice(chunkedHead.length + 4))).toBe('{"denied":true}');
+
+  const sized = await rawUpgrade('/sockets/sized');
+  const [sizedHead, sizedBody] = sized.split('\r\n\r\n', 2) as [string, string];
+  expect(sizedHead).toMatch(/^HTTP\/1\.1 403 Forbidden\r\n/);
+  expect(sizedHead.toLowerCase()).toContain('content-length: 15');
+  expect(sizedHead.toLowerCase()).not.toContain('transfer-encoding');
+  expect(sizedBody).toBe('{"denied":true}');
+});
+
+/** The payload of a chunked body, its chunk framing removed; throws on a malformed one. */
+function dechunk(framed: string): string {
+  let rest = framed;
+  let payload = '';
+  for (;;) {
+    const lineEnd = rest.indexOf('\r\n');
+    if (lineEnd < 0) throw new Error(`no chunk size line in ${JSON.stringify(rest)}`);
+    const size = Number.parseInt(rest.slice(0, lineEnd), 16);
+    if (Number.isNaN(size)) throw new Error(`bad chunk size in ${JSON.stringify(rest)}`);
+    if (size === 0) return payload;
+    payload += rest.slice(lineEnd + 2, lineEnd + 2 + size);
+    rest = rest.slice(lineEnd + 2 + size + 2);
+  }
+}
 
 test('refuses a websocket upgrade that matches no route', async () => {
   const socket = new WebSocket(`ws://127.0.0.1:${proxy.port}/nowhere`);
