@@ -50,8 +50,19 @@ export class ProxyMetrics implements ProtectedObserver {
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
-    if (options.defaultMetrics !== false)
+    if (options.defaultMetrics !== false) {
       collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+      // prom-client reads the heap and the external memory; the buffers inside the latter (socket
+      // reads, bodies, stored answers) are what a memory plan most needs apart.
+      new Gauge({
+        name: `${PREFIX}nodejs_array_buffers_bytes`,
+        help: 'Memory of ArrayBuffers and Buffers (request and answer bodies, socket data): part of nodejs_external_memory_bytes.',
+        registers,
+        collect() {
+          this.set(process.memoryUsage().arrayBuffers);
+        },
+      });
+    }
     this.requests = new Counter({
       name: `${PREFIX}requests_total`,
       help: 'Requests answered, by route, outcome (executed, replayed, in_flight, mismatch, ...) and status class.',

@@ -7,6 +7,7 @@ import type { Child } from './children';
 import type { Pinning } from './environment';
 import type { LoadSpec } from './load';
 import type { BenchOptions } from './options';
+import { type MemoryParts, readMemoryParts } from './memory-parts';
 import { PerfRecording, summarisePerf } from './perf-profile';
 import {
   CLOCK_TICKS_PER_S,
@@ -86,7 +87,9 @@ export async function runScenario(
       stack.proxy = await startProxy(options, pinning, config, profile);
       stack.endpoints = { ...endpoints, proxy: config.url };
     }
-    measured = await measure(scenario, runIndex, options, pinning, ownProxy);
+    const adminUrl =
+      scenario.target === 'proxy' ? (config ?? stack.proxyConfig)?.adminUrl : undefined;
+    measured = await measure(scenario, runIndex, options, pinning, ownProxy, adminUrl);
   } finally {
     if (alteredSystem) await probe.setSynchronousCommit(null);
     // A profile is written when its proxy exits.
@@ -107,6 +110,8 @@ async function measure(
   options: BenchOptions,
   pinning: Pinning,
   freshProxy: boolean,
+  /** Our proxy's admin listener, when it is the process under test: its memory's parts. */
+  adminUrl: string | undefined,
 ): Promise<{ result: ScenarioResult; window: { fromUs: number; toUs: number } }> {
   // On Citus the statements are counted on its coordinator, and its nodes' CPU is not measured.
   const probe = (scenario.citus ? stack.citus?.probe : stack.probe) as StoreProbe;
@@ -169,6 +174,10 @@ async function measure(
     const load = await loadGenerator.run(spec);
     debug(`measured: ${JSON.stringify(load.statusCodes)}`);
     const after = snapshot(pids);
+    // Read while the window's garbage is still there: what the load held, not what is left.
+    const memoryParts: MemoryParts | undefined = adminUrl
+      ? await readMemoryParts(adminUrl)
+      : undefined;
     await recording?.stop();
     const duringNote = endDuring ? await endDuring() : undefined;
     const peaks = stack.sampler?.takeWindow();
@@ -230,6 +239,7 @@ async function measure(
       },
       peakRssBytes: underTest ? peaks?.get(underTest.pid) : undefined,
       hwmBytes: underTest ? readMemory(underTest.pid)?.hwmBytes : undefined,
+      memoryParts,
       storeRoundTrips,
       unexpected: load.completed - expected + load.errors + load.timeouts,
       perfProfile: recording ? summarisePerf(recording.file) : undefined,

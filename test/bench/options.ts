@@ -10,6 +10,8 @@ export interface BenchOptions {
   readonly quick: boolean;
   readonly scenarios: readonly ScenarioName[];
   readonly runs: number;
+  /** --rounds n: after the runs, every judged ratio n times from its two scenarios back to back. */
+  readonly rounds: number;
   /** JSON results file; default bench-results/<timestamp>.json. */
   readonly out: string | undefined;
   /** Profile our proxy (node --cpu-prof), one fresh process per scenario. */
@@ -42,6 +44,9 @@ export const USAGE = `Usage: npm run bench -- [options]
   --quick              short scenarios: the whole bench in under a minute
   --scenarios <a,b>    subset of: ${ALL_SCENARIOS.join(', ')}
   --runs <n>           repeat the whole set n times against the same proxy (RSS growth; default 1)
+  --rounds <n>         after the runs, each judged ratio n more times, its two scenarios back to
+                       back (order swapped every other round), and the median over the rounds
+                       judged against its target (current build only; 5 takes about 10 minutes)
   --out <file>         JSON results file (default bench-results/<timestamp>.json)
   --cpu-prof           profile the proxy with V8 (node --cpu-prof): a fresh proxy per scenario,
                        alone on its core (everything else moves to the load core); profiles land
@@ -87,6 +92,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       quick: { type: 'boolean', default: false },
       scenarios: { type: 'string' },
       runs: { type: 'string' },
+      rounds: { type: 'string' },
       out: { type: 'string' },
       'cpu-prof': { type: 'boolean', default: false },
       perf: { type: 'boolean', default: false },
@@ -128,6 +134,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
     quick,
     scenarios: scenarios as ScenarioName[],
     runs: positive('--runs', values.runs, 1),
+    rounds: Math.round(positive('--rounds', values.rounds, 0, true)),
     out: values.out,
     cpuProf: values['cpu-prof'] === true,
     perf: values.perf === true,

@@ -25,7 +25,7 @@ import { busyBeforeStart, decidePinning, describeEnvironment } from './environme
 import { proxyMemory, runScenario } from './measure';
 import { type BenchOptions, parseOptions, USAGE, UsageError } from './options';
 import { formatPerf, PERF } from './perf-profile';
-import { RssSampler } from './proc-stats';
+import { readMemory, RssSampler } from './proc-stats';
 import { formatProfile } from './profile-summary';
 import {
   checkTargets,
@@ -61,6 +61,7 @@ import {
   LoadGenerator,
   ROOT,
   say,
+  sleep,
   stack,
   stamp,
   startProxy,
@@ -69,6 +70,7 @@ import {
   writeProxyConfig,
 } from './stack';
 import { StoreProbe } from './store-probe';
+import { formatRounds, type RoundsResult, runRounds } from './rounds';
 
 let interrupted = false;
 
@@ -224,6 +226,7 @@ async function main(): Promise<number> {
     replayFloor: `http://127.0.0.1:${replayFloorPort}`,
     proxy: stack.proxyConfig!.url,
   };
+  let idleRssBytes: number | undefined;
   if (!options.cpuProf) {
     if (baseline) {
       await withOtherBuild(async () => {
@@ -231,6 +234,9 @@ async function main(): Promise<number> {
       });
     }
     stack.proxy = await startProxy(options, pinning, stack.proxyConfig!);
+    // What a started proxy holds before its first request: a second to settle after it answered.
+    await sleep(1_000);
+    idleRssBytes = readMemory(stack.proxy.pid)?.rssBytes;
   }
 
   const outFile = path.resolve(
@@ -248,8 +254,12 @@ async function main(): Promise<number> {
   }
 
   const attempt = async (name: ScenarioName, index: number): Promise<ScenarioResult> => {
+    const when =
+      index <= options.runs
+        ? `run ${index}/${options.runs}`
+        : `round ${index - options.runs}/${options.rounds}`;
     say(
-      `run ${index}/${options.runs}: ${SCENARIOS[name].label}${stack.other && SCENARIOS[name].target === 'proxy' ? ` [${stack.build.label}]` : ''}…`,
+      `${when}: ${SCENARIOS[name].label}${stack.other && SCENARIOS[name].target === 'proxy' ? ` [${stack.build.label}]` : ''}…`,
     );
     try {
       return SCENARIOS[name].target === 'store'
@@ -308,7 +318,7 @@ async function main(): Promise<number> {
     }
     const sync = formatSynchronousCommit(run);
     if (sync) process.stdout.write(`${sync}\n`);
-    targetsByRun.push(checkTargets(run, runs, stack.citus !== undefined));
+    targetsByRun.push(checkTargets(run, runs, stack.citus !== undefined, idleRssBytes));
     process.stdout.write(
       `\nTargets, run ${index} (informational${baseline ? ', current build' : ''}):\n${formatTargets(targetsByRun[targetsByRun.length - 1]!)}\n`,
     );
@@ -317,6 +327,13 @@ async function main(): Promise<number> {
   process.stdout.write(
     `\nTargets over ${runs.length} run${runs.length === 1 ? '' : 's'} (each run's value, in order):\n${formatTargetSummary(targetSummary)}\n`,
   );
+  let rounds: RoundsResult | undefined;
+  if (options.rounds > 0) {
+    rounds = await runRounds(options.rounds, options.scenarios, (name, round) =>
+      attempt(name, options.runs + round),
+    );
+    process.stdout.write(`\n${formatRounds(rounds)}\n`);
+  }
 
   if (options.perf) {
     process.stdout.write(
@@ -436,6 +453,7 @@ async function main(): Promise<number> {
         targets: targetsByRun[targetsByRun.length - 1] ?? checkTargets(last, runs),
         targetsByRun,
         targetSummary,
+        ...(rounds ? { rounds } : {}),
         ...(workers ? { workers } : {}),
         ...(baseline
           ? {

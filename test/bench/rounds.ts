@@ -1,0 +1,115 @@
+// --rounds n: the ratios the targets judge, each taken within a round from its two scenarios run back
+// to back (one after the other, their order swapped every other round so that drift favours
+// neither), and the median over the rounds judged against the target. A ratio taken within one
+// round compares two measurements a few seconds apart; across a whole run, the machine's speed can
+// drift between them by more than the gap a target asks about.
+import type { ScenarioName, ScenarioResult } from './report';
+
+/** One judged ratio: numerator ÷ denominator, of CPU per request or of req/s. */
+export interface RoundPair {
+  readonly target: string;
+  readonly numerator: ScenarioName;
+  readonly denominator: ScenarioName;
+  readonly of: 'cpu' | 'rps';
+  readonly limit: number;
+  readonly atMost: boolean;
+}
+
+/** The targets of the floor issue, as ratios within a round. */
+export const ROUND_PAIRS: readonly RoundPair[] = [
+  pair('replay CPU/req ≤ 1.5× replay floor', 'replay', 'replay-floor', 'cpu', 1.5, true),
+  pair('replay req/s ≥ 2.5× our pass-through', 'replay', 'passthrough', 'rps', 2.5, false),
+  pair('new key proxy CPU/req ≤ 1.6× our pass-through', 'new-key', 'passthrough', 'cpu', 1.6, true),
+  pair('pass-through CPU/req ≤ 1.15× bare undici', 'passthrough', 'bare-undici', 'cpu', 1.15, true),
+  pair('pass-through req/s ≥ 1.3× bare http-proxy', 'passthrough', 'bare', 'rps', 1.3, false),
+];
+
+function pair(
+  target: string,
+  numerator: ScenarioName,
+  denominator: ScenarioName,
+  of: 'cpu' | 'rps',
+  limit: number,
+  atMost: boolean,
+): RoundPair {
+  return { target, numerator, denominator, of, limit, atMost };
+}
+
+export interface RoundsResult {
+  readonly rounds: number;
+  readonly targets: readonly {
+    readonly target: string;
+    /** Each round's ratio, in order (undefined: a scenario of it failed or was skipped). */
+    readonly values: readonly (number | undefined)[];
+    readonly median: number | undefined;
+    readonly met: boolean | undefined;
+  }[];
+}
+
+/**
+ * Runs `rounds` rounds of every pair whose scenarios `names` includes, with `attempt` (one
+ * scenario, its warm-up and measured window).
+ */
+export async function runRounds(
+  rounds: number,
+  names: readonly ScenarioName[],
+  attempt: (name: ScenarioName, round: number) => Promise<ScenarioResult>,
+): Promise<RoundsResult> {
+  const pairs = ROUND_PAIRS.filter(
+    (p) => names.includes(p.numerator) && names.includes(p.denominator),
+  );
+  const values = pairs.map((): (number | undefined)[] => []);
+  for (let round = 1; round <= rounds; round++) {
+    for (const [i, p] of pairs.entries()) {
+      const order = round % 2 === 1 ? [p.numerator, p.denominator] : [p.denominator, p.numerator];
+      const results = new Map<ScenarioName, ScenarioResult>();
+      for (const name of order) results.set(name, await attempt(name, round));
+      values[i]!.push(ratioOf(p, results.get(p.numerator), results.get(p.denominator)));
+    }
+  }
+  return {
+    rounds,
+    targets: pairs.map((p, i) => {
+      const median = medianOf(values[i]!);
+      const met =
+        median === undefined ? undefined : p.atMost ? median <= p.limit : median >= p.limit;
+      return { target: p.target, values: values[i]!, median, met };
+    }),
+  };
+}
+
+function ratioOf(
+  p: RoundPair,
+  numerator: ScenarioResult | undefined,
+  denominator: ScenarioResult | undefined,
+): number | undefined {
+  const read = (s: ScenarioResult | undefined): number | undefined =>
+    p.of === 'cpu' ? s?.cpuMicrosPerRequest?.proxy : s?.requestsPerS;
+  const top = read(numerator);
+  const bottom = read(denominator);
+  return top === undefined || bottom === undefined || bottom === 0 ? undefined : top / bottom;
+}
+
+/** The median of the measured values; undefined when none was. */
+export function medianOf(values: readonly (number | undefined)[]): number | undefined {
+  const measured = values.filter((v): v is number => v !== undefined).sort((a, b) => a - b);
+  if (measured.length === 0) return undefined;
+  const middle = Math.floor(measured.length / 2);
+  return measured.length % 2 === 1
+    ? measured[middle]
+    : (measured[middle - 1]! + measured[middle]!) / 2;
+}
+
+export function formatRounds(result: RoundsResult): string {
+  const width = Math.max(...result.targets.map((t) => t.target.length));
+  const lines = result.targets.map((t) => {
+    const mark = t.met === undefined ? '     --' : t.met ? '    met' : 'not met';
+    const each = t.values.map((v) => (v === undefined ? '—' : `${v.toFixed(2)}×`)).join(' ');
+    const median = t.median === undefined ? 'not measured' : `${t.median.toFixed(2)}×`;
+    return `  ${mark}  ${t.target.padEnd(width)}  median ${median}  (rounds: ${each})`;
+  });
+  return (
+    `Ratios within a round (each pair back to back, order swapped every other round), median over ${result.rounds} round${result.rounds === 1 ? '' : 's'}:\n` +
+    lines.join('\n')
+  );
+}
