@@ -293,7 +293,9 @@ const upstreamSchema = strict(
     ),
     timeout: timer
       .default('30s')
-      .describe('No response headers (or a stalled body) within this → 504, outcome unknown.'),
+      .describe(
+        'No response headers (or a stalled body) within this → 504, outcome unknown. Checked about twice a second, so it fires up to ~1 s after it is due.',
+      ),
     tls: opt(upstreamTls, 'TLS towards an https:// upstream (every path, websockets included).'),
   },
   'upstream settings (url, timeout, tls)',
