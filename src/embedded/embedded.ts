@@ -351,7 +351,39 @@ function prepareDataDir(dataDir: string, user: ServerUser | undefined, setting: 
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-export function findFreePort(): Promise<number> {
+/**
+ * A port free on loopback now, for a server that binds it a moment later: drawn at random below the
+ * kernel's ephemeral range. A port the kernel hands out for port 0 comes from that range, which it
+ * also hands out as the local port of outgoing connections: one of those could take the port before
+ * PostgreSQL binds it ("could not bind … Address already in use"), as test files running side by
+ * side did. Below the range only listening servers compete, and each candidate is tried first.
+ */
+export async function findFreePort(): Promise<number> {
+  const below = ephemeralRangeStart();
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = LOWEST_DRAWN_PORT + Math.floor(Math.random() * (below - LOWEST_DRAWN_PORT));
+    if (await portIsFree(port)) return port;
+  }
+  return kernelPort();
+}
+
+/** Ports are drawn from here up to the ephemeral range: above the well-known and common ones. */
+const LOWEST_DRAWN_PORT = 10_000;
+
+/** Where the kernel's ephemeral ports start (Linux: ip_local_port_range; IANA's 49152 elsewhere). */
+function ephemeralRangeStart(): number {
+  try {
+    const first = Number(
+      fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
+    );
+    return Number.isInteger(first) && first > LOWEST_DRAWN_PORT + 1_000 ? first : 32_768;
+  } catch {
+    return 49_152;
+  }
+}
+
+/** The port the kernel picks (port 0): the last resort when no drawn one was free. */
+function kernelPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const probe = net.createServer();
     probe.unref();

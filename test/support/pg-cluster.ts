@@ -4,12 +4,12 @@
 // As root, every server runs as the `postgres` user (setpriv), which owns its data directory.
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { ConnectionOptions } from 'node:tls';
 import { Client, type ClientConfig } from 'pg';
+import { findFreePort } from '../../src/embedded/embedded';
 import { until } from './eventually';
 
 const run = promisify(execFile);
@@ -46,17 +46,11 @@ export function serverCommand(command: string[], netns?: string): string[] {
   return netns ? ['ip', 'netns', 'exec', netns, ...asUser] : asUser;
 }
 
-/** A port free on loopback now (the server may take a few ms to bind it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
+/**
+ * A port free on loopback now, for a server started a moment later: the embedded store's choice,
+ * which keeps clear of the ports outgoing connections take meanwhile.
+ */
+export const freePort = findFreePort;
 
 export interface PgNodeOptions {
   /** Address the server listens on (and is reached at); 127.0.0.1 unless inside a namespace. */

@@ -1,7 +1,8 @@
 // One process per spool directory: a second open, in this process or another, is refused with the
 // holder's pid while the holder lives (even stopped); a holder killed with -9 blocks nobody, even
-// when the next process has the dead one's pid; a path too long for a unix socket still locks; of
-// processes opening at once, at most one holds.
+// when the next process has the dead one's pid; a socket still binding is never taken for a dead
+// holder's; a path too long for a unix socket still locks; of processes opening at once, at most one
+// holds.
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -111,6 +112,21 @@ test("a dead holder's socket blocks nobody, even one named with this process's p
   expect(sockets(dir).sort()).toEqual([...names].sort());
   await open(dir);
   expect(sockets(dir)).toEqual([expect.stringMatching(`^holder-${process.pid}-(?!0123456789ab)`)]);
+});
+
+test("a binder socket (bound, not yet a holder's) is never taken for a holder; a leftover one is removed", async () => {
+  // A process killed between its bind and its rename leaves binder-…; one still binding is young.
+  const dir = tempFolder();
+  const leftover = path.join(dir, 'binder-4242-0123456789ab.sock');
+  const young = path.join(dir, 'binder-4343-ba9876543210.sock');
+  for (const file of [leftover, young]) fs.writeFileSync(file, '');
+  const anHourAgo = new Date(Date.now() - 3_600_000);
+  fs.utimesSync(leftover, anHourAgo, anHourAgo);
+  await open(dir);
+  expect(fs.existsSync(leftover)).toBe(false);
+  expect(fs.existsSync(young)).toBe(true);
+  const holders = sockets(dir).filter((name) => name.startsWith('holder-'));
+  expect(holders).toEqual([expect.stringMatching(`^holder-${process.pid}-`)]);
 });
 
 test('a directory whose path is too long for a unix socket is locked all the same', async () => {

@@ -1,11 +1,16 @@
 // One process per spool directory. Node has no flock(), so the lock is a unix-domain socket that the
 // holder listens on in the directory, named holder-<pid>-<random>.sock. An opener binds its own
-// socket first, then connects to every other one there:
+// socket under another name (binder-…), and gives it the holder's name only once it listens: a
+// holder's name never stands for a socket bound but not listening yet, which a connect would find
+// refused and an opener would remove as a dead holder's. Then it connects to every other one there:
 //
 //   connects       the owner is alive (the kernel completes a unix connect for a live listener, even
 //                  one that is stopped or busy): the directory is in use, refuse
 //   ECONNREFUSED   nobody listens: the owner died (kill -9 leaves the file behind); remove it
 //   ENOENT         it went away meanwhile
+//
+// A binder-… file is left only by a process killed between its bind and its rename: removed once it
+// is a minute old.
 //
 // Liveness is never judged by pid, so a container's new process 1 is not mistaken for its dead
 // process 1; the pid in the name is only for the message. Two holders cannot coexist: each binds
@@ -19,7 +24,7 @@
 // process that shares the machine but not the file system view (another mount namespace over the
 // same volume) still connects, as the socket is the volume's inode.
 import { existsSync } from 'node:fs';
-import { chmod, type FileHandle, readdir, rm } from 'node:fs/promises';
+import { chmod, type FileHandle, readdir, rename, rm, stat } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -29,6 +34,10 @@ import { SpoolRefused } from './errors';
 const MAX_SOCKET_PATH_BYTES = 107;
 const SOCKET_MODE = 0o600;
 const HOLDER_NAME = /^holder-(\d+)-[0-9a-f]+\.sock$/;
+/** A socket not listening yet (see above), or the leftover of a process killed in that moment. */
+const BINDER_NAME = /^binder-\d+-[0-9a-f]+\.sock$/;
+/** A binder file older than this is a leftover: nobody takes that long between bind and rename. */
+const LEFTOVER_BINDER_MS = 60_000;
 /** Rounds of stepping back before an opener that keeps seeing a live holder refuses. */
 const ROUNDS = 3;
 const STEP_BACK_MS = { min: 20, max: 80 };
@@ -49,18 +58,23 @@ export async function lockDirectory(dir: string, directory: FileHandle): Promise
   if (lockedHere.has(identity)) throw inUse(dir, process.pid);
   lockedHere.add(identity);
   try {
-    const name = `holder-${process.pid}-${randomBytes(6).toString('hex')}.sock`;
+    const suffix = `${process.pid}-${randomBytes(6).toString('hex')}.sock`;
+    const name = `holder-${suffix}`;
     const file = path.join(dir, name);
+    const binding = path.join(dir, `binder-${suffix}`);
     const reach = socketPaths(dir, directory.fd);
     for (let round = 1; ; round++) {
-      const server = await listen(reach(name));
+      const server = await listen(reach(`binder-${suffix}`));
       let holder: number | undefined;
       try {
         // Connecting needs write permission on the socket file, which a tight umask may take away.
-        await chmod(file, SOCKET_MODE);
+        await chmod(binding, SOCKET_MODE);
+        // Listening already: only now may others see it as a holder (a renamed socket still listens).
+        await rename(binding, file);
         holder = await liveHolder(dir, name, reach);
       } catch (error) {
         await stopListening(server, file);
+        await rm(binding, { force: true });
         throw error;
       }
       if (holder === undefined) return heldBy(server, file, identity);
@@ -115,12 +129,26 @@ async function liveHolder(
   reach: (name: string) => string,
 ): Promise<number | undefined> {
   for (const name of await readdir(dir)) {
+    if (BINDER_NAME.test(name)) {
+      await removeLeftoverBinder(path.join(dir, name));
+      continue;
+    }
     const pid = HOLDER_NAME.exec(name)?.[1];
     if (pid === undefined || name === own) continue;
     if (await answers(reach(name))) return Number(pid);
     await rm(path.join(dir, name), { force: true });
   }
   return undefined;
+}
+
+/** Removes a binder file old enough to be a killed process's leftover; a young one is left be. */
+async function removeLeftoverBinder(file: string): Promise<void> {
+  try {
+    if (Date.now() - (await stat(file)).mtimeMs > LEFTOVER_BINDER_MS)
+      await rm(file, { force: true });
+  } catch {
+    // Gone meanwhile, or not ours to judge: it does not stand in anyone's way.
+  }
 }
 
 /** Whether a process listens on the socket; anything but "nobody there" counts as yes. */
