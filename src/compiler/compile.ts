@@ -416,7 +416,6 @@ function compilePart(text: string): RequestPart {
   return { kind: 'query-param', name: text.slice('query.'.length) };
 }
 
-/** Drops undefined fields so spreading an optional block never erases a default. */
 function deepFreeze<T>(value: T): T {
   if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
   if (value instanceof Map) for (const entry of value.values()) deepFreeze(entry);

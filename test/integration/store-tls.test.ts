@@ -13,12 +13,8 @@ import { runCli, startServe, logLines, type CliResult } from '../support/cli-pro
 import { until } from '../support/eventually';
 import { postJson } from '../support/http';
 import { describeUnless } from '../support/run-report';
-import {
-  freePort,
-  pgClusterUnavailable,
-  serverCommand,
-  serverUserIds,
-} from '../support/pg-cluster';
+import { findFreePort } from '../../src/embedded/embedded';
+import { pgClusterUnavailable, serverCommand, serverUserIds } from '../support/pg-cluster';
 import { reachableCli } from '../support/reachable-cli';
 import { startProxy, uniqueTable, type TestProxy } from '../support/proxy';
 import {
@@ -518,7 +514,7 @@ routes:
 
   test('a server that does not answer yet is waited for, not refused as a TLS problem', async () => {
     // A port nobody listens on: connection refused is worth waiting for (docker-compose order).
-    const port = await freePort();
+    const port = await findFreePort();
     const url = `postgres://postgres@localhost:${port}/postgres`;
     const config = writeConfig('down', url, VERIFY_FULL);
     const result = await cli(['migrate', '--config', config], { IDEMPOTENCY_PROXY_DB_WAIT: '1' });

@@ -46,12 +46,6 @@ export function serverCommand(command: string[], netns?: string): string[] {
   return netns ? ['ip', 'netns', 'exec', netns, ...asUser] : asUser;
 }
 
-/**
- * A port free on loopback now, for a server started a moment later: the embedded store's choice,
- * which keeps clear of the ports outgoing connections take meanwhile.
- */
-export const freePort = findFreePort;
-
 export interface PgNodeOptions {
   /** Address the server listens on (and is reached at); 127.0.0.1 unless inside a namespace. */
   readonly host?: string;
@@ -177,7 +171,7 @@ export class PgNode {
     const ids = process.getuid?.() === 0 ? serverUserIds() : undefined;
     if (ids) fs.chownSync(dataDir, ids.uid, ids.gid);
     fs.chmodSync(dataDir, 0o700);
-    const port = options.port ?? (await freePort());
+    const port = options.port ?? (await findFreePort());
     const logFile = `${dataDir}.log`;
     return new PgNode(
       name,

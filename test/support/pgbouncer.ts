@@ -5,7 +5,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { freePort, serverCommand } from './pg-cluster';
+import { findFreePort } from '../../src/embedded/embedded';
+import { serverCommand } from './pg-cluster';
 
 export const PGBOUNCER_BIN = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((file) =>
   fs.existsSync(file),
@@ -32,7 +33,7 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
   const server = new URL(options.serverUrl);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ip-pgbouncer-'));
   fs.chmodSync(dir, 0o755);
-  const port = await freePort();
+  const port = await findFreePort();
   const target = [
     `host=${server.hostname}`,
     `port=${server.port || 5432}`,

@@ -545,7 +545,7 @@ export class PostgresKeyStore implements KeyStore {
   }
 
   /**
-   * PostgreSQL failed under this process (a statement, an idle connection, the LISTEN connection):
+   * PostgreSQL failed under this process (a statement, or the LISTEN connection: compose.ts):
    * an unknown outcome settled soon after gives the claim's holder a moment first (settleUnknown).
    */
   noteOutage(): void {

@@ -60,11 +60,12 @@ export async function lockDirectory(dir: string, directory: FileHandle): Promise
   try {
     const suffix = `${process.pid}-${randomBytes(6).toString('hex')}.sock`;
     const name = `holder-${suffix}`;
+    const binderName = `binder-${suffix}`;
     const file = path.join(dir, name);
-    const binding = path.join(dir, `binder-${suffix}`);
+    const binding = path.join(dir, binderName);
     const reach = socketPaths(dir, directory.fd);
     for (let round = 1; ; round++) {
-      const server = await listen(reach(`binder-${suffix}`));
+      const server = await listen(reach(binderName));
       let holder: number | undefined;
       try {
         // Connecting needs write permission on the socket file, which a tight umask may take away.
