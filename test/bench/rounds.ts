@@ -3,37 +3,8 @@
 // neither), and the median over the rounds judged against the target. A ratio taken within one
 // round compares two measurements a few seconds apart; across a whole run, the machine's speed can
 // drift between them by more than the gap a target asks about.
-import type { ScenarioName, ScenarioResult } from './report';
-
-/** One judged ratio: numerator ÷ denominator, of CPU per request or of req/s. */
-export interface RoundPair {
-  readonly target: string;
-  readonly numerator: ScenarioName;
-  readonly denominator: ScenarioName;
-  readonly of: 'cpu' | 'rps';
-  readonly limit: number;
-  readonly atMost: boolean;
-}
-
-/** The targets of the floor issue, as ratios within a round. */
-export const ROUND_PAIRS: readonly RoundPair[] = [
-  pair('replay CPU/req ≤ 1.5× replay floor', 'replay', 'replay-floor', 'cpu', 1.5, true),
-  pair('replay req/s ≥ 2.5× our pass-through', 'replay', 'passthrough', 'rps', 2.5, false),
-  pair('new key proxy CPU/req ≤ 1.6× our pass-through', 'new-key', 'passthrough', 'cpu', 1.6, true),
-  pair('pass-through CPU/req ≤ 1.15× bare undici', 'passthrough', 'bare-undici', 'cpu', 1.15, true),
-  pair('pass-through req/s ≥ 1.3× bare http-proxy', 'passthrough', 'bare', 'rps', 1.3, false),
-];
-
-function pair(
-  target: string,
-  numerator: ScenarioName,
-  denominator: ScenarioName,
-  of: 'cpu' | 'rps',
-  limit: number,
-  atMost: boolean,
-): RoundPair {
-  return { target, numerator, denominator, of, limit, atMost };
-}
+import { JUDGED_RATIOS, ratioOf } from './judged-ratios';
+import { formatTargets, type ScenarioName, type ScenarioResult } from './report';
 
 export interface RoundsResult {
   readonly rounds: number;
@@ -55,7 +26,7 @@ export async function runRounds(
   names: readonly ScenarioName[],
   attempt: (name: ScenarioName, round: number) => Promise<ScenarioResult>,
 ): Promise<RoundsResult> {
-  const pairs = ROUND_PAIRS.filter(
+  const pairs = JUDGED_RATIOS.filter(
     (p) => names.includes(p.numerator) && names.includes(p.denominator),
   );
   const values = pairs.map((): (number | undefined)[] => []);
@@ -78,18 +49,6 @@ export async function runRounds(
   };
 }
 
-function ratioOf(
-  p: RoundPair,
-  numerator: ScenarioResult | undefined,
-  denominator: ScenarioResult | undefined,
-): number | undefined {
-  const read = (s: ScenarioResult | undefined): number | undefined =>
-    p.of === 'cpu' ? s?.cpuMicrosPerRequest?.proxy : s?.requestsPerS;
-  const top = read(numerator);
-  const bottom = read(denominator);
-  return top === undefined || bottom === undefined || bottom === 0 ? undefined : top / bottom;
-}
-
 /** The median of the measured values; undefined when none was. */
 export function medianOf(values: readonly (number | undefined)[]): number | undefined {
   const measured = values.filter((v): v is number => v !== undefined).sort((a, b) => a - b);
@@ -101,15 +60,13 @@ export function medianOf(values: readonly (number | undefined)[]): number | unde
 }
 
 export function formatRounds(result: RoundsResult): string {
-  const width = Math.max(...result.targets.map((t) => t.target.length));
-  const lines = result.targets.map((t) => {
-    const mark = t.met === undefined ? '     --' : t.met ? '    met' : 'not met';
+  const checks = result.targets.map((t) => {
     const each = t.values.map((v) => (v === undefined ? '—' : `${v.toFixed(2)}×`)).join(' ');
     const median = t.median === undefined ? 'not measured' : `${t.median.toFixed(2)}×`;
-    return `  ${mark}  ${t.target.padEnd(width)}  median ${median}  (rounds: ${each})`;
+    return { target: t.target, measured: `median ${median}  (rounds: ${each})`, pass: t.met };
   });
   return (
     `Ratios within a round (each pair back to back, order swapped every other round), median over ${result.rounds} round${result.rounds === 1 ? '' : 's'}:\n` +
-    lines.join('\n')
+    formatTargets(checks)
   );
 }
