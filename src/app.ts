@@ -21,6 +21,8 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { runProtected } from './protected/pipeline';
+import { routeMonitor } from './rest/monitor';
+import type { HandleStore } from './store/handles';
 import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
 import { adapterOf, protocolAdapters, type ProtocolAdapters } from './protocols';
 import type { RequestStore } from './store/record';
@@ -48,6 +50,8 @@ export interface AppOptions {
   readonly protocols?: ProtocolAdapters;
   /** Asks upstreams about unknown outcomes (idempotency.reconcile); without one nothing is probed. */
   readonly reconciler?: Prober;
+  /** Where long calls keep their handles (docs/long-calls.md); without it no call is deferred. */
+  readonly handles?: HandleStore;
 }
 
 export interface App {
@@ -99,7 +103,10 @@ export function createApp(options: AppOptions): App {
       const started = performance.now();
       const edge = readEdge(req, current.edge);
       const routing =
-        edge instanceof ProxyError ? edge : routeRequest(current.router, edge, req.headers);
+        edge instanceof ProxyError
+          ? edge
+          : (routeMonitor(current.config.routes, edge) ??
+            routeRequest(current.router, edge, req.headers));
       const routedNow =
         routing instanceof ProxyError || isBodyNeeded(routing) ? undefined : routing;
       const entry = newLogEntry(
@@ -168,6 +175,7 @@ export function createApp(options: AppOptions): App {
           onStoreError,
           principals: current.principals,
           reconciler: options.reconciler,
+          handles: options.handles,
         };
         const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };

@@ -18,6 +18,7 @@ import { openSpool } from './store/spool-at-start';
 import { completionChannel, evictionChannel } from './store/postgres/statements';
 import { type BackgroundPruner, startPruner } from './store/postgres/pruner';
 import { ReconcileStore } from './store/postgres/reconcile-store';
+import { PostgresHandleStore } from './store/postgres/handle-store';
 import { Reconciler } from './reconcile/reconciler';
 import { startSweeper } from './reconcile/sweeper';
 import { storeConnection } from './db/pool';
@@ -152,6 +153,7 @@ export async function composeProxy(options: ComposeOptions): Promise<ProxyInstan
     tracing,
     reconciler,
     protocols,
+    handles: new PostgresHandleStore(pool, table),
   });
   const sweeper = startSweeper(reconciler, () => app.config(), logger);
   const admin = createAdminServer({

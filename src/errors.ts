@@ -27,6 +27,8 @@ export const ERROR_TABLE = {
   IDEMPOTENCY_OUTCOME_UNKNOWN: { status: 502, title: 'Outcome of the original request is unknown' },
   STORE_UNAVAILABLE: { status: 503, title: 'Idempotency store unavailable' },
   STORE_BUSY: { status: 503, title: 'Idempotency store connections busy' },
+  MONITOR_NOT_FOUND: { status: 404, title: 'No such status monitor' },
+  MONITOR_METHOD_NOT_ALLOWED: { status: 405, title: 'A status monitor is read with GET' },
   INTERNAL_ERROR: { status: 500, title: 'Internal proxy error' },
   BAD_REQUEST: { status: 400, title: 'Malformed request' },
 } as const satisfies Record<string, { status: number; title: string }>;

@@ -34,6 +34,8 @@ const FILES = [
   'test/integration/stream-partial.test.ts',
   // Several instances, the admin API and console reads, the pruner, workers.
   'test/integration/multi-instance.test.ts',
+  // Long calls: a handle opened, polled from another instance, and settled after a kill -9.
+  'test/integration/respond-async.test.ts',
   'test/integration/concurrency.test.ts',
   'test/integration/admin-api.test.ts',
   'test/integration/pruner.test.ts',

@@ -26,6 +26,7 @@ import { inheritedValue, mergedBlock, settingOf } from '../config/setting';
 import { checkA2aRoute } from './a2a-config';
 import { checkJwtTenants, compileJwt } from './jwt-config';
 import { checkMcpRoute, compileMcp, keyMaxLength } from './mcp-config';
+import { checkAsync, compileLongCall } from './long-call-config';
 import { checkReconcile, compileReconcile } from './reconcile-config';
 import { problemJson } from '../http/problem';
 import { PROFILES } from '../profiles';
@@ -235,6 +236,7 @@ function checkProtectedRoute(
   }
   if (block.profile !== undefined)
     issues.push(...checkProfileRoute(PROFILES[block.profile], block, defaults, at, BUILT_IN.ttl));
+  issues.push(...checkAsync(block, at));
   if (block.a2a !== undefined) return [...issues, ...checkA2aRoute(block, at)];
   if (block.mcp !== undefined) return [...issues, ...checkMcpRoute(block, defaults, at)];
   const path = [...at, 'idempotency'];
@@ -386,12 +388,22 @@ function resolvePolicy(
     mcp,
     a2a: block.a2a === undefined ? null : {},
     reconcile: block.reconcile === undefined ? null : compileReconcile(block.reconcile),
+    // In defaults it applies to the REST routes: MCP and A2A routes answer in their own messages.
+    async: longCallOf(
+      mcp === null && block.a2a === undefined && block.profile === undefined
+        ? pick('async')
+        : undefined,
+    ),
     profile: null,
     errorShape: problemJson,
     echoKeyAs: null,
     scopeByPath: false,
   };
   return block.profile === undefined ? policy : applyProfile(policy, PROFILES[block.profile]);
+}
+
+function longCallOf(block: IdempotencyBlock['async']): IdempotencyPolicy['async'] {
+  return block === undefined ? null : compileLongCall(block);
 }
 
 /** A status is stored when `store` lists it or its class, and `release` does not list it. */

@@ -1,7 +1,7 @@
 // The protocol blocks of a route's idempotency policy: mcp (which tools, which arguments left out of
 // the fingerprint) and a2a (none yet). `true` stands for an empty block.
 import { z } from 'zod';
-import { duration, opt, pattern, strict, toBoolean } from './schema-formats';
+import { duration, opt, orFlag, pattern, strict } from './schema-formats';
 
 export const toolPattern = pattern(
   /^[^\s]+$/,
@@ -33,6 +33,6 @@ export const mcpBlock = strict(
   },
   'MCP settings (tools, ignore, window)',
 );
-export const mcpOrFlag = z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), mcpBlock);
+export const mcpOrFlag = orFlag(mcpBlock);
 export const a2aBlock = strict({}, 'A2A settings (none yet: write a2a: {})');
-export const a2aOrFlag = z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), a2aBlock);
+export const a2aOrFlag = orFlag(a2aBlock);

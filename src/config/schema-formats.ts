@@ -31,6 +31,10 @@ export const toNumber = (v: unknown): unknown =>
   typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v;
 export const toBoolean = (v: unknown): unknown => (v === 'true' ? true : v === 'false' ? false : v);
 
+/** A block that `true` (or "true") switches on with its defaults: `true` reads as `{}`. */
+export const orFlag = <T extends z.ZodType>(block: T) =>
+  z.preprocess((v: unknown) => (toBoolean(v) === true ? {} : v), block);
+
 export function integer(
   min: number,
   max: number,

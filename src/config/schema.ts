@@ -49,6 +49,7 @@ import {
 } from './schema-formats';
 import { a2aOrFlag, mcpOrFlag } from './protocol-schema';
 import { reconcileBlock } from './reconcile-schema';
+import { asyncOrFlag } from './long-call-schema';
 import { listenerTls, storeTls, upstreamTls } from './tls-schema';
 import { jwtSchema } from './jwt-schema';
 const keyBlock = strict(
@@ -209,6 +210,10 @@ export const idempotencySchema = strict(
     reconcile: opt(
       reconcileBlock,
       'Unknown outcomes (unknownOutcome: fail) resolved by asking the upstream: found → its answer is stored, not found → the retry is forwarded once (docs/reconcile.md).',
+    ),
+    async: opt(
+      asyncOrFlag,
+      'A request sent with `Prefer: respond-async` and not answered within `after` gets 202 Accepted and a status monitor to poll (RFC 7240; docs/long-calls.md). REST routes only.',
     ),
     mcp: opt(
       mcpOrFlag,

@@ -162,6 +162,12 @@ export interface McpPolicy {
   readonly ignore: readonly (readonly string[])[];
 }
 
+/** How a slow call is answered with a handle to poll (docs/long-calls.md). */
+export interface LongCallPolicy {
+  readonly afterMs: number;
+  readonly pollIntervalMs: number;
+}
+
 /** An A2A route's settings (src/a2a/README.md): none yet; the block marks the route. */
 export type A2aPolicy = Readonly<Record<string, never>>;
 
@@ -260,6 +266,8 @@ export interface IdempotencyPolicy {
   readonly a2a: A2aPolicy | null;
   /** Set when unknown outcomes are resolved by asking the upstream (idempotency.reconcile). */
   readonly reconcile: ReconcilePolicy | null;
+  /** idempotency.async: requests with `Prefer: respond-async` may get a 202 and a monitor; null: off. */
+  readonly async: LongCallPolicy | null;
   /** The commerce protocol whose contract the route speaks (src/profiles), or null. */
   readonly profile: 'acp' | 'ucp' | null;
   /** How the proxy's own errors are written on this route: problem+json, or the profile's shape. */

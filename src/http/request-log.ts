@@ -20,6 +20,10 @@ export type OutcomeLabel =
   | 'client_gone'
   /** An MCP client's notifications/cancelled for a tool call still running: taken, not forwarded. */
   | 'cancel_held'
+  /** A long call answered with a handle (an MCP task, a 202 and its monitor): docs/long-calls.md. */
+  | 'deferred'
+  /** A poll of a long call's handle (tasks/get or tasks/cancel, a status monitor's GET). */
+  | 'polled'
   | 'error';
 
 export interface RequestLogEntry {

@@ -13,7 +13,7 @@ import { ProxyError } from '../errors';
 import { responseHeaderPairs, writeWhole } from '../http/response';
 import { parseJson, type ParsedJson } from '../idempotency/canonical-json';
 import type { Settlement } from '../protected/decide';
-import { startStreaming, writeChunk } from '../protected/outgoing';
+import { detachedResponse, startStreaming, writeChunk } from '../protected/outgoing';
 import type { AnswerReceiver } from '../protected/protocol';
 import { StreamCapture } from '../protected/stream-capture';
 import type { HeaderPairs, StoredResponse } from '../store/record';
@@ -44,7 +44,7 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
   private contentLength: string | string[] | undefined;
 
   constructor(
-    protected readonly res: ServerResponse,
+    protected res: ServerResponse,
     private readonly where: AnswerPlace,
     /** The forward is over. */
     readonly close: () => void,
@@ -80,6 +80,10 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
   }
 
   abstract end(expiresAt?: number): void;
+
+  detach(): void {
+    this.res = detachedResponse();
+  }
 
   abstract endBroken(error: ProxyError): void;
 

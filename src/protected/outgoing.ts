@@ -2,7 +2,8 @@
 // pipeline's forward (pipeline.ts), the protocols' receivers (REST, MCP, A2A) and repeats attached
 // to a running stream (attach.ts); and the forwards that store nothing: what a protocol passes,
 // and shadow mode's "forward anyway" (below).
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { IncomingMessage, ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
 import type { IdempotencyPolicy, RouteConfig } from '../config/types';
 import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
 import type { RequestTarget } from '../http/router';
@@ -121,6 +122,17 @@ export function transportFailure(
     key,
     timeoutMs: upstream.timeoutMs,
   });
+}
+
+/**
+ * Where a receiver writes once its client was answered otherwise (AnswerReceiver.detach): a response
+ * that belongs to no connection and is destroyed, so every write to it is skipped (the helpers here
+ * check `destroyed`) or goes nowhere, as for a client that left.
+ */
+export function detachedResponse(): ServerResponse {
+  const res = new ServerResponse(new IncomingMessage(new Socket()));
+  res.destroy();
+  return res;
 }
 
 /** Sends the head of an answer whose body follows in chunks (writeChunk), keeping its length. */

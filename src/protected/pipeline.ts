@@ -37,6 +37,7 @@ import {
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
+import { answerPoll, deferLater, openHandle } from './long-calls';
 import {
   claimCall,
   settleStoreCall,
@@ -57,13 +58,17 @@ export async function runProtected<C extends Call>(
     return verdict.outcome;
   }
   if (verdict.kind === 'pass') return passOn(deps, request, verdict);
+  if (verdict.kind === 'poll') return answerPoll(deps, request, verdict.poll);
   const { call } = verdict;
   const { policy } = call;
   const { res } = request;
+  // A repeat that may join its running call as a handle learns at once that it runs: it neither
+  // waits for nor attaches to the call this process forwards.
+  const onConcurrent = call.deferral?.joinRunning ? 'reject' : policy.onConcurrent;
   // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
   const claimant = policy.enforce
     ? new Claimant(
-        policy.onConcurrent,
+        onConcurrent,
         performance.now() + policy.waitTimeoutMs,
         policy.maxWaitersPerKey,
         // Resolves once the client has gone (its response closed before it was answered).
@@ -72,7 +77,7 @@ export async function runProtected<C extends Call>(
             if (res.destroyed) resolve();
             else res.once('close', () => resolve());
           }),
-        policy.onConcurrent === 'attach' ? new LiveAnswer() : undefined,
+        onConcurrent === 'attach' ? new LiveAnswer() : undefined,
       )
     : undefined;
   try {
@@ -119,6 +124,23 @@ async function claimAndAnswer<C extends Call>(
   let reconciled: Outcome['reconcile'];
   let settledUnknown = false;
   for (;;) {
+    // A repeat of a running call that may join it gets the call's handle (opened now if need be).
+    if (
+      claim.kind === 'in-flight' &&
+      claim.leaseRemainingMs > 0 &&
+      joinsRunning(deps, protocol, call)
+    ) {
+      const handle = await openHandle(deps, request, call, undefined);
+      if (handle !== null) {
+        protocol.deferred!(request, call, handle);
+        return outcomeOf(call, 'deferred', claim);
+      }
+      // It ended meanwhile: what it became is claimed next.
+      if (++races < MAX_RACES) {
+        claim = await claimOnce();
+        continue;
+      }
+    }
     const clientLeft = claimant?.clientLeft ?? false;
     const decision: ClaimDecision = decide(claim, policy, {
       races,
@@ -259,8 +281,10 @@ async function forward<C extends Call>(
   const { id, policy } = call;
   // What the store said of the completion or release, when it was not simply stored.
   let landing: Outcome['landing'];
+  // A long call answered with its handle: the client has its answer, whatever comes of the forward.
+  const deferred = (): boolean => deferring?.deferred === true;
   const done = (label: Outcome['label'], outcomeUnknown?: boolean): Outcome => ({
-    ...outcomeOf(call, label),
+    ...outcomeOf(call, deferred() ? 'deferred' : label),
     attempts,
     outcomeUnknown,
     landing,
@@ -312,6 +336,7 @@ async function forward<C extends Call>(
     if (policy.unknownOutcome === 'fail' && (landing === undefined || landing === 'queued'))
       stored = await keepForProbe(deps, call, fence, stored, landing === 'queued');
     if (clientHasHead) receiver.endBroken(error.error);
+    else if (deferred()) receiver.detach();
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);
     else protocol.replay(request, call, { ...stored, expiresAt }, false);
@@ -319,6 +344,7 @@ async function forward<C extends Call>(
   };
 
   const receiver = protocol.receive(request, call, settle, claimant?.live);
+  const deferring = deferLater(deps, protocol, request, call, receiver);
   deps.observer?.claimsHeld(1);
   const started = performance.now();
   try {
@@ -330,7 +356,7 @@ async function forward<C extends Call>(
       if (receiver.status === 0 && !failure.sent) {
         // Nothing reached the upstream: let a retry run it.
         await settle({ kind: 'release' });
-        protocol.refuse(request, call, failure.error);
+        if (!deferred()) protocol.refuse(request, call, failure.error);
         return done('upstream_error');
       }
       if (receiver.settled) {
@@ -350,6 +376,7 @@ async function forward<C extends Call>(
     receiver.end(expiresAt);
     return done('executed');
   } finally {
+    deferring?.stop();
     receiver.close();
     claimant?.live?.close();
     deps.observer?.claimsHeld(-1);
@@ -401,4 +428,17 @@ function outcomeOf(call: Call, label: Outcome['label'], claim?: ClaimResult): Ou
     attempts: claim === undefined || from !== undefined ? undefined : claim.attempts,
     from,
   };
+}
+
+/** True when a repeat of this call may join it as its handle (an MCP task), where handles are kept. */
+function joinsRunning<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  call: C,
+): boolean {
+  return (
+    call.deferral?.joinRunning === true &&
+    deps.handles !== undefined &&
+    protocol.deferred !== undefined
+  );
 }

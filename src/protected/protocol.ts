@@ -19,6 +19,7 @@ import type { JwtPrincipals } from '../auth/jwt-principals';
 import { scopeOf } from '../idempotency/scope';
 import { type Claims, tenantHash } from '../idempotency/tenant';
 import type { LiveAnswer } from '../store/live-answer';
+import type { Handle, HandleState, HandleStore } from '../store/handles';
 import type {
   HeaderPairs,
   PartialAnswer,
@@ -61,6 +62,8 @@ export interface ProtectedDeps {
   readonly observer?: ProtectedObserver;
   /** Asks the upstream about unknown outcomes on routes with idempotency.reconcile. */
   readonly reconciler?: Prober;
+  /** The handles of long calls (long-calls.ts); without it no call is deferred. */
+  readonly handles?: HandleStore;
 }
 
 export interface ProtectedObserver {
@@ -114,6 +117,47 @@ export interface Call {
   readonly body: Buffer;
   /** The tool of an MCP tools/call, for the log. */
   readonly tool?: string;
+  /** Set when the client takes a handle for a call the upstream is slow to answer (long-calls.ts). */
+  readonly deferral?: Deferral;
+}
+
+/** How a call may be answered with a handle (docs/long-calls.md). */
+export interface Deferral {
+  /** How long the upstream has to answer before the client gets the handle instead. */
+  readonly afterMs: number;
+  /** What the protocol keeps with the handle (an MCP call's upstream session and JSON-RPC id). */
+  readonly attributes: Readonly<Record<string, string>>;
+  /**
+   * A repeat of the call while it runs gets the handle too (an MCP task), instead of what the
+   * route's onConcurrent says (REST's 409, or a wait).
+   */
+  readonly joinRunning: boolean;
+}
+
+/** A poll of a long call's handle (an MCP tasks/get or tasks/cancel, a status monitor's GET). */
+export interface Poll {
+  /** The record: the key from the handle's token, the scope and tenant from the poller's request. */
+  readonly id: RecordId;
+  /** The secret the token carries: the handle's, or the poll finds nothing. */
+  readonly secret: string;
+  readonly policy: IdempotencyPolicy;
+  /**
+   * For a cancel: what is sent upstream for the running call (the handle's attributes say where),
+   * or undefined when nothing is.
+   */
+  readonly cancel?: (handle: Handle) => CancelMessage | undefined;
+  /** The answer stored for a call whose outcome is unknown, as the protocol writes it. */
+  unknownOutcome(error: ProxyError): StoredResponse;
+  /** Writes what the poll found; undefined: no such handle for this poller (or it expired). */
+  answer(res: ServerResponse, found: HandleState | undefined): void;
+  /** Writes one of the proxy's failures (the store unreachable). */
+  fail(res: ServerResponse, error: ProxyError): void;
+}
+
+/** A message sent upstream to cancel a running call: its body, and headers that replace the poll's. */
+export interface CancelMessage {
+  readonly body: Buffer;
+  readonly headers: Readonly<Record<string, string>>;
 }
 
 /**
@@ -188,7 +232,8 @@ export type Verdict<C extends Call> =
       readonly kind: 'refuse';
       readonly outcome: Outcome;
       readonly answer: (res: ServerResponse) => void;
-    };
+    }
+  | { readonly kind: 'poll'; readonly poll: Poll };
 
 /** How one protocol reads its requests and writes the proxy's answers: one object per protocol. */
 export interface ProtocolAdapter<C extends Call> {
@@ -226,6 +271,8 @@ export interface ProtocolAdapter<C extends Call> {
    * longer be joined (or the protocol attaches to nothing): the repeat claims again, and waits.
    */
   attach?(request: ProtectedRequest, call: C, live: LiveAnswer): Promise<AttachEnd> | undefined;
+  /** Answers a call with its handle instead of the upstream's answer (one with a `deferral`). */
+  deferred?(request: ProtectedRequest, call: C, handle: Handle): void;
   /**
    * How the reconciler asks this protocol's upstream whether an unknown outcome happened
    * (idempotency.reconcile); undefined where the protocol has no probe.
@@ -260,6 +307,37 @@ export interface AnswerReceiver extends ResponseReceiver {
   end(expiresAt?: number): void;
   /** Ends a streamed answer that broke off (`error` says why), once the claim is settled. */
   endBroken(error: ProxyError): void;
+  /**
+   * The client was answered otherwise (with a handle: long-calls.ts): from now on the answer is
+   * captured and settled as for a client that left, and nothing is written to the client.
+   */
+  detach(): void;
   /** The forward is over, however it ended. */
   close(): void;
+}
+
+/** base64url characters of a handle's secret (18 random bytes). */
+const SECRET_LENGTH = 24;
+const SECRET = /^[A-Za-z0-9_-]{24}$/;
+/** A key is at most 255 visible ASCII characters: 340 base64url ones. */
+const MAX_TOKEN_LENGTH = SECRET_LENGTH + 340;
+
+/**
+ * A handle's public token: its secret, then the record's key. The poller's route gives the scope and
+ * the poller's own credentials the tenant, so the token carries neither, and another tenant's poll
+ * finds no record.
+ */
+export function handleToken(handle: Handle, key: string): string {
+  return handle.secret + Buffer.from(key, 'latin1').toString('base64url');
+}
+
+/** A token read back into its secret and key; undefined for one no handle could have. */
+export function readHandleToken(token: string): { secret: string; key: string } | undefined {
+  if (token.length <= SECRET_LENGTH || token.length > MAX_TOKEN_LENGTH) return undefined;
+  const secret = token.slice(0, SECRET_LENGTH);
+  const encoded = token.slice(SECRET_LENGTH);
+  if (!SECRET.test(secret) || !/^[A-Za-z0-9_-]+$/.test(encoded)) return undefined;
+  const key = Buffer.from(encoded, 'base64url').toString('latin1');
+  if (!/^[\x21-\x7e]{1,255}$/.test(key)) return undefined;
+  return { secret, key };
 }

@@ -37,7 +37,10 @@ import {
   expiresHeader,
   OUTCOME_HEADER,
   type ProtectedRequest,
+  type Deferral,
+  handleToken,
   type ProtocolAdapter,
+  readHandleToken,
   recordIdOf,
   UnreadableCall,
   type Verdict,
@@ -45,6 +48,10 @@ import {
 import { readBodyOrRewind } from '../protected/outgoing';
 import { requestProbe } from '../reconcile/http-probe';
 import { echoedKey, UpstreamAnswer, withEcho } from './answer';
+import { MONITOR_PREFIX, monitorPath, monitorToken } from './monitor';
+import { preferredAsync } from './prefer';
+
+import type { HandleState } from '../store/handles';
 
 const EMPTY_BODY = Buffer.alloc(0);
 
@@ -90,6 +97,30 @@ export const REST: ProtocolAdapter<Call> = {
   reusedDetail:
     'This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend the original request unchanged to get its stored response.',
   receive: (request, call, _settle, live) => new UpstreamAnswer(request, call, live),
+  deferred(request, call, handle) {
+    const { policy } = request;
+    const location = monitorPath(request.route.name, handleToken(handle, call.id.key));
+    const retryAfter = String(Math.max(1, Math.round(policy.async!.pollIntervalMs / 1000)));
+    const body = Buffer.from(
+      JSON.stringify({
+        status: 'running',
+        monitor: location,
+        retryAfterSeconds: Number(retryAfter),
+      }),
+    );
+    writeWhole(
+      request.res,
+      202,
+      [
+        ['content-type', 'application/json'],
+        ['preference-applied', 'respond-async'],
+        ['location', location],
+        ['retry-after', retryAfter],
+      ],
+      body,
+      echoedKey(policy, call.id.key, []),
+    );
+  },
   attach(request, call, live) {
     const extra: [string, string][] = [[request.policy.replayedHeader, 'true']];
     if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
@@ -120,6 +151,7 @@ function refusal(
 /** The call in a protected REST request, or what becomes of the request without one. */
 async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
   const { req, route, policy, target } = request;
+  if (target.path.startsWith(MONITOR_PREFIX)) return monitorPoll(request);
   const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
   // No key header on a route with key.body or key.derive: the key is read from the body, or
   // derived, once the body is read. A key that was sent but is invalid is never replaced by another:
@@ -190,7 +222,8 @@ async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
       read.sha256 === undefined ? { bytes: body } : { sha256: read.sha256 },
     );
     const id = recordIdOf(request, policy, sentKey);
-    return { kind: 'protect', call: new SentKeyCall(id, policy, raw, body, input, route.name) };
+    const call = new SentKeyCall(id, policy, raw, body, input, route.name, asyncDeferral(request));
+    return { kind: 'protect', call };
   }
   try {
     // A route with key.derive gets here without a key, shadow mode with one. A derived key's
@@ -200,7 +233,11 @@ async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
     const callPolicy = sentKey === undefined ? derivedKeyPolicy(policy) : policy;
     const id = recordIdOf(request, callPolicy, key);
     const keyDerived = sentKey === undefined;
-    return { kind: 'protect', call: { id, policy: callPolicy, keyDerived, fingerprint, body } };
+    const deferral = asyncDeferral(request);
+    return {
+      kind: 'protect',
+      call: { id, policy: callPolicy, keyDerived, fingerprint, body, deferral },
+    };
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
     return duplicateKey(request, body, sentKey);
@@ -296,6 +333,7 @@ class SentKeyCall implements Call {
     readonly body: Buffer,
     private readonly input: FingerprintInput,
     private readonly route: string,
+    readonly deferral: Deferral | undefined,
   ) {}
 
   get fingerprint(): Buffer {
@@ -337,4 +375,73 @@ function replayHeaders(headers: HeaderPairs, dropped: ReadonlySet<string>): Head
       return headers.filter(([other]) => other !== 'date' && !dropped.has(other));
   }
   return headers;
+}
+
+/**
+ * How a request with `Prefer: respond-async` on a route with idempotency.async may be deferred: after
+ * the route's `after`, or sooner when the client's `wait` preference asks for it (RFC 7240 §4.3).
+ */
+function asyncDeferral(request: ProtectedRequest): Deferral | undefined {
+  const async = request.policy.async;
+  if (async === null) return undefined;
+  const preference = preferredAsync(request.req.headers.prefer);
+  if (preference === undefined) return undefined;
+  const afterMs =
+    preference.waitSeconds === undefined
+      ? async.afterMs
+      : Math.min(async.afterMs, preference.waitSeconds * 1000);
+  return { afterMs, attributes: NO_ATTRIBUTES, joinRunning: false };
+}
+
+const NO_ATTRIBUTES: Readonly<Record<string, string>> = Object.freeze({});
+
+/** A GET of a status monitor: a poll of the handle its token names, for this caller's record. */
+function monitorPoll(request: ProtectedRequest): Verdict<Call> {
+  const { policy, route } = request;
+  const token = readHandleToken(monitorToken(request.target.path));
+  if (token === undefined) return refusal(request, noMonitor(route.name), { label: 'not_found' });
+  const id = recordIdOf(request, policy, token.key);
+  const call: Call = { id, policy, keyDerived: false, fingerprint: EMPTY_BODY, body: EMPTY_BODY };
+  return {
+    kind: 'poll',
+    poll: {
+      id,
+      secret: token.secret,
+      policy,
+      unknownOutcome: (error) => REST.unknownOutcome(call, error),
+      answer(res, found) {
+        if (found === undefined)
+          return sendProblem(res, noMonitor(route.name), [], policy.errorShape);
+        if (found.kind === 'done') return REST.replay(request, call, found.response, true);
+        writeRunning(request, found);
+      },
+      fail: (res, error) => sendProblem(res, error, [], policy.errorShape),
+    },
+  };
+}
+
+/** The monitor of a call still running: 202 and when to look again. */
+function writeRunning(request: ProtectedRequest, found: HandleState): void {
+  const seconds = Math.max(1, Math.round(request.policy.async!.pollIntervalMs / 1000));
+  const body = Buffer.from(
+    JSON.stringify({ status: 'running', since: new Date(found.handle.createdAt).toISOString() }),
+  );
+  writeWhole(
+    request.res,
+    202,
+    [
+      ['content-type', 'application/json'],
+      ['retry-after', String(seconds)],
+      ['cache-control', 'no-store'],
+    ],
+    body,
+  );
+}
+
+function noMonitor(route: string): ProxyError {
+  return new ProxyError(
+    'MONITOR_NOT_FOUND',
+    'There is no status monitor at this address for you: its link is not one this proxy gave, it belongs to another caller, or the answer it watched has expired. Retry the original request with its key to get its answer.',
+    { route },
+  );
 }

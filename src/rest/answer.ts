@@ -17,7 +17,7 @@ import type { LiveAnswer } from '../store/live-answer';
 import type { IdempotencyPolicy } from '../config/types';
 import type { HeaderPairs, PartialAnswer, StoredResponse } from '../store/record';
 import type { Settlement } from '../protected/decide';
-import { startStreaming, writeChunk } from '../protected/outgoing';
+import { detachedResponse, startStreaming, writeChunk } from '../protected/outgoing';
 import {
   type AnswerReceiver,
   type Call,
@@ -43,7 +43,7 @@ export class UpstreamAnswer implements AnswerReceiver {
    */
   private held: Buffer | undefined;
   private holdsLast = false;
-  private readonly res: ServerResponse;
+  private res: ServerResponse;
 
   constructor(
     private readonly request: ProtectedRequest,
@@ -123,6 +123,10 @@ export class UpstreamAnswer implements AnswerReceiver {
   }
 
   close(): void {}
+
+  detach(): void {
+    this.res = detachedResponse();
+  }
 
   private startStreaming(): void {
     this.streaming = true;

@@ -74,8 +74,8 @@ test('migration 3 gives existing rows their prune_after and moves the pruner ind
   );
   // On Citus the same run also distributes the table it found plain, rows and all.
   expect(await migrate(pool, table)).toEqual({
-    applied: [3, 4, 5, 6],
-    current: 6,
+    applied: MIGRATIONS.filter((m) => m.version > 2).map((m) => m.version),
+    current: MIGRATIONS.at(-1)!.version,
     ...(storeIsCitus() ? { distributed: true } : {}),
   });
   const { rows } = await pool.query<{ same: boolean }>(

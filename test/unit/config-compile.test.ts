@@ -125,6 +125,7 @@ describe('defaults', () => {
       maxWaitersPerKey: 1000,
       mcp: null,
       a2a: null,
+      async: null,
       reconcile: null,
       profile: null,
       echoKeyAs: null,

@@ -62,6 +62,7 @@ function claimUpsertAssignments(): string {
     outcome_unknown: ['false', 'r.outcome_unknown'],
     partial_answer: ['NULL', 'r.partial_answer'],
     partial_body: ['NULL', 'r.partial_body'],
+    handle: ['NULL', 'r.handle'],
     attempts: ['1', 'r.attempts + 1'],
     created_at: ['excluded.created_at', 'r.created_at'],
     completed_at: ['NULL', 'r.completed_at'],

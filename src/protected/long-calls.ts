@@ -1,0 +1,188 @@
+// Long calls answered with a handle instead of a wait (docs/long-calls.md): an MCP task, an HTTP
+// 202 with a status monitor. The protocol says which calls may be deferred and how a handle and a
+// poll's answer are written; the engine decides when, keeps the handle in the call's record, and
+// reads it back for a poll on any instance.
+//
+//   forward ─ upstream not done within `after` ─► open the record's handle (the claim's fence, its
+//             lease running) ─► the client gets the handle; the answer is captured and stored as
+//             for a client that left
+//   repeat of a running call that may join it ─► the same handle (opened by whichever came first)
+//   poll ─► the record (its scope from the route, its tenant from the poller) ─► the secret must
+//           match ─► running │ done: the stored answer │ abandoned: settled as an unknown outcome
+//           where the route stores one for good, else reported as one
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import type {
+  AnswerReceiver,
+  Call,
+  CancelMessage,
+  Outcome,
+  Poll,
+  ProtectedDeps,
+  ProtectedRequest,
+  ProtocolAdapter,
+} from './protocol';
+import type { Handle, HandleState } from '../store/handles';
+import { leaseEndedUnknown } from './problems';
+import { StoreUnavailable, storeCall, storeUnavailableError } from './store-call';
+import { sendUpstream } from './outgoing';
+
+/** True when `secret` is the handle's, compared in constant time. */
+function sameSecret(handle: Handle, secret: string): boolean {
+  const a = Buffer.from(handle.secret);
+  const b = Buffer.from(secret);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** A forward that may be answered with a handle: started with it, stopped when the forward ends. */
+export interface Deferring {
+  /** True once the client was answered with the handle. */
+  readonly deferred: boolean;
+  stop(): void;
+}
+
+/**
+ * Answers the call with its handle once `after` passes without the upstream's answer, unless the
+ * client has had part of it (a stream), the record is settled, or the client left. The handle is
+ * opened even for a client that left: its retry joins the call, and a cancel needs to know where
+ * the call runs (the attributes only the running request has).
+ */
+export function deferLater<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  request: ProtectedRequest,
+  call: C,
+  receiver: AnswerReceiver,
+): Deferring | undefined {
+  const deferral = call.deferral;
+  if (deferral === undefined || deps.handles === undefined || protocol.deferred === undefined)
+    return undefined;
+  let stopped = false;
+  let deferred = false;
+  const answerable = (): boolean =>
+    !stopped && !receiver.streaming && !receiver.settled && !request.res.destroyed;
+  const timer = setTimeout(() => {
+    if (stopped || receiver.settled) return;
+    openHandle(deps, request, call, deferral.attributes).then((handle) => {
+      if (handle === null || !answerable()) return;
+      deferred = true;
+      receiver.detach();
+      protocol.deferred!(request, call, handle);
+    }, noHandle);
+  }, deferral.afterMs);
+  return {
+    get deferred() {
+      return deferred;
+    },
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The store failed to open a handle: the client keeps waiting for the answer itself (logged). */
+const noHandle = (): void => undefined;
+
+/**
+ * The record's handle, new or the one it has, while its call runs; null when it no longer does.
+ * `attributes`: the running request's (see HandleStore.open); none for a repeat joining it. Throws
+ * StoreUnavailable.
+ */
+export function openHandle(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  call: Call,
+  attributes: Readonly<Record<string, string>> | undefined,
+): Promise<Handle | null> {
+  const secret = randomBytes(18).toString('base64url');
+  return storeCall(deps, request, 'open handle', () =>
+    deps.handles!.open(call.id, secret, attributes),
+  );
+}
+
+/**
+ * Answers a poll of a handle: what its record says, to the poller whose route and credentials find
+ * it and whose token carries its secret; for a cancel, the cancel is asked for first and the
+ * protocol's cancel message sent upstream.
+ */
+export async function answerPoll(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  poll: Poll,
+): Promise<Outcome> {
+  const outcome: Outcome = { label: 'polled', key: poll.id.key };
+  const { res } = request;
+  if (deps.handles === undefined) {
+    poll.answer(res, undefined);
+    return outcome;
+  }
+  try {
+    let found = await findHandle(deps, request, poll);
+    if (found?.kind === 'abandoned') found = await settleAbandoned(deps, request, poll, found);
+    if (found !== undefined && poll.cancel !== undefined && found.kind === 'running') {
+      const handle = await storeCall(deps, request, 'cancel', () =>
+        deps.handles!.requestCancel(poll.id, poll.secret),
+      );
+      const message = handle === null ? undefined : poll.cancel(handle);
+      if (message !== undefined) await sendCancel(deps, request, message);
+    }
+    poll.answer(res, found);
+    return outcome;
+  } catch (error) {
+    if (!(error instanceof StoreUnavailable)) throw error;
+    poll.fail(res, storeUnavailableError(request, poll.id.key, error.cause));
+    return { ...outcome, label: 'store_unavailable' };
+  }
+}
+
+async function findHandle(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  poll: Poll,
+): Promise<HandleState | undefined> {
+  const found = await storeCall(deps, request, 'poll', () => deps.handles!.read(poll.id));
+  return found !== undefined && sameSecret(found.handle, poll.secret) ? found : undefined;
+}
+
+/**
+ * A call whose claim's lease ended unanswered (the proxy running it stopped). Where the route stores
+ * an unknown outcome for good (unknownOutcome: fail, no reconcile) it is settled now, as a retry
+ * would settle it; elsewhere a retry decides (runs it again, or asks the upstream), and the poll
+ * reports the unknown outcome that a retry would resolve.
+ */
+async function settleAbandoned(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  poll: Poll,
+  found: Extract<HandleState, { kind: 'abandoned' }>,
+): Promise<HandleState | undefined> {
+  const { policy, id } = poll;
+  const unknown = poll.unknownOutcome(leaseEndedUnknown(request.route.name, id.key, policy));
+  if (policy.unknownOutcome !== 'fail' || policy.reconcile !== null)
+    return { kind: 'done', handle: found.handle, response: unknown, completedAt: Date.now() };
+  const settled = await storeCall(deps, request, 'settle unknown', () =>
+    deps.store.settleUnknown(id, found.fence, unknown, policy.ttlMs),
+  );
+  // Settled by someone else meanwhile (a retry): read what it became.
+  if (settled === null) return findHandle(deps, request, poll);
+  return { kind: 'done', handle: found.handle, response: settled, completedAt: Date.now() };
+}
+
+/** Sends the protocol's cancel message upstream; its answer is not waited for beyond its head. */
+async function sendCancel(
+  deps: ProtectedDeps,
+  request: ProtectedRequest,
+  message: CancelMessage,
+): Promise<void> {
+  // The poll's own request carries the message: its body is read, and what goes upstream is built
+  // from its headers, so the message's (the running call's session) take their place.
+  Object.assign(request.req.headers, message.headers);
+  try {
+    await sendUpstream(deps.upstreams, request, undefined, message.body, {
+      head: () => undefined,
+      data: () => undefined,
+    });
+  } catch {
+    // Cancelling is cooperative: an upstream that cannot be told lets the call run to its end.
+  }
+}
