@@ -1,12 +1,11 @@
-// Long calls answered with a handle instead of a wait (docs/long-calls.md): an MCP task, an HTTP
-// 202 with a status monitor. The protocol says which calls may be deferred and how a handle and a
+// Long calls answered with a handle instead of a wait (docs/long-calls.md): an HTTP 202 with a
+// status monitor. The protocol says which calls may be deferred and how a handle and a
 // poll's answer are written; the engine decides when, keeps the handle in the call's record, and
 // reads it back for a poll on any instance.
 //
-//   forward ─ upstream not done within `after` ─► open the record's handle (the claim's fence, its
-//             lease running) ─► the client gets the handle; the answer is captured and stored as
-//             for a client that left
-//   repeat of a running call that may join it ─► the same handle (opened by whichever came first)
+//   forward ─ upstream not done within `after` ─► open the record's handle (while the call runs:
+//             in progress, its lease on) ─► the client gets the handle; the answer is captured and
+//             stored as for a client that left
 //   poll ─► the record (its scope from the route, its tenant from the poller) ─► the secret must
 //           match ─► running │ done: the stored answer │ abandoned: settled as an unknown outcome
 //           where the route stores one for good, else reported as one
@@ -14,7 +13,6 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type {
   AnswerReceiver,
   Call,
-  CancelMessage,
   Outcome,
   Poll,
   ProtectedDeps,
@@ -24,7 +22,6 @@ import type {
 import type { Handle, HandleState } from '../store/handles';
 import { leaseEndedUnknown } from './problems';
 import { StoreUnavailable, storeCall, storeUnavailableError } from './store-call';
-import { sendUpstream } from './outgoing';
 
 /** True when `secret` is the handle's, compared in constant time. */
 function sameSecret(handle: Handle, secret: string): boolean {
@@ -42,9 +39,7 @@ export interface Deferring {
 
 /**
  * Answers the call with its handle once `after` passes without the upstream's answer, unless the
- * client has had part of it (a stream), the record is settled, or the client left. The handle is
- * opened even for a client that left: its retry joins the call, and a cancel needs to know where
- * the call runs (the attributes only the running request has).
+ * client has had part of it (a stream), the record is settled, or the client left.
  */
 export function deferLater<C extends Call>(
   deps: ProtectedDeps,
@@ -61,7 +56,7 @@ export function deferLater<C extends Call>(
   const answerable = (): boolean =>
     !stopped && !receiver.streaming && !receiver.settled && !request.res.destroyed;
   const timer = setTimeout(() => {
-    if (stopped || receiver.settled) return;
+    if (!answerable()) return;
     openHandle(deps, request, call, deferral.attributes).then((handle) => {
       if (handle === null || !answerable()) return;
       deferred = true;
@@ -85,14 +80,13 @@ const noHandle = (): void => undefined;
 
 /**
  * The record's handle, new or the one it has, while its call runs; null when it no longer does.
- * `attributes`: the running request's (see HandleStore.open); none for a repeat joining it. Throws
- * StoreUnavailable.
+ * Throws StoreUnavailable.
  */
-export function openHandle(
+function openHandle(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   call: Call,
-  attributes: Readonly<Record<string, string>> | undefined,
+  attributes: Readonly<Record<string, string>>,
 ): Promise<Handle | null> {
   const secret = randomBytes(18).toString('base64url');
   return storeCall(deps, request, 'open handle', () =>
@@ -102,8 +96,7 @@ export function openHandle(
 
 /**
  * Answers a poll of a handle: what its record says, to the poller whose route and credentials find
- * it and whose token carries its secret; for a cancel, the cancel is asked for first and the
- * protocol's cancel message sent upstream.
+ * it and whose token carries its secret.
  */
 export async function answerPoll(
   deps: ProtectedDeps,
@@ -119,13 +112,6 @@ export async function answerPoll(
   try {
     let found = await findHandle(deps, request, poll);
     if (found?.kind === 'abandoned') found = await settleAbandoned(deps, request, poll, found);
-    if (found !== undefined && poll.cancel !== undefined && found.kind === 'running') {
-      const handle = await storeCall(deps, request, 'cancel', () =>
-        deps.handles!.requestCancel(poll.id, poll.secret),
-      );
-      const message = handle === null ? undefined : poll.cancel(handle);
-      if (message !== undefined) await sendCancel(deps, request, message);
-    }
     poll.answer(res, found);
     return outcome;
   } catch (error) {
@@ -166,23 +152,4 @@ async function settleAbandoned(
   // Settled by someone else meanwhile (a retry): read what it became.
   if (settled === null) return findHandle(deps, request, poll);
   return { kind: 'done', handle: found.handle, response: settled, completedAt: Date.now() };
-}
-
-/** Sends the protocol's cancel message upstream; its answer is not waited for beyond its head. */
-async function sendCancel(
-  deps: ProtectedDeps,
-  request: ProtectedRequest,
-  message: CancelMessage,
-): Promise<void> {
-  // The poll's own request carries the message: its body is read, and what goes upstream is built
-  // from its headers, so the message's (the running call's session) take their place.
-  Object.assign(request.req.headers, message.headers);
-  try {
-    await sendUpstream(deps.upstreams, request, undefined, message.body, {
-      head: () => undefined,
-      data: () => undefined,
-    });
-  } catch {
-    // Cancelling is cooperative: an upstream that cannot be told lets the call run to its end.
-  }
 }

@@ -37,7 +37,7 @@ import {
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
-import { answerPoll, deferLater, openHandle } from './long-calls';
+import { answerPoll, deferLater } from './long-calls';
 import {
   claimCall,
   settleStoreCall,
@@ -62,9 +62,7 @@ export async function runProtected<C extends Call>(
   const { call } = verdict;
   const { policy } = call;
   const { res } = request;
-  // A repeat that may join its running call as a handle learns at once that it runs: it neither
-  // waits for nor attaches to the call this process forwards.
-  const onConcurrent = call.deferral?.joinRunning ? 'reject' : policy.onConcurrent;
+  const { onConcurrent } = policy;
   // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
   const claimant = policy.enforce
     ? new Claimant(
@@ -124,23 +122,6 @@ async function claimAndAnswer<C extends Call>(
   let reconciled: Outcome['reconcile'];
   let settledUnknown = false;
   for (;;) {
-    // A repeat of a running call that may join it gets the call's handle (opened now if need be).
-    if (
-      claim.kind === 'in-flight' &&
-      claim.leaseRemainingMs > 0 &&
-      joinsRunning(deps, protocol, call)
-    ) {
-      const handle = await openHandle(deps, request, call, undefined);
-      if (handle !== null) {
-        protocol.deferred!(request, call, handle);
-        return outcomeOf(call, 'deferred', claim);
-      }
-      // It ended meanwhile: what it became is claimed next.
-      if (++races < MAX_RACES) {
-        claim = await claimOnce();
-        continue;
-      }
-    }
     const clientLeft = claimant?.clientLeft ?? false;
     const decision: ClaimDecision = decide(claim, policy, {
       races,
@@ -428,17 +409,4 @@ function outcomeOf(call: Call, label: Outcome['label'], claim?: ClaimResult): Ou
     attempts: claim === undefined || from !== undefined ? undefined : claim.attempts,
     from,
   };
-}
-
-/** True when a repeat of this call may join it as its handle (an MCP task), where handles are kept. */
-function joinsRunning<C extends Call>(
-  deps: ProtectedDeps,
-  protocol: ProtocolAdapter<C>,
-  call: C,
-): boolean {
-  return (
-    call.deferral?.joinRunning === true &&
-    deps.handles !== undefined &&
-    protocol.deferred !== undefined
-  );
 }

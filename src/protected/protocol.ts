@@ -125,39 +125,23 @@ export interface Call {
 export interface Deferral {
   /** How long the upstream has to answer before the client gets the handle instead. */
   readonly afterMs: number;
-  /** What the protocol keeps with the handle (an MCP call's upstream session and JSON-RPC id). */
+  /** What the protocol keeps with the handle, to find the running call again (none for REST). */
   readonly attributes: Readonly<Record<string, string>>;
-  /**
-   * A repeat of the call while it runs gets the handle too (an MCP task), instead of what the
-   * route's onConcurrent says (REST's 409, or a wait).
-   */
-  readonly joinRunning: boolean;
 }
 
-/** A poll of a long call's handle (an MCP tasks/get or tasks/cancel, a status monitor's GET). */
+/** A poll of a long call's handle (a status monitor's GET). */
 export interface Poll {
   /** The record: the key from the handle's token, the scope and tenant from the poller's request. */
   readonly id: RecordId;
   /** The secret the token carries: the handle's, or the poll finds nothing. */
   readonly secret: string;
   readonly policy: IdempotencyPolicy;
-  /**
-   * For a cancel: what is sent upstream for the running call (the handle's attributes say where),
-   * or undefined when nothing is.
-   */
-  readonly cancel?: (handle: Handle) => CancelMessage | undefined;
   /** The answer stored for a call whose outcome is unknown, as the protocol writes it. */
   unknownOutcome(error: ProxyError): StoredResponse;
   /** Writes what the poll found; undefined: no such handle for this poller (or it expired). */
   answer(res: ServerResponse, found: HandleState | undefined): void;
   /** Writes one of the proxy's failures (the store unreachable). */
   fail(res: ServerResponse, error: ProxyError): void;
-}
-
-/** A message sent upstream to cancel a running call: its body, and headers that replace the poll's. */
-export interface CancelMessage {
-  readonly body: Buffer;
-  readonly headers: Readonly<Record<string, string>>;
 }
 
 /**

@@ -390,7 +390,7 @@ function asyncDeferral(request: ProtectedRequest): Deferral | undefined {
     preference.waitSeconds === undefined
       ? async.afterMs
       : Math.min(async.afterMs, preference.waitSeconds * 1000);
-  return { afterMs, attributes: NO_ATTRIBUTES, joinRunning: false };
+  return { afterMs, attributes: NO_ATTRIBUTES };
 }
 
 const NO_ATTRIBUTES: Readonly<Record<string, string>> = Object.freeze({});

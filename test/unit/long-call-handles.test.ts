@@ -9,7 +9,6 @@ const handle = (secret: string): Handle => ({
   secret,
   attributes: {},
   createdAt: 0,
-  cancelRequested: false,
 });
 
 describe('handle tokens', () => {

@@ -12,7 +12,6 @@ import { epochMs } from './sql-time';
 interface HandleColumn {
   secret: string;
   attributes?: Record<string, string>;
-  cancel?: boolean;
 }
 
 /** What the statements return of a handle: the column, and when its call was claimed. */
@@ -50,14 +49,13 @@ export class PostgresHandleStore implements HandleStore {
   async open(
     id: RecordId,
     secret: string,
-    attributes: Readonly<Record<string, string>> | undefined,
+    attributes: Readonly<Record<string, string>>,
   ): Promise<Handle | null> {
     const { rows } = await this.pool.query<HandleFields>(this.statements.open, [
       id.scope,
       id.tenant,
       id.key,
-      JSON.stringify({ secret, attributes: attributes ?? {} }),
-      attributes === undefined ? null : JSON.stringify({ attributes }),
+      JSON.stringify({ secret, attributes }),
     ]);
     return rows[0] ? handleOf(rows[0]) : null;
   }
@@ -82,16 +80,6 @@ export class PostgresHandleStore implements HandleStore {
     if (leaseRemainingMs > 0) return { kind: 'running', handle, leaseRemainingMs };
     return { kind: 'abandoned', handle, fence: row.fence };
   }
-
-  async requestCancel(id: RecordId, secret: string): Promise<Handle | null> {
-    const { rows } = await this.pool.query<HandleFields>(this.statements.requestCancel, [
-      id.scope,
-      id.tenant,
-      id.key,
-      secret,
-    ]);
-    return rows[0] ? handleOf(rows[0]) : null;
-  }
 }
 
 function handleOf({ handle, created_at_ms }: HandleFields): Handle {
@@ -99,21 +87,15 @@ function handleOf({ handle, created_at_ms }: HandleFields): Handle {
     secret: handle.secret,
     attributes: handle.attributes ?? {},
     createdAt: created_at_ms,
-    cancelRequested: handle.cancel === true,
   };
 }
 
 function handleStatements(t: string) {
   return {
-    // The first handle wins, and later ones get it; the running request's attributes ($5, as
-    // {"attributes": …}) replace those of a handle a repeat opened first. Its time is its call's
-    // claim (created_at). Citus allows only IMMUTABLE functions inside a CASE: no now(), no
-    // jsonb_build_object.
+    // The first handle wins, and later ones get it. Its time is its call's claim (created_at):
+    // Citus allows only IMMUTABLE functions inside a CASE or COALESCE, so no now() there.
     open: `
-      UPDATE ${t} SET handle = CASE
-          WHEN handle IS NULL THEN $4::jsonb
-          WHEN $5::jsonb IS NULL THEN handle
-          ELSE handle || $5::jsonb END
+      UPDATE ${t} SET handle = COALESCE(handle, $4::jsonb)
       WHERE ${WHERE} AND state = 'in_progress' AND lease_expires_at > now()
       RETURNING handle, ${CREATED_AT_MS}`,
     read: `
@@ -123,9 +105,5 @@ function handleStatements(t: string) {
              GREATEST(0, ceil(extract(epoch FROM (lease_expires_at - now())) * 1000))::int
                AS lease_remaining_ms
       FROM ${t} WHERE ${WHERE} AND expires_at > now() AND handle IS NOT NULL`,
-    requestCancel: `
-      UPDATE ${t} SET handle = handle || '{"cancel": true}'::jsonb
-      WHERE ${WHERE} AND state = 'in_progress' AND handle->>'secret' = $4::text
-      RETURNING handle, ${CREATED_AT_MS}`,
   } as const;
 }
