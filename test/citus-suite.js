@@ -34,8 +34,10 @@ const FILES = [
   'test/integration/stream-partial.test.ts',
   // Several instances, the admin API and console reads, the pruner, workers.
   'test/integration/multi-instance.test.ts',
-  // Long calls: a handle opened, polled from another instance, and settled after a kill -9.
+  // Long calls: a handle opened, polled from another instance, and settled after a kill -9; MCP
+  // tasks joined, cancelled and resumed across instances.
   'test/integration/respond-async.test.ts',
+  'test/integration/mcp-tasks.test.ts',
   'test/integration/concurrency.test.ts',
   'test/integration/admin-api.test.ts',
   'test/integration/pruner.test.ts',

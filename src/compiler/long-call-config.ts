@@ -1,5 +1,5 @@
-// The long-call block (idempotency.async: docs/long-calls.md): what it compiles to, and where it is
-// refused.
+// The long-call blocks (idempotency.async, idempotency.mcp.tasks: docs/long-calls.md): what they
+// compile to, and where async is refused.
 import type { IdempotencyBlock } from '../config/schema';
 import { LONG_CALL_DEFAULTS } from '../config/long-call-schema';
 import type { IssuePath, PathIssue } from '../config/path-issue';
@@ -25,7 +25,7 @@ export function checkAsync(block: IdempotencyBlock, at: IssuePath): PathIssue[] 
   if (block.async === undefined) return [];
   const message =
     block.mcp !== undefined
-      ? 'an MCP route answers in JSON-RPC messages, which have no respond-async; remove async'
+      ? 'an MCP route answers slow calls as tasks: use mcp.tasks instead of async'
       : block.a2a !== undefined
         ? 'an A2A route answers in A2A messages, which have no respond-async; remove async'
         : block.profile !== undefined

@@ -6,6 +6,8 @@ import { IDEMPOTENCY_DEFAULTS as BUILT_IN } from '../config/schema-formats';
 import type { McpPolicy } from '../config/types';
 import type { IssuePath, PathIssue } from '../config/path-issue';
 import { type Setting, settingOf } from '../config/setting';
+import { parseDurationMs } from '../config/units';
+import { compileLongCall } from './long-call-config';
 
 /**
  * An MCP route keys and fingerprints tool calls itself (src/mcp/README.md), from the tool name and
@@ -44,10 +46,18 @@ export function compileMcp(block: NonNullable<IdempotencyBlock['mcp']>): McpPoli
   const tools = block.tools ?? ['*'];
   const exact = new Set(tools.filter((tool) => !/[*?]/.test(tool)));
   const globs = tools.filter((tool) => /[*?]/.test(tool)).map(globPattern);
+  const tasks = block.tasks;
   return {
     protects: (tool) => exact.has(tool) || globs.some((glob) => glob.test(tool)),
     tools,
     ignore: (block.ignore ?? []).map((field) => field.split('.').slice(1)),
+    tasks:
+      tasks === undefined
+        ? null
+        : {
+            ...compileLongCall(tasks),
+            ttlMs: tasks.ttl === undefined ? null : parseDurationMs(tasks.ttl),
+          },
   };
 }
 

@@ -1,6 +1,6 @@
-// The block that lets a slow call be answered with a handle instead of a wait (docs/long-calls.md):
-// idempotency.async (HTTP `Prefer: respond-async`, REST routes). `true` stands for an empty block:
-// the defaults.
+// The blocks that let a slow call be answered with a handle instead of a wait (docs/long-calls.md):
+// idempotency.async (HTTP `Prefer: respond-async`, REST routes) and idempotency.mcp.tasks (the MCP
+// tasks extension). `true` stands for an empty block: the defaults.
 import { opt, orFlag, strict, timer } from './schema-formats';
 
 export const LONG_CALL_DEFAULTS = { after: '5s', pollInterval: '2s' } as const;
@@ -12,7 +12,7 @@ const after = opt(
 );
 const pollInterval = opt(
   timer,
-  'How often a client is asked to poll (Retry-After, pollIntervalMs).',
+  'How often a client is asked to poll (Retry-After, pollIntervalMs); an MCP task also looks this often whether its cancel was asked for.',
   LONG_CALL_DEFAULTS.pollInterval,
 );
 
@@ -21,3 +21,16 @@ export const asyncBlock = strict(
   'respond-async settings (after, pollInterval)',
 );
 export const asyncOrFlag = orFlag(asyncBlock);
+
+export const tasksBlock = strict(
+  {
+    after,
+    ttl: opt(
+      timer,
+      "How long a call answered as a task keeps its result once done: its record's ttl (default: the route's ttl).",
+    ),
+    pollInterval,
+  },
+  'MCP tasks settings (after, ttl, pollInterval)',
+);
+export const tasksOrFlag = orFlag(tasksBlock);

@@ -1,6 +1,7 @@
 // The protocol blocks of a route's idempotency policy: mcp (which tools, which arguments left out of
 // the fingerprint) and a2a (none yet). `true` stands for an empty block.
 import { z } from 'zod';
+import { tasksOrFlag } from './long-call-schema';
 import { duration, opt, orFlag, pattern, strict } from './schema-formats';
 
 export const toolPattern = pattern(
@@ -30,8 +31,12 @@ export const mcpBlock = strict(
       duration({ positive: true }),
       "How long a derived key's record lives (default: key.window, else ttl).",
     ),
+    tasks: opt(
+      tasksOrFlag,
+      'A tools/call from a client that declares the tasks extension (io.modelcontextprotocol/tasks) and is not answered within `after` gets a task to poll with tasks/get (docs/long-calls.md).',
+    ),
   },
-  'MCP settings (tools, ignore, window)',
+  'MCP settings (tools, ignore, window, tasks)',
 );
 export const mcpOrFlag = orFlag(mcpBlock);
 export const a2aBlock = strict({}, 'A2A settings (none yet: write a2a: {})');

@@ -213,7 +213,7 @@ export const idempotencySchema = strict(
     ),
     async: opt(
       asyncOrFlag,
-      'A request sent with `Prefer: respond-async` and not answered within `after` gets 202 Accepted and a status monitor to poll (RFC 7240; docs/long-calls.md). REST routes only.',
+      'A request sent with `Prefer: respond-async` and not answered within `after` gets 202 Accepted and a status monitor to poll (RFC 7240; docs/long-calls.md). REST routes only (MCP: mcp.tasks).',
     ),
     mcp: opt(
       mcpOrFlag,

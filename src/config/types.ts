@@ -160,6 +160,14 @@ export interface McpPolicy {
   readonly tools: readonly string[];
   /** Paths under params.arguments left out of the fingerprint and derived key: ['trace_id']. */
   readonly ignore: readonly (readonly string[])[];
+  /** mcp.tasks: slow calls answered as tasks to clients that take them; null: never. */
+  readonly tasks: TasksPolicy | null;
+}
+
+/** mcp.tasks compiled: a long call's timing, and how long a task's result is kept. */
+export interface TasksPolicy extends LongCallPolicy {
+  /** The record's ttl for calls a client may take as tasks; null: the route's. */
+  readonly ttlMs: number | null;
 }
 
 /** How a slow call is answered with a handle to poll (docs/long-calls.md). */

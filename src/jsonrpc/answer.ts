@@ -42,14 +42,25 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
   /** A JSON answer as it arrives (protected/stream-capture.ts). */
   protected readonly kept: StreamCapture;
   private contentLength: string | string[] | undefined;
+  /**
+   * Set for a call that may still be answered with a handle (a task: protected/long-calls.ts): an
+   * event stream's head and events are held back until its final response, or until they outgrow
+   * maxResponseBytes, since a client that has part of an answer can no longer get a task instead.
+   */
+  private holding: boolean;
+  /** The events held back, and their size. */
+  private early: Buffer[] = [];
+  private earlyBytes = 0;
 
   constructor(
     protected res: ServerResponse,
     private readonly where: AnswerPlace,
     /** The forward is over. */
     readonly close: () => void,
+    holdStream = false,
   ) {
     this.kept = new StreamCapture(where.policy.maxResponseBytes);
+    this.holding = holdStream;
   }
 
   protected get policy(): IdempotencyPolicy {
@@ -62,10 +73,38 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
     this.contentLength = headers['content-length'];
     if (status >= 200 && status < 300 && isEventStream(headers['content-type'])) {
       this.events = new SseReader();
+      if (this.holding) return;
       this.streaming = true;
       startStreaming(this.res, status, this.headers, undefined);
       this.streamStarted(status);
     }
+  }
+
+  detach(): void {
+    this.res = detachedResponse();
+    this.early = [];
+    this.holding = false;
+  }
+
+  /** An event for the client: written, or held back with the head while the call may be deferred. */
+  protected pass(bytes: Buffer): Promise<void> | undefined {
+    if (!this.holding) return writeChunk(this.res, bytes);
+    this.early.push(bytes);
+    this.earlyBytes += bytes.length;
+    if (this.earlyBytes > this.policy.maxResponseBytes) this.stopHolding();
+    return undefined;
+  }
+
+  /** Sends a held event stream's head and events: from now on the client gets it as it comes. */
+  protected stopHolding(): void {
+    if (!this.holding) return;
+    this.holding = false;
+    if (this.events === undefined) return;
+    this.streaming = true;
+    startStreaming(this.res, this.status, this.headers, undefined);
+    this.streamStarted(this.status);
+    for (const bytes of this.early) if (!this.res.destroyed) this.res.write(bytes);
+    this.early = [];
   }
 
   abstract data(chunk: Buffer): Promise<void> | undefined;
@@ -80,10 +119,6 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
   }
 
   abstract end(expiresAt?: number): void;
-
-  detach(): void {
-    this.res = detachedResponse();
-  }
 
   abstract endBroken(error: ProxyError): void;
 
@@ -102,6 +137,7 @@ export abstract class JsonOrEventStreamAnswer implements AnswerReceiver {
    */
   protected writeEnd(extra: HeaderPairs, rest: boolean): void {
     if (this.res.destroyed) return;
+    this.stopHolding();
     if (!this.streaming) {
       writeWhole(this.res, this.status, this.headers, this.body(), extra);
       return;

@@ -3,11 +3,13 @@
 //
 //   body ─┬─ unreadable (../jsonrpc/read-body.ts) ──────────► refused, never forwarded
 //         └─ message ─┬─ not a protected tools/call ─────────► passed (the pipeline forwards it)
+//                     ├─ tasks/get, tasks/cancel (mcp.tasks) ─► answered from the record (tasks.ts)
 //                     ├─ cancel of a call running here ───────► held (202): the call finishes
 //                     ├─ batch with a call, call without id ──► refused (-32600)
 //                     └─ protected tools/call ─► key (header | key.body | params.idempotencyKey
 //                                                     | derived, unless key.body is required)
 //                                              ─► the call, run by the pipeline like a REST one
+//                                                 (a task, for a client that takes one: tasks.ts)
 import type { ServerResponse } from 'node:http';
 import { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
@@ -37,6 +39,14 @@ import {
 } from './errors';
 import { callPlaceOf, type InFlightToolCalls, sessionOf } from './in-flight-calls';
 import { toolProbe } from './reconcile-probe';
+import {
+  declaresTasks,
+  readTaskMessage,
+  taskDeferral,
+  taskPolicy,
+  writeCreateTaskResult,
+} from './tasks';
+import { canonicalizeAt } from '../idempotency/canonical-json';
 import { ToolCallAnswer } from './tool-call-answer';
 import {
   derivedToolCallKey,
@@ -84,6 +94,16 @@ export function mcpAdapter(toolCalls: InFlightToolCalls): ProtocolAdapter<ToolCa
         settle,
         () => toolCalls.delete(place, call.idText),
         live,
+        call.deferral !== undefined,
+      );
+    },
+    deferred(request, call, handle) {
+      writeCreateTaskResult(
+        request.res,
+        call.idText,
+        handle,
+        call.id.key,
+        request.policy.mcp!.tasks!,
       );
     },
     attach(request, call, live) {
@@ -129,6 +149,12 @@ async function readToolCall(
   if (read.decoded) delete req.headers['content-encoding'];
   const body = read.body;
 
+  // A route that serves tasks answers the messages about them itself.
+  if (mcp.tasks !== null) {
+    const idText = canonicalizeAt(read.parsed, ID);
+    const task = readTaskMessage(request, read.parsed, body, idText, mcp.tasks);
+    if (task !== undefined) return task;
+  }
   const message = readMcpMessage(read.parsed, mcp);
   switch (message.kind) {
     case 'pass':
@@ -171,7 +197,10 @@ async function readToolCall(
   }
   const key = sent?.key ?? derivedToolCallKey(call, parsed, mcp);
   // A derived key's record lives for key.window instead of ttl.
-  const callPolicy = sent === undefined ? derivedKeyPolicy(policy) : policy;
+  const keyPolicy = sent === undefined ? derivedKeyPolicy(policy) : policy;
+  // A client that takes tasks may get one (mcp.tasks): its record lives for mcp.tasks.ttl.
+  const tasks = mcp.tasks !== null && declaresTasks(parsed) ? mcp.tasks : null;
+  const callPolicy = tasks === null ? keyPolicy : taskPolicy(keyPolicy, tasks);
   const toolCall: ToolCall = {
     id: recordIdOf(request, callPolicy, key),
     policy: callPolicy,
@@ -180,6 +209,7 @@ async function readToolCall(
     body,
     tool: call.tool,
     idText: call.idText,
+    deferral: tasks === null ? undefined : taskDeferral(tasks),
   };
   return { kind: 'protect', call: toolCall };
 }
@@ -239,3 +269,5 @@ function writeStoredMessage(
       : stored.body;
   writeWhole(request.res, 200, headers, withId(body, call.idText), all);
 }
+
+const ID = ['id'];

@@ -6,7 +6,7 @@
 //
 //   final response ─┬─ result ───────────────────► store (isError: true too: the tool ran)
 //                   ├─ result, input_required ───► release (the tool asks first; nothing ran)
-//                   └─ error ────────────────────► release
+//                   └─ error ────────────────────► release; stored once the client has a task
 //   no final response ─┬─ HTTP 3xx/4xx, or a status the route releases ► release
 //                      └─ 2xx or 5xx (the stream dropped, the server failed) ► unknown outcome
 import type { ServerResponse } from 'node:http';
@@ -58,6 +58,8 @@ export class ToolCallAnswer extends JsonOrEventStreamAnswer {
   private finalForRepeats: Buffer | undefined;
   /** Body bytes received: what an answer that broke off had sent (its partial answer). */
   private received = 0;
+  /** Its client was answered with a task (detach). */
+  private deferred = false;
 
   constructor(
     res: ServerResponse,
@@ -67,8 +69,19 @@ export class ToolCallAnswer extends JsonOrEventStreamAnswer {
     close: () => void,
     /** Under onConcurrent: attach, where the event stream is published for this key's repeats. */
     private readonly live?: LiveAnswer,
+    /** The call may be answered as a task (mcp/tasks.ts): its stream is held back meanwhile. */
+    mayBeDeferred = false,
   ) {
-    super(res, call, close);
+    super(res, call, close, mayBeDeferred);
+  }
+
+  /**
+   * Once its client has a task, a JSON-RPC error from the tool is stored rather than released: the
+   * task must end `failed` with it, on every instance, and a retry of the call gets the same.
+   */
+  override detach(): void {
+    super.detach();
+    this.deferred = true;
   }
 
   protected override streamStarted(status: number): void {
@@ -96,7 +109,7 @@ export class ToolCallAnswer extends JsonOrEventStreamAnswer {
       if (verdict !== undefined) this.held.push(event.bytes);
       else {
         this.publish(event);
-        written = writeChunk(this.res, event.bytes) ?? written;
+        written = this.pass(event.bytes) ?? written;
       }
     }
     if (verdict === undefined) return written;
@@ -171,6 +184,7 @@ export class ToolCallAnswer extends JsonOrEventStreamAnswer {
       await this.settle(verdict);
     } finally {
       this.settled = true;
+      this.stopHolding();
       for (const bytes of this.held) if (!this.res.destroyed) this.res.write(bytes);
       this.held = [];
     }
@@ -196,7 +210,10 @@ export class ToolCallAnswer extends JsonOrEventStreamAnswer {
     const message = parsedOrNull(text);
     if (message === null || canonicalizeAt(message, ID) !== this.call.idText) return undefined;
     if (this.live !== undefined) this.finalForRepeats = finalForRepeats(message);
-    if (hasValueAt(message, ERROR)) return { kind: 'release' };
+    if (hasValueAt(message, ERROR))
+      return this.deferred
+        ? stored(storedMessage('error', canonicalizeAt(message, ERROR)!))
+        : { kind: 'release' };
     if (!hasValueAt(message, RESULT)) return undefined; // a request of the server's own
     if (stringAt(message, RESULT_TYPE) === 'input_required') return { kind: 'release' };
     const size = typeof text === 'string' ? Buffer.byteLength(text) : text.length;

@@ -1,11 +1,13 @@
 // Long calls answered with a handle instead of a wait (docs/long-calls.md): an HTTP 202 with a
-// status monitor. The protocol says which calls may be deferred and how a handle and a
+// status monitor, an MCP task. The protocol says which calls may be deferred and how a handle and a
 // poll's answer are written; the engine decides when, keeps the handle in the call's record, and
 // reads it back for a poll on any instance.
 //
 //   forward ─ upstream not done within `after` ─► open the record's handle (while the call runs:
 //             in progress, its lease on) ─► the client gets the handle; the answer is captured and
-//             stored as for a client that left
+//             stored as for a client that left; where calls can be cancelled, the handle is read
+//             every cancelCheckMs, and a cancel asked for stops the call upstream
+//   repeat of a running call that may join it ─► the same handle (opened by whichever came first)
 //   poll ─► the record (its scope from the route, its tenant from the poller) ─► the secret must
 //           match ─► running │ done: the stored answer │ abandoned: settled as an unknown outcome
 //           where the route stores one for good, else reported as one
@@ -39,7 +41,9 @@ export interface Deferring {
 
 /**
  * Answers the call with its handle once `after` passes without the upstream's answer, unless the
- * client has had part of it (a stream), the record is settled, or the client left.
+ * client has had part of it (a stream), the record is settled, or the client left. Where calls
+ * can be cancelled, the handle is opened even for a client that left (its retry joins the call and
+ * may cancel it), and watched for a cancel until the forward ends; `cancel` stops the call upstream.
  */
 export function deferLater<C extends Call>(
   deps: ProtectedDeps,
@@ -47,18 +51,36 @@ export function deferLater<C extends Call>(
   request: ProtectedRequest,
   call: C,
   receiver: AnswerReceiver,
+  cancel: (reason: Error) => void,
 ): Deferring | undefined {
   const deferral = call.deferral;
   if (deferral === undefined || deps.handles === undefined || protocol.deferred === undefined)
     return undefined;
   let stopped = false;
   let deferred = false;
+  let watch: NodeJS.Timeout | undefined;
   const answerable = (): boolean =>
     !stopped && !receiver.streaming && !receiver.settled && !request.res.destroyed;
+  const watchForCancel = (everyMs: number): void => {
+    watch = setTimeout(() => {
+      deps.handles!.read(call.id).then(
+        (found) => {
+          if (stopped) return;
+          if (found?.kind === 'running' && found.handle.cancelRequested)
+            cancel(new CallCancelled());
+          else if (found?.kind === 'running') watchForCancel(everyMs);
+        },
+        () => !stopped && watchForCancel(everyMs),
+      );
+    }, everyMs);
+  };
   const timer = setTimeout(() => {
-    if (!answerable()) return;
-    openHandle(deps, request, call, deferral.attributes).then((handle) => {
-      if (handle === null || !answerable()) return;
+    const cancelCheckMs = deferral.cancelCheckMs;
+    if (cancelCheckMs === undefined ? !answerable() : stopped || receiver.settled) return;
+    openHandle(deps, request, call).then((handle) => {
+      if (handle === null || stopped) return;
+      if (cancelCheckMs !== undefined) watchForCancel(cancelCheckMs);
+      if (!answerable()) return;
       deferred = true;
       receiver.detach();
       protocol.deferred!(request, call, handle);
@@ -71,8 +93,17 @@ export function deferLater<C extends Call>(
     stop() {
       stopped = true;
       clearTimeout(timer);
+      clearTimeout(watch);
     },
   };
+}
+
+/** Why a call's upstream request was stopped: a client asked to cancel it (an MCP tasks/cancel). */
+export class CallCancelled extends Error {
+  constructor() {
+    super('the call was cancelled by its client');
+    this.name = 'CallCancelled';
+  }
 }
 
 /** The store failed to open a handle: the client keeps waiting for the answer itself (logged). */
@@ -82,21 +113,18 @@ const noHandle = (): void => undefined;
  * The record's handle, new or the one it has, while its call runs; null when it no longer does.
  * Throws StoreUnavailable.
  */
-function openHandle(
+export function openHandle(
   deps: ProtectedDeps,
   request: ProtectedRequest,
   call: Call,
-  attributes: Readonly<Record<string, string>>,
 ): Promise<Handle | null> {
   const secret = randomBytes(18).toString('base64url');
-  return storeCall(deps, request, 'open handle', () =>
-    deps.handles!.open(call.id, secret, attributes),
-  );
+  return storeCall(deps, request, 'open handle', () => deps.handles!.open(call.id, secret));
 }
 
 /**
  * Answers a poll of a handle: what its record says, to the poller whose route and credentials find
- * it and whose token carries its secret.
+ * it and whose token carries its secret; a cancel asks for the call to stop first.
  */
 export async function answerPoll(
   deps: ProtectedDeps,
@@ -112,6 +140,12 @@ export async function answerPoll(
   try {
     let found = await findHandle(deps, request, poll);
     if (found?.kind === 'abandoned') found = await settleAbandoned(deps, request, poll, found);
+    // A cancel of a call still running is asked for in its record: the proxy running it, wherever
+    // it is, sees it at its next look and stops the call upstream.
+    if (poll.cancel === true && found?.kind === 'running')
+      await storeCall(deps, request, 'cancel', () =>
+        deps.handles!.requestCancel(poll.id, poll.secret),
+      );
     poll.answer(res, found);
     return outcome;
   } catch (error) {

@@ -14,7 +14,7 @@ import type { HeaderPairs } from '../store/record';
 import { type UpstreamCallEvent, upstreamCalls } from '../observability/tracing';
 import { scopedKeyOf } from '../idempotency/scope';
 import { tenantHash } from '../idempotency/tenant';
-import type { Outcome, ProtectedDeps, ProtectedRequest, Verdict } from './protocol';
+import type { AnswerReshaper, Outcome, ProtectedDeps, ProtectedRequest, Verdict } from './protocol';
 import { performance } from 'node:perf_hooks';
 import { readBody } from '../http/body';
 import { sendProblem } from '../http/problem';
@@ -76,7 +76,8 @@ export function scopedKey(
  * methodOverride the upstream applies the override itself), the canonical path, the outgoing
  * headers with `key`, the body already read. The call is published for the tracer
  * (observability/tracing.ts: upstreamCalls), which may put its span's context in the headers in
- * place of the client's traceparent; with nobody listening, this adds nothing.
+ * place of the client's traceparent; with nobody listening, this adds nothing. `abortable` is
+ * handed the means to stop the request (a long call cancelled by its client), once it is sent.
  */
 export async function sendUpstream(
   upstreams: UpstreamPools,
@@ -84,23 +85,30 @@ export async function sendUpstream(
   key: string | undefined,
   body: Buffer,
   receiver: ResponseReceiver,
+  abortable?: (abort: (reason: Error) => void) => void,
 ): Promise<void> {
   const { req, target, policy } = request;
   const upstream = request.route.upstream;
   const method = req.method ?? 'POST';
   const headers = outgoingHeaders(req, target, policy, key);
   const outgoing: OutgoingRequest = { method, path: target.forwardPath, headers, body };
-  if (!upstreamCalls.start.hasSubscribers) return upstreams.send(upstream, outgoing, receiver);
+  if (!upstreamCalls.start.hasSubscribers)
+    return upstreams.send(upstream, outgoing, receiver, abortable);
   const event: UpstreamCallEvent = { upstream, method, headers, status: 0 };
   upstreamCalls.start.publish(event);
   try {
-    await upstreams.send(upstream, outgoing, {
-      head(answered, answerHeaders) {
-        event.status = answered;
-        receiver.head(answered, answerHeaders);
+    await upstreams.send(
+      upstream,
+      outgoing,
+      {
+        head(answered, answerHeaders) {
+          event.status = answered;
+          receiver.head(answered, answerHeaders);
+        },
+        data: (chunk) => receiver.data(chunk),
       },
-      data: (chunk) => receiver.data(chunk),
-    });
+      abortable,
+    );
   } catch (error) {
     event.error = error;
     throw error;
@@ -199,7 +207,7 @@ export function passOn(
 ): Outcome | Promise<Outcome> {
   if (pass.body !== undefined) {
     const key = pass.keyAsSent ? sentKeyHeader(request) : pass.key;
-    return forwardUnstored(deps, request, key, pass.body, pass.outcome);
+    return forwardUnstored(deps, request, key, pass.body, pass.outcome, pass.reshape?.());
   }
   deps.passThrough.web(request.req, request.res, request.route, request.target, request.trace);
   return pass.outcome;
@@ -210,7 +218,7 @@ export function passOn(
  * "forward anyway" of shadow mode, and how an MCP route forwards what it does not protect. A
  * transport failure is answered as on a pass-through route (502/504, no Idempotency-Outcome
  * marker). `outcome` is what the log says once the upstream has answered: executed with the shadow
- * verdict, or passthrough.
+ * verdict, or passthrough. `reshaper`, when the protocol changes the answer on its way.
  */
 export async function forwardUnstored(
   deps: ProtectedDeps,
@@ -218,6 +226,7 @@ export async function forwardUnstored(
   key: string | undefined,
   body: Buffer,
   outcome: Outcome,
+  reshaper?: AnswerReshaper,
 ): Promise<Outcome> {
   const { res, route } = request;
   const started = performance.now();
@@ -227,10 +236,17 @@ export async function forwardUnstored(
       head(status, headers) {
         answered = true;
         const pairs = responseHeaderPairs(headers, { keepSetCookie: true });
-        startStreaming(res, status, pairs, headers['content-length']);
+        if (reshaper === undefined) startStreaming(res, status, pairs, headers['content-length']);
+        else startStreaming(res, status, reshaper.headers(status, pairs), undefined);
       },
-      data: (chunk) => writeChunk(res, chunk),
+      data(chunk) {
+        if (reshaper === undefined) return writeChunk(res, chunk);
+        const reshaped = reshaper.data(chunk);
+        return reshaped === undefined ? undefined : writeChunk(res, reshaped);
+      },
     });
+    const rest = reshaper?.end();
+    if (rest !== undefined && rest.length > 0 && !res.destroyed) res.write(rest);
     res.end();
     return outcome;
   } catch (error) {

@@ -26,7 +26,13 @@ import {
 import { LiveAnswer } from '../store/live-answer';
 import { type ClaimDecision, decide, MAX_RACES, type Settlement } from './decide';
 import { forwardUnstored, passOn, sendUpstream, transportFailure } from './outgoing';
-import { afterUnknownOutcome, inFlight, leaseEndedUnknown, reused } from './problems';
+import {
+  afterUnknownOutcome,
+  cancelledCall,
+  inFlight,
+  leaseEndedUnknown,
+  reused,
+} from './problems';
 import {
   type Call,
   type Outcome,
@@ -37,7 +43,7 @@ import {
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
-import { answerPoll, deferLater } from './long-calls';
+import { answerPoll, CallCancelled, deferLater, openHandle } from './long-calls';
 import {
   claimCall,
   settleStoreCall,
@@ -62,7 +68,9 @@ export async function runProtected<C extends Call>(
   const { call } = verdict;
   const { policy } = call;
   const { res } = request;
-  const { onConcurrent } = policy;
+  // A repeat that may join its running call as a handle learns at once that it runs: it neither
+  // waits for nor attaches to the call this process forwards.
+  const onConcurrent = call.deferral?.joinRunning ? 'reject' : policy.onConcurrent;
   // Shadow mode forwards every repeat anyway: nothing to coalesce, nothing to wait for.
   const claimant = policy.enforce
     ? new Claimant(
@@ -122,6 +130,23 @@ async function claimAndAnswer<C extends Call>(
   let reconciled: Outcome['reconcile'];
   let settledUnknown = false;
   for (;;) {
+    // A repeat of a running call that may join it gets the call's handle (opened now if need be).
+    if (
+      claim.kind === 'in-flight' &&
+      claim.leaseRemainingMs > 0 &&
+      joinsRunning(deps, protocol, call)
+    ) {
+      const handle = await openHandle(deps, request, call);
+      if (handle !== null) {
+        protocol.deferred!(request, call, handle);
+        return outcomeOf(call, 'deferred', claim);
+      }
+      // It ended meanwhile: what it became is claimed next.
+      if (++races < MAX_RACES) {
+        claim = await claimOnce();
+        continue;
+      }
+    }
     const clientLeft = claimant?.clientLeft ?? false;
     const decision: ClaimDecision = decide(claim, policy, {
       races,
@@ -325,14 +350,31 @@ async function forward<C extends Call>(
   };
 
   const receiver = protocol.receive(request, call, settle, claimant?.live);
-  const deferring = deferLater(deps, protocol, request, call, receiver);
+  // A long call's client may cancel it (an MCP tasks/cancel): then its upstream request is stopped.
+  let abortUpstream: ((reason: Error) => void) | undefined;
+  const deferring = deferLater(deps, protocol, request, call, receiver, (reason) =>
+    abortUpstream?.(reason),
+  );
   deps.observer?.claimsHeld(1);
   const started = performance.now();
   try {
     try {
-      await sendUpstream(deps.upstreams, request, id.key, call.body, receiver);
+      await sendUpstream(
+        deps.upstreams,
+        request,
+        id.key,
+        call.body,
+        receiver,
+        deferring && ((abort) => (abortUpstream = abort)),
+      );
     } catch (error) {
       request.timings.upstream += performance.now() - started;
+      // Stopped because its client cancelled it: it was sent, so it may have partly run.
+      if (error instanceof CallCancelled)
+        return await unknownOutcome(
+          { kind: 'unknown', error: cancelledCall(request.route.name, id.key) },
+          receiver.streaming,
+        );
       const failure = transportFailure(request.route, error, id.key);
       if (receiver.status === 0 && !failure.sent) {
         // Nothing reached the upstream: let a retry run it.
@@ -409,4 +451,17 @@ function outcomeOf(call: Call, label: Outcome['label'], claim?: ClaimResult): Ou
     attempts: claim === undefined || from !== undefined ? undefined : claim.attempts,
     from,
   };
+}
+
+/** True when a repeat of this call may join it as its handle (an MCP task), where handles are kept. */
+function joinsRunning<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  call: C,
+): boolean {
+  return (
+    call.deferral?.joinRunning === true &&
+    deps.handles !== undefined &&
+    protocol.deferred !== undefined
+  );
 }

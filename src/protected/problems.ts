@@ -30,6 +30,15 @@ export function leaseEndedUnknown(
   );
 }
 
+/** The answer stored for a long call its client cancelled while it ran upstream. */
+export function cancelledCall(route: string, key: string): ProxyError {
+  return new ProxyError(
+    'IDEMPOTENCY_OUTCOME_UNKNOWN',
+    'The call was cancelled by its client while it ran upstream, so it may have partly run.',
+    { route, key },
+  );
+}
+
 /** What a client is told on a route that asks its upstream (idempotency.reconcile). */
 const RECONCILE_HINT =
   'The proxy asks the upstream whether it ran: retry with the same key after Retry-After to get its real result, or to have it forwarded (once) if it never ran.';

@@ -125,17 +125,27 @@ export interface Call {
 export interface Deferral {
   /** How long the upstream has to answer before the client gets the handle instead. */
   readonly afterMs: number;
-  /** What the protocol keeps with the handle, to find the running call again (none for REST). */
-  readonly attributes: Readonly<Record<string, string>>;
+  /**
+   * A repeat of the call while it runs gets the handle too (an MCP task), instead of what the
+   * route's onConcurrent says (REST's 409, or a wait).
+   */
+  readonly joinRunning: boolean;
+  /**
+   * How often the proxy running a call that outlived `after` looks whether a cancel was asked for
+   * (on any instance), and if so stops it upstream; undefined: calls are not cancelled (REST).
+   */
+  readonly cancelCheckMs?: number;
 }
 
-/** A poll of a long call's handle (a status monitor's GET). */
+/** A poll of a long call's handle (a status monitor's GET, an MCP tasks/get or tasks/cancel). */
 export interface Poll {
   /** The record: the key from the handle's token, the scope and tenant from the poller's request. */
   readonly id: RecordId;
   /** The secret the token carries: the handle's, or the poll finds nothing. */
   readonly secret: string;
   readonly policy: IdempotencyPolicy;
+  /** A cancel (MCP tasks/cancel): asked for first, when the call still runs. */
+  readonly cancel?: boolean;
   /** The answer stored for a call whose outcome is unknown, as the protocol writes it. */
   unknownOutcome(error: ProxyError): StoredResponse;
   /** Writes what the poll found; undefined: no such handle for this poller (or it expired). */
@@ -211,6 +221,8 @@ export type Verdict<C extends Call> =
       readonly key?: string;
       /** Forwarded with the route's key header as the client sent it, instead of `key`. */
       readonly keyAsSent?: boolean;
+      /** Changes the upstream's answer on its way to the client (a new one for each answer). */
+      readonly reshape?: () => AnswerReshaper;
     }
   | {
       readonly kind: 'refuse';
@@ -218,6 +230,19 @@ export type Verdict<C extends Call> =
       readonly answer: (res: ServerResponse) => void;
     }
   | { readonly kind: 'poll'; readonly poll: Poll };
+
+/**
+ * Changes a passed message's answer as it goes to the client (MCP: the tasks extension added to the
+ * server's capabilities). The answer is sent chunked, without the upstream's Content-Length.
+ */
+export interface AnswerReshaper {
+  /** The headers the client gets (the upstream's, Content-Length already dropped or not). */
+  headers(status: number, headers: HeaderPairs): HeaderPairs;
+  /** The bytes the client gets for a chunk of the upstream's body (none yet: undefined). */
+  data(chunk: Buffer): Buffer | undefined;
+  /** What is left to send once the upstream's body ended. */
+  end(): Buffer | undefined;
+}
 
 /** How one protocol reads its requests and writes the proxy's answers: one object per protocol. */
 export interface ProtocolAdapter<C extends Call> {

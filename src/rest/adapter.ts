@@ -390,10 +390,8 @@ function asyncDeferral(request: ProtectedRequest): Deferral | undefined {
     preference.waitSeconds === undefined
       ? async.afterMs
       : Math.min(async.afterMs, preference.waitSeconds * 1000);
-  return { afterMs, attributes: NO_ATTRIBUTES };
+  return { afterMs, joinRunning: false };
 }
-
-const NO_ATTRIBUTES: Readonly<Record<string, string>> = Object.freeze({});
 
 /** A GET of a status monitor: a poll of the handle its token names, for this caller's record. */
 function monitorPoll(request: ProtectedRequest): Verdict<Call> {

@@ -15,6 +15,9 @@ export interface OutgoingRequest {
   readonly body: Buffer;
 }
 
+/** Handed the means to stop a request once it is sent (its promise rejects with `reason`). */
+export type Abortable = (abort: (reason: Error) => void) => void;
+
 /**
  * Takes an upstream's answer as undici reads it. Most answers are a few hundred bytes kept whole,
  * so no stream, async iterator or promise per chunk sits between the socket and the proxy.
@@ -76,9 +79,12 @@ class ReceiverHandler implements Dispatcher.DispatchHandler {
     private readonly receiver: ResponseReceiver,
     private readonly resolve: () => void,
     private readonly reject: (error: Error) => void,
+    private readonly abortable: Abortable | undefined,
   ) {}
 
-  onRequestStart(): void {}
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.abortable?.((reason) => controller.abort(reason));
+  }
 
   onResponseStart(
     _controller: Dispatcher.DispatchController,
@@ -142,6 +148,7 @@ export class UpstreamPools {
     upstream: UpstreamConfig,
     request: OutgoingRequest,
     receiver: ResponseReceiver,
+    abortable?: Abortable,
   ): Promise<void> {
     const pool = this.pools.get(upstream.name);
     if (!pool) return Promise.reject(new Error(`no pool for upstream ${upstream.name}`));
@@ -154,9 +161,9 @@ export class UpstreamPools {
         headersTimeout: upstream.timeoutMs,
         bodyTimeout: upstream.timeoutMs,
         // A client that hangs up must not cancel the upstream call (docs/README.md#small-rules):
-        // nothing aborts it.
+        // only a cancel asked for by name does (a long call's, through `abortable`).
       };
-      pool.dispatch(options, new ReceiverHandler(receiver, resolve, reject));
+      pool.dispatch(options, new ReceiverHandler(receiver, resolve, reject, abortable));
     });
   }
 

@@ -360,7 +360,9 @@ describeUnless(pgClusterUnavailable(), 'outages of a real PostgreSQL server')(
       recordFigures(__filename, 'storm over two instances, outage longer than the lease', figures);
       expect(figures).toMatchObject({ lost: 0, executedTwice: 0 });
       expect(figures.refusedFirst).toBeGreaterThan(0);
-      expect(figures.keys).toBeGreaterThan(1_500);
+      // The storm went on into the outage: keys were sent that never got a first 201 (how many
+      // depends on the machine's speed; the figures say).
+      expect(figures.keys).toBeGreaterThan(figures.answered201);
     }, 180_000);
   },
 );

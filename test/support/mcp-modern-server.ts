@@ -65,7 +65,7 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
 
 /**
  * Serves an SDK v2 fetch handler on node:http at port 0, recording every request it receives; the
- * caller closes the handler and the server.
+ * caller closes the handler and the server. A client that hangs up aborts its request's signal.
  */
 export async function serveFetchHandler(
   handler: { fetch(request: Request): Promise<Response> },
@@ -75,6 +75,11 @@ export async function serveFetchHandler(
     void (async () => {
       const request = await recordRequest(req);
       received.push(request);
+      // A client that hangs up aborts the exchange: the 2026-07-28 revision's cancellation over HTTP.
+      const hangUp = new AbortController();
+      res.on('close', () => {
+        if (!res.writableFinished) hangUp.abort();
+      });
       const headers = new Headers();
       for (const [name, value] of Object.entries(req.headers)) {
         if (typeof value === 'string') headers.set(name, value);
@@ -84,6 +89,7 @@ export async function serveFetchHandler(
           method: req.method ?? 'GET',
           headers,
           body: request.body ? request.body : undefined,
+          signal: hangUp.signal,
         }),
       );
       res.writeHead(answer.status, Object.fromEntries(answer.headers));

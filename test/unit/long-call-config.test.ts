@@ -38,7 +38,7 @@ describe('idempotency.async', () => {
     expect(mcp).toEqual([
       expect.objectContaining({
         path: 'routes[0].idempotency.async',
-        message: expect.stringContaining('no respond-async') as string,
+        message: expect.stringContaining('use mcp.tasks instead of async') as string,
       }),
     ]);
     expect(issues(yaml('a2a: true\nasync: true'))[0]!.message).toMatch(/no respond-async/);
@@ -52,5 +52,26 @@ describe('idempotency.async', () => {
       'routes[0].idempotency.async.after',
     );
     expect(issues(yaml('async: { afterr: 1s }'))[0]!.message).toMatch(/afterr/);
+  });
+});
+
+describe('idempotency.mcp.tasks', () => {
+  it('is off unless set; true takes the defaults, ttl the route’s unless given', () => {
+    expect(policy('mcp: true').mcp!.tasks).toBeNull();
+    expect(policy('mcp: { tasks: true }').mcp!.tasks).toEqual({
+      afterMs: 5_000,
+      pollIntervalMs: 2_000,
+      ttlMs: null,
+    });
+    expect(
+      policy('mcp: { tasks: { after: 1s, ttl: 2h, pollInterval: 500ms } }').mcp!.tasks,
+    ).toEqual({ afterMs: 1_000, pollIntervalMs: 500, ttlMs: 7_200_000 });
+  });
+
+  it('refuses what is not a duration, and unknown fields', () => {
+    expect(issues(yaml('mcp: { tasks: { after: 0s } }'))[0]!.path).toBe(
+      'routes[0].idempotency.mcp.tasks.after',
+    );
+    expect(issues(yaml('mcp: { tasks: { every: 1s } }'))[0]!.message).toMatch(/every/);
   });
 });

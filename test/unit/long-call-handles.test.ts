@@ -7,8 +7,9 @@ import type { Handle } from '../../src/store/handles';
 
 const handle = (secret: string): Handle => ({
   secret,
-  attributes: {},
   createdAt: 0,
+  expiresAt: 0,
+  cancelRequested: false,
 });
 
 describe('handle tokens', () => {

@@ -33,10 +33,11 @@ export const REAL_ENTRIES: readonly (Omit<WalkOptions, 'root'> & { name: string 
 ];
 
 /**
- * What a newcomer following one request may have to open and climb back into, at most. Nine since
- * long calls: a deferred call and a poll of its handle are one more room (protected/long-calls.ts).
+ * What a newcomer following one request may have to open and climb back into, at most. Ten since
+ * long calls: a deferred call and a poll of its handle are one more room for every protocol
+ * (protected/long-calls.ts), and on an MCP route the tasks extension one more (mcp/tasks.ts).
  */
-const MAX_FILES = 9;
+const MAX_FILES = 10;
 const MAX_CLIMBS = 4;
 
 const ROOT = path.join(__dirname, '../..');

@@ -119,13 +119,12 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 7,
     name: 'keep the handle a long call was answered with',
-    // A call not answered within its route's `after` is answered with a handle instead (an MCP
-    // task, an HTTP 202 with a status monitor: docs/long-calls.md), and polled on any instance.
-    // `handle` holds the handle's random secret, which every poll must carry, the protocol's own
-    // attributes (an MCP call's upstream session and request id, for a cancel sent from another
-    // instance), and whether a cancel was asked for. Set once per claim by whoever answers first
-    // with a handle; a takeover keeps it, a re-claim after expiry clears it, a release deletes the
-    // row with it. A nullable column without a default: no table rewrite.
+    // A call not answered within its route's `after` is answered with a handle instead (an HTTP
+    // 202 with a status monitor, an MCP task: docs/long-calls.md), and polled on any instance.
+    // `handle` holds the handle's random secret, which every poll must carry, and whether a cancel
+    // was asked for. Set once per claim by whoever answers first with a handle; a takeover keeps
+    // it, a re-claim after expiry clears it, a release deletes the row with it. A nullable column
+    // without a default: no table rewrite.
     sql: (table) => `
       ALTER TABLE ${table} ADD COLUMN handle jsonb;
     `,

@@ -11,13 +11,14 @@ import { epochMs } from './sql-time';
 
 interface HandleColumn {
   secret: string;
-  attributes?: Record<string, string>;
+  cancel?: boolean;
 }
 
-/** What the statements return of a handle: the column, and when its call was claimed. */
+/** What the statements return of a handle: the column, when its call was claimed, its expiry. */
 interface HandleFields {
   handle: HandleColumn;
   created_at_ms: number;
+  expires_at_ms: number;
 }
 
 interface HandleRow extends HandleFields {
@@ -29,12 +30,12 @@ interface HandleRow extends HandleFields {
   body_omitted: boolean;
   outcome_unknown: boolean;
   completed_at_ms: number | null;
-  expires_at_ms: number;
   lease_remaining_ms: number | null;
 }
 
 const WHERE = 'scope = $1::text AND tenant = $2::text AND key = $3::text';
-const CREATED_AT_MS = `${epochMs('created_at')} AS created_at_ms`;
+/** The handle's times: its call's claim, and the record's expiry. */
+const TIMES = `${epochMs('created_at')} AS created_at_ms, ${epochMs('expires_at')} AS expires_at_ms`;
 
 export class PostgresHandleStore implements HandleStore {
   private readonly statements: ReturnType<typeof handleStatements>;
@@ -46,16 +47,12 @@ export class PostgresHandleStore implements HandleStore {
     this.statements = handleStatements(quoteTableName(tableName));
   }
 
-  async open(
-    id: RecordId,
-    secret: string,
-    attributes: Readonly<Record<string, string>>,
-  ): Promise<Handle | null> {
+  async open(id: RecordId, secret: string): Promise<Handle | null> {
     const { rows } = await this.pool.query<HandleFields>(this.statements.open, [
       id.scope,
       id.tenant,
       id.key,
-      JSON.stringify({ secret, attributes }),
+      JSON.stringify({ secret }),
     ]);
     return rows[0] ? handleOf(rows[0]) : null;
   }
@@ -80,13 +77,24 @@ export class PostgresHandleStore implements HandleStore {
     if (leaseRemainingMs > 0) return { kind: 'running', handle, leaseRemainingMs };
     return { kind: 'abandoned', handle, fence: row.fence };
   }
+
+  async requestCancel(id: RecordId, secret: string): Promise<boolean> {
+    const { rowCount } = await this.pool.query(this.statements.requestCancel, [
+      id.scope,
+      id.tenant,
+      id.key,
+      secret,
+    ]);
+    return (rowCount ?? 0) > 0;
+  }
 }
 
-function handleOf({ handle, created_at_ms }: HandleFields): Handle {
+function handleOf({ handle, created_at_ms, expires_at_ms }: HandleFields): Handle {
   return {
     secret: handle.secret,
-    attributes: handle.attributes ?? {},
     createdAt: created_at_ms,
+    expiresAt: expires_at_ms,
+    cancelRequested: handle.cancel === true,
   };
 }
 
@@ -97,13 +105,15 @@ function handleStatements(t: string) {
     open: `
       UPDATE ${t} SET handle = COALESCE(handle, $4::jsonb)
       WHERE ${WHERE} AND state = 'in_progress' AND lease_expires_at > now()
-      RETURNING handle, ${CREATED_AT_MS}`,
+      RETURNING handle, ${TIMES}`,
     read: `
-      SELECT state, handle, ${CREATED_AT_MS}, claim_token::text AS fence, status, headers, body, body_omitted,
-             outcome_unknown, ${epochMs('completed_at')} AS completed_at_ms,
-             ${epochMs('expires_at')} AS expires_at_ms,
+      SELECT state, handle, ${TIMES}, claim_token::text AS fence, status, headers, body,
+             body_omitted, outcome_unknown, ${epochMs('completed_at')} AS completed_at_ms,
              GREATEST(0, ceil(extract(epoch FROM (lease_expires_at - now())) * 1000))::int
                AS lease_remaining_ms
       FROM ${t} WHERE ${WHERE} AND expires_at > now() AND handle IS NOT NULL`,
+    requestCancel: `
+      UPDATE ${t} SET handle = handle || '{"cancel": true}'::jsonb
+      WHERE ${WHERE} AND state = 'in_progress' AND handle->>'secret' = $4::text`,
   } as const;
 }
