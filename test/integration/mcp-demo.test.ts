@@ -2,26 +2,36 @@
 // retried executes the tool twice on the server directly and once through the proxy's MCP route;
 // the counts come from the servers themselves and from the built script's own output.
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { type McpRefundServer, startMcpRefundServer } from '../../src/demo/mcp-refund-server';
-import { MCP_DEMO_TIMING, mcpDemoProxyYaml, tellMcpRefundStory } from '../../src/demo/run-mcp-demo';
+import {
+  MCP_DEMO_TIMING,
+  mcpDemoProxyYaml,
+  tellMcpRefundStory,
+  tellMcpTaskStory,
+} from '../../src/demo/run-mcp-demo';
+import { type McpReportServer, startMcpReportServer } from '../../src/demo/mcp-report-server';
 import { databaseUrl, startProxy, type TestProxy, uniqueTable } from '../support/proxy';
 import { recordFigures } from '../support/run-report';
 
 let direct: McpRefundServer;
 let proxied: McpRefundServer;
+let reports: McpReportServer;
 let proxy: TestProxy;
 
 beforeAll(async () => {
   direct = await startMcpRefundServer({ firstDelayMs: MCP_DEMO_TIMING.firstDelayMs });
   proxied = await startMcpRefundServer({ firstDelayMs: MCP_DEMO_TIMING.firstDelayMs });
-  proxy = await startProxy({ yaml: mcpDemoProxyYaml(proxied.origin, 0, 0) });
+  reports = await startMcpReportServer({ buildMs: MCP_DEMO_TIMING.reportBuildMs });
+  proxy = await startProxy({ yaml: mcpDemoProxyYaml(proxied.origin, reports.origin, 0, 0) });
 });
 
 afterAll(async () => {
   await proxy?.close();
-  await Promise.all([direct?.close(), proxied?.close()]);
+  await Promise.all([direct?.close(), proxied?.close(), reports?.close()]);
 });
 
 test('a timed-out, retried refund call executes twice on the server directly and once through the proxy', async () => {
@@ -49,6 +59,30 @@ test('a timed-out, retried refund call executes twice on the server directly and
   expect(story).toContain('the server executed refund 1 time (');
 });
 
+test('the slow report becomes a task; the restarted agent polls it with the saved id to the result, built once', async () => {
+  const lines: string[] = [];
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-demo-task-'));
+  try {
+    const story = await tellMcpTaskStory({
+      server: reports,
+      url: `${proxy.url}/reports/mcp`,
+      month: '2026-11',
+      taskFile: path.join(dir, 'task-id'),
+      print: (line) => lines.push(line),
+    });
+    expect(story).toMatchObject({ tookTask: true, reports: 1, task: { status: 'completed' } });
+    // It was still running when the agent came back: at least one poll said so.
+    expect(story.polls).toBeGreaterThan(1);
+    expect(reports.reports).toEqual(['2026-11']);
+    expect(lines.join('\n')).toContain('report 2026-11: 1,284 refunds');
+    expect(proxy.logs).toContainEqual(
+      expect.objectContaining({ route: 'reports', outcome: 'deferred', tool: 'monthly_report' }),
+    );
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('node dist/demo/run-mcp-demo.js prints 2 executions without the proxy, 1 through it, and exits 0', async () => {
   const script = path.resolve(__dirname, '../../dist/demo/run-mcp-demo.js');
   const { stdout } = await promisify(execFile)(process.execPath, [script], {
@@ -63,7 +97,11 @@ test('node dist/demo/run-mcp-demo.js prints 2 executions without the proxy, 1 th
     Number(m[1]),
   );
   expect(executed).toEqual([2, 1]);
-  const summary = /Refunds executed: (\d+) without the proxy, (\d+) through it\./.exec(stdout);
-  expect(summary?.slice(1).map(Number)).toEqual([2, 1]);
+  const summary =
+    /Refunds executed: (\d+) without the proxy, (\d+) through it; the slow report ran (\d+) time/.exec(
+      stdout,
+    );
+  expect(summary?.slice(1).map(Number)).toEqual([2, 1, 1]);
+  expect(stdout).toMatch(/the call came back as a task \(working\)/);
   recordFigures(__filename, 'story', stdout.split('\n'));
 }, 90_000);

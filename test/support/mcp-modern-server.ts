@@ -3,12 +3,14 @@
 // `server/discover`), and `Mcp-Method` / `Mcp-Name` headers on every POST. Counts refund executions
 // and records requests like mcp-tool-server.ts does for the 1.x SDK.
 import { randomBytes } from 'node:crypto';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { type RecordedRequest, recordRequest } from './mcp-tool-server';
+import {
+  type FetchHandlerServer,
+  serveFetchHandler as serveDemoFetchHandler,
+} from '../../src/demo/fetch-handler-server';
+import { type RecordedRequest, recordedFrom } from './mcp-tool-server';
 
 export const MODERN_REVISION = '2026-07-28';
 
@@ -64,44 +66,14 @@ export async function startModernToolServer(): Promise<ModernToolServer> {
 }
 
 /**
- * Serves an SDK v2 fetch handler on node:http at port 0, recording every request it receives; the
- * caller closes the handler and the server. A client that hangs up aborts its request's signal.
+ * Serves an SDK v2 fetch handler on node:http at port 0 (src/demo/fetch-handler-server.ts),
+ * recording every request it receives; the caller closes the handler and the server.
  */
-export async function serveFetchHandler(
+export function serveFetchHandler(
   handler: { fetch(request: Request): Promise<Response> },
   received: RecordedRequest[],
-): Promise<{ server: http.Server; origin: string }> {
-  const server = http.createServer((req, res) => {
-    void (async () => {
-      const request = await recordRequest(req);
-      received.push(request);
-      // A client that hangs up aborts the exchange: the 2026-07-28 revision's cancellation over HTTP.
-      const hangUp = new AbortController();
-      res.on('close', () => {
-        if (!res.writableFinished) hangUp.abort();
-      });
-      const headers = new Headers();
-      for (const [name, value] of Object.entries(req.headers)) {
-        if (typeof value === 'string') headers.set(name, value);
-      }
-      const answer = await handler.fetch(
-        new Request(`http://127.0.0.1${req.url ?? '/'}`, {
-          method: req.method ?? 'GET',
-          headers,
-          body: request.body ? request.body : undefined,
-          signal: hangUp.signal,
-        }),
-      );
-      res.writeHead(answer.status, Object.fromEntries(answer.headers));
-      if (answer.body) for await (const chunk of answer.body) res.write(chunk);
-      res.end();
-    })().catch(() => {
-      if (!res.headersSent) res.writeHead(500);
-      res.end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+): Promise<FetchHandlerServer> {
+  return serveDemoFetchHandler(handler, (req, body) => received.push(recordedFrom(req, body)));
 }
 
 /** An SDK v2 client pinned to 2026-07-28 (no fallback to the 2025 handshake). */

@@ -73,7 +73,12 @@ const refundArgs = {
 export async function recordRequest(req: http.IncomingMessage): Promise<RecordedRequest> {
   const chunks: Buffer[] = [];
   for await (const chunk of req) chunks.push(chunk as Buffer);
-  const body = Buffer.concat(chunks).toString('utf8');
+  return recordedFrom(req, Buffer.concat(chunks));
+}
+
+/** A request as recorded, from its head and the body already read. */
+export function recordedFrom(req: http.IncomingMessage, bytes: Buffer): RecordedRequest {
+  const body = bytes.toString('utf8');
   let json: unknown;
   try {
     json = body ? JSON.parse(body) : undefined;
