@@ -48,7 +48,7 @@ const SCRIPT = `
   const REFRESH_MS = 5000;
   const COLORS = { executed: '#2e8b57', replayed: '#4a6fa5', in_flight: '#e09f3e', mismatch: '#9b59b6',
     upstream_error: '#c0392b', store_unavailable: '#7f1d1d', passthrough: '#9aa5b1', missing_key: '#d4a017',
-    invalid_key: '#b8860b', too_large: '#8b4513' };
+    invalid_key: '#b8860b', too_large: '#8b4513', deferred: '#1b998b', polled: '#8fbfb5' };
   const $ = (id) => document.getElementById(id);
   let token = sessionStorage.getItem(TOKEN_KEY);
   let timer;

@@ -287,10 +287,9 @@ async function forward<C extends Call>(
   const { id, policy } = call;
   // What the store said of the completion or release, when it was not simply stored.
   let landing: Outcome['landing'];
-  // A long call answered with its handle: the client has its answer, whatever comes of the forward.
-  const deferred = (): boolean => deferring?.deferred === true;
   const done = (label: Outcome['label'], outcomeUnknown?: boolean): Outcome => ({
-    ...outcomeOf(call, deferred() ? 'deferred' : label),
+    // A long call answered with its handle: the client has its answer, whatever came of the forward.
+    ...outcomeOf(call, deferring?.deferred === true ? 'deferred' : label),
     attempts,
     outcomeUnknown,
     landing,
@@ -342,7 +341,7 @@ async function forward<C extends Call>(
     if (policy.unknownOutcome === 'fail' && (landing === undefined || landing === 'queued'))
       stored = await keepForProbe(deps, call, fence, stored, landing === 'queued');
     if (clientHasHead) receiver.endBroken(error.error);
-    else if (deferred()) receiver.detach();
+    else if (deferring?.deferred === true) receiver.detach();
     // Shadow mode answers as a pass-through route would: the same 502/504, without our marker.
     else if (!policy.enforce) protocol.refuse(request, call, error.error);
     else protocol.replay(request, call, { ...stored, expiresAt }, false);
@@ -352,9 +351,11 @@ async function forward<C extends Call>(
   const receiver = protocol.receive(request, call, settle, claimant?.live);
   // A long call's client may cancel it (an MCP tasks/cancel): then its upstream request is stopped.
   let abortUpstream: ((reason: Error) => void) | undefined;
-  const deferring = deferLater(deps, protocol, request, call, receiver, (reason) =>
-    abortUpstream?.(reason),
-  );
+  // Most calls are never deferred: nothing is made for them.
+  const deferring =
+    call.deferral === undefined
+      ? undefined
+      : deferLater(deps, protocol, request, call, receiver, (reason) => abortUpstream?.(reason));
   deps.observer?.claimsHeld(1);
   const started = performance.now();
   try {
@@ -379,7 +380,7 @@ async function forward<C extends Call>(
       if (receiver.status === 0 && !failure.sent) {
         // Nothing reached the upstream: let a retry run it.
         await settle({ kind: 'release' });
-        if (!deferred()) protocol.refuse(request, call, failure.error);
+        if (deferring?.deferred !== true) protocol.refuse(request, call, failure.error);
         return done('upstream_error');
       }
       if (receiver.settled) {

@@ -11,7 +11,15 @@ let upstream: TestUpstream;
 
 beforeAll(async () => {
   upstream = await startUpstream(async (req, res) => {
-    await sleep(Number(req.headers['x-wait'] ?? 0));
+    // A caller that hung up (a killed proxy) ends the wait: no timer outlives the test.
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, Number(req.headers['x-wait'] ?? 0));
+      res.once('close', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    if (res.destroyed) return;
     res.writeHead(201, { 'content-type': 'application/json', 'x-report': 'ready' });
     res.end(JSON.stringify({ report: req.headers['idempotency-key'], rows: 42 }));
   });
