@@ -46,7 +46,6 @@ import {
   taskPolicy,
   writeCreateTaskResult,
 } from './tasks';
-import { canonicalizeAt } from '../idempotency/canonical-json';
 import { ToolCallAnswer } from './tool-call-answer';
 import {
   derivedToolCallKey,
@@ -151,8 +150,7 @@ async function readToolCall(
 
   // A route that serves tasks answers the messages about them itself.
   if (mcp.tasks !== null) {
-    const idText = canonicalizeAt(read.parsed, ID);
-    const task = readTaskMessage(request, read.parsed, body, idText, mcp.tasks);
+    const task = readTaskMessage(request, read.parsed, body, mcp.tasks);
     if (task !== undefined) return task;
   }
   const message = readMcpMessage(read.parsed, mcp);
@@ -269,5 +267,3 @@ function writeStoredMessage(
       : stored.body;
   writeWhole(request.res, 200, headers, withId(body, call.idText), all);
 }
-
-const ID = ['id'];

@@ -12,7 +12,13 @@ import type { ServerResponse } from 'node:http';
 import type { IdempotencyPolicy, TasksPolicy } from '../config/types';
 import type { ProxyError } from '../errors';
 import { writeWhole } from '../http/response';
-import { hasValueAt, parseJson, type ParsedJson, stringAt } from '../idempotency/canonical-json';
+import {
+  canonicalizeAt,
+  hasValueAt,
+  parseJson,
+  type ParsedJson,
+  stringAt,
+} from '../idempotency/canonical-json';
 import { isEventStream } from '../jsonrpc/answer';
 import { SseReader } from '../jsonrpc/event-stream';
 import { JSON_HEADERS, type JsonRpcErrorObject } from '../jsonrpc/jsonrpc';
@@ -34,6 +40,7 @@ export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
 const CLIENT_CAPABILITIES = 'io.modelcontextprotocol/clientCapabilities';
 const DECLARED = ['params', '_meta', CLIENT_CAPABILITIES, 'extensions', TASKS_EXTENSION];
 const METHOD = ['method'];
+const ID = ['id'];
 const TASK_ID = ['params', 'taskId'];
 
 /** The extension's codes: a client that did not declare it, and an unknown task (Invalid params). */
@@ -77,7 +84,6 @@ export function readTaskMessage(
   request: ProtectedRequest,
   parsed: ParsedJson,
   body: Buffer,
-  idText: string | undefined,
   tasks: TasksPolicy,
 ): Verdict<never> | undefined {
   const method = stringAt(parsed, METHOD);
@@ -91,7 +97,7 @@ export function readTaskMessage(
     };
   if (method !== 'tasks/get' && method !== 'tasks/cancel' && method !== 'tasks/update')
     return undefined;
-  const id = idText ?? 'null';
+  const id = canonicalizeAt(parsed, ID) ?? 'null';
   if (!declaresTasks(parsed)) {
     const error = {
       code: MISSING_CAPABILITY,
@@ -109,7 +115,6 @@ export function readTaskMessage(
     poll: {
       id: recordIdOf(request, policy, token.key),
       secret: token.secret,
-      policy,
       cancel: method === 'tasks/cancel',
       unknownOutcome: (error: ProxyError) => storedUnknownOutcome(error, OUTCOME_HEADER),
       answer(res, found) {

@@ -54,8 +54,7 @@ export function deferLater<C extends Call>(
   cancel: (reason: Error) => void,
 ): Deferring | undefined {
   const deferral = call.deferral;
-  if (deferral === undefined || deps.handles === undefined || protocol.deferred === undefined)
-    return undefined;
+  if (deferral === undefined || !canDefer(deps, protocol)) return undefined;
   let stopped = false;
   let deferred = false;
   let watch: NodeJS.Timeout | undefined;
@@ -96,6 +95,14 @@ export function deferLater<C extends Call>(
       clearTimeout(watch);
     },
   };
+}
+
+/** True when calls may be answered with handles here: the store keeps them, the protocol writes them. */
+export function canDefer<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+): boolean {
+  return deps.handles !== undefined && protocol.deferred !== undefined;
 }
 
 /** Why a call's upstream request was stopped: a client asked to cancel it (an MCP tasks/cancel). */
@@ -176,7 +183,8 @@ async function settleAbandoned(
   poll: Poll,
   found: Extract<HandleState, { kind: 'abandoned' }>,
 ): Promise<HandleState | undefined> {
-  const { policy, id } = poll;
+  const { id } = poll;
+  const { policy } = request;
   const unknown = poll.unknownOutcome(leaseEndedUnknown(request.route.name, id.key, policy));
   if (policy.unknownOutcome !== 'fail' || policy.reconcile !== null)
     return { kind: 'done', handle: found.handle, response: unknown, completedAt: Date.now() };

@@ -43,7 +43,7 @@ import {
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
-import { answerPoll, CallCancelled, deferLater, openHandle } from './long-calls';
+import { answerPoll, CallCancelled, canDefer, deferLater, openHandle } from './long-calls';
 import {
   claimCall,
   settleStoreCall,
@@ -134,7 +134,8 @@ async function claimAndAnswer<C extends Call>(
     if (
       claim.kind === 'in-flight' &&
       claim.leaseRemainingMs > 0 &&
-      joinsRunning(deps, protocol, call)
+      call.deferral?.joinRunning === true &&
+      canDefer(deps, protocol)
     ) {
       const handle = await openHandle(deps, request, call);
       if (handle !== null) {
@@ -452,17 +453,4 @@ function outcomeOf(call: Call, label: Outcome['label'], claim?: ClaimResult): Ou
     attempts: claim === undefined || from !== undefined ? undefined : claim.attempts,
     from,
   };
-}
-
-/** True when a repeat of this call may join it as its handle (an MCP task), where handles are kept. */
-function joinsRunning<C extends Call>(
-  deps: ProtectedDeps,
-  protocol: ProtocolAdapter<C>,
-  call: C,
-): boolean {
-  return (
-    call.deferral?.joinRunning === true &&
-    deps.handles !== undefined &&
-    protocol.deferred !== undefined
-  );
 }

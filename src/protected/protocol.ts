@@ -143,7 +143,6 @@ export interface Poll {
   readonly id: RecordId;
   /** The secret the token carries: the handle's, or the poll finds nothing. */
   readonly secret: string;
-  readonly policy: IdempotencyPolicy;
   /** A cancel (MCP tasks/cancel): asked for first, when the call still runs. */
   readonly cancel?: boolean;
   /** The answer stored for a call whose outcome is unknown, as the protocol writes it. */

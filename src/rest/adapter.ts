@@ -405,7 +405,6 @@ function monitorPoll(request: ProtectedRequest): Verdict<Call> {
     poll: {
       id,
       secret: token.secret,
-      policy,
       unknownOutcome: (error) => REST.unknownOutcome(call, error),
       answer(res, found) {
         if (found === undefined)

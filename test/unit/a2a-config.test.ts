@@ -1,9 +1,8 @@
 // The `idempotency.a2a` block (src/a2a/README.md): what it compiles to, which methods it protects,
 // and the settings it refuses because they would be silently ignored.
 import type { IncomingMessage } from 'node:http';
-import { parseConfigText } from '../../src/compiler/load';
-import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
-import { ConfigError, type ConfigIssue } from '../../src/errors';
+import { configIssues as issues, parseYaml } from '../support/config-issues';
+import type { IdempotencyPolicy } from '../../src/config/types';
 import { readEdge } from '../../src/http/edge';
 import { isBodyNeeded, routeRequest } from '../../src/http/route-request';
 import { Runtime } from '../../src/runtime';
@@ -16,22 +15,10 @@ function yaml(idempotency: string, extra = ''): string {
   return `upstreams:\n  agent: { url: http://127.0.0.1:4000 }\n${extra}routes:\n  - name: agent\n    match: { path: /a2a/** }\n    upstream: agent\n    idempotency:\n${lines}\n`;
 }
 
-function parse(text: string): ProxyConfig {
-  return parseConfigText(text, 'proxy.yaml', {});
-}
+const parse = parseYaml;
 
 function policy(text: string): IdempotencyPolicy {
   return parse(yaml(text)).routes[0]!.idempotency!;
-}
-
-function issues(text: string): ConfigIssue[] {
-  try {
-    parse(text);
-  } catch (error) {
-    if (error instanceof ConfigError) return [...error.issues];
-    throw error;
-  }
-  throw new Error('expected a ConfigError');
 }
 
 describe('idempotency.a2a', () => {

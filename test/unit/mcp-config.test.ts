@@ -1,8 +1,7 @@
 // The `idempotency.mcp` block (src/mcp/README.md): what it compiles to, which methods it protects,
 // and the REST settings it refuses because they would be silently ignored.
-import { parseConfigText } from '../../src/compiler/load';
-import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
-import { ConfigError, type ConfigIssue } from '../../src/errors';
+import { configIssues as issues, parseYaml } from '../support/config-issues';
+import type { IdempotencyPolicy } from '../../src/config/types';
 import { readEdge } from '../../src/http/edge';
 import { isBodyNeeded, routeRequest } from '../../src/http/route-request';
 import { Runtime } from '../../src/runtime';
@@ -15,23 +14,11 @@ function yaml(idempotency: string, extra = ''): string {
     .join('\n')}\n`;
 }
 
-function parse(text: string): ProxyConfig {
-  return parseConfigText(text, 'proxy.yaml', {});
-}
+const parse = parseYaml;
 
 /** The route's compiled policy, from its idempotency lines or a whole config. */
 function policy(text: string): IdempotencyPolicy {
   return parse(text.includes('upstreams:') ? text : yaml(text)).routes[0]!.idempotency!;
-}
-
-function issues(text: string): ConfigIssue[] {
-  try {
-    parse(text);
-  } catch (error) {
-    if (error instanceof ConfigError) return [...error.issues];
-    throw error;
-  }
-  throw new Error('expected a ConfigError');
 }
 
 describe('idempotency.mcp', () => {

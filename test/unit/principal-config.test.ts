@@ -3,11 +3,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseConfigText } from '../../src/compiler/load';
+import { configIssues as issuesOf, parseYaml } from '../support/config-issues';
 import { tenantWarnings } from '../../src/compiler/tenant-warnings';
 import { configWarnings } from '../../src/compiler/warnings';
-import type { ProxyConfig } from '../../src/config/types';
-import { ConfigError, type ConfigIssue } from '../../src/errors';
 import { parseJsonPointer, valueAtPointer } from '../../src/idempotency/json-pointer';
 import { tenantHash } from '../../src/idempotency/tenant';
 
@@ -22,19 +20,7 @@ function yaml(idempotency: string, extra = ''): string {
   return `upstreams:\n  app: { url: http://127.0.0.1:4000 }\n${extra}routes:\n  - name: refunds\n    upstream: app\n    match: { path: /refunds }\n    idempotency: ${idempotency}\n`;
 }
 
-function parse(text: string): ProxyConfig {
-  return parseConfigText(text, 'proxy.yaml', {});
-}
-
-function issuesOf(text: string): ConfigIssue[] {
-  try {
-    parse(text);
-  } catch (error) {
-    if (error instanceof ConfigError) return [...error.issues];
-    throw error;
-  }
-  throw new Error('expected a ConfigError');
-}
+const parse = parseYaml;
 
 describe('auth.jwt and jwt:<claim> tenants', () => {
   test('compiles the verifier settings, with defaults, and keeps claim names as written', () => {

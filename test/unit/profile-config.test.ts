@@ -1,8 +1,7 @@
 // `idempotency.profile` (docs/protocol-profiles.md): what a profile compiles to, and what `check`
 // refuses on a profile route — each at the line that sets it.
-import { parseConfigText } from '../../src/compiler/load';
-import type { IdempotencyPolicy, ProxyConfig } from '../../src/config/types';
-import { ConfigError, type ConfigIssue } from '../../src/errors';
+import { configIssues as issues, parseYaml } from '../support/config-issues';
+import type { IdempotencyPolicy } from '../../src/config/types';
 
 function yaml(idempotency: string, extra = ''): string {
   const lines = idempotency
@@ -12,18 +11,8 @@ function yaml(idempotency: string, extra = ''): string {
   return `upstreams:\n  shop: { url: http://127.0.0.1:4000 }\n${extra}routes:\n  - name: checkout\n    match: { path: /checkout_sessions/** }\n    upstream: shop\n    idempotency:\n${lines}\n`;
 }
 
-const parse = (text: string): ProxyConfig => parseConfigText(text, 'proxy.yaml', {});
+const parse = parseYaml;
 const policy = (text: string): IdempotencyPolicy => parse(yaml(text)).routes[0]!.idempotency!;
-
-function issues(text: string): ConfigIssue[] {
-  try {
-    parse(text);
-  } catch (error) {
-    if (error instanceof ConfigError) return [...error.issues];
-    throw error;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 const TENANT = "tenant: ['header:x-caller']";
 
