@@ -80,5 +80,5 @@ ENV PROXY_HOST=0.0.0.0
 EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:9090/readyz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-ENTRYPOINT ["node", "--max-semi-space-size=32", "dist/main.js"]
+ENTRYPOINT ["node", "dist/main.js"]
 CMD ["serve", "--config", "config/proxy.yaml"]

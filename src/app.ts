@@ -20,6 +20,7 @@ import {
   routeWithBody,
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
+import { BodyBudget, bodyBytesToReserve } from './http/body-budget';
 import { runProtected } from './protected/pipeline';
 import { routeMonitor } from './rest/monitor';
 import type { HandleStore } from './store/handles';
@@ -85,6 +86,7 @@ export function createApp(options: AppOptions): App {
   const upgraded = new Set<Duplex>();
   const logRequest = infoLineWriter(logger, 'request');
   const adapters = options.protocols ?? protocolAdapters();
+  const bodies = new BodyBudget(options.config.listen.maxBodyBytesInFlight);
   // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
   const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
   const onStoreError = storeErrorLog(logger, undefined, (error) =>
@@ -119,14 +121,41 @@ export function createApp(options: AppOptions): App {
       // A request is done when its response closed AND (for protected ones) its handler settled: a client
       // that hangs up does not end the upstream call or the store write, and shutdown waits for those.
       let pending = 2;
+      // Bytes this request holds in the body budget until it is done (a body is resent on retries).
+      let heldBytes = 0;
       const done = (): void => {
         if (--pending > 0) return;
+        if (heldBytes > 0) bodies.release(heldBytes);
         finish(entry, res, performance.now() - started, current, trace);
         current.leave();
         if (--active === 0) for (const resolve of idle.splice(0)) resolve();
       };
       res.once('close', done);
+      /** Reserves room for the body a protected route reads whole; false: answered 503. */
+      const admitBody = (limitBytes: number, route?: string): boolean => {
+        if (heldBytes > 0) return true;
+        const reserved = bodies.reserve(bodyBytesToReserve(req.headers, limitBytes));
+        if (reserved !== undefined) {
+          heldBytes = reserved;
+          return true;
+        }
+        entry.route = route;
+        entry.outcome = 'busy';
+        // The body was not read: it must not be taken for the next request on this connection.
+        res.shouldKeepAlive = false;
+        sendProblem(
+          res,
+          new ProxyError(
+            'BODIES_IN_FLIGHT_FULL',
+            `The proxy holds ${bodies.held} bytes of request bodies, its limit (listen.maxBodyBytesInFlight) is ${bodies.limitBytes}: retry after the Retry-After delay with the same key.`,
+            { route, retryAfterSeconds: 1 },
+          ),
+        );
+        done();
+        return false;
+      };
       if (isBodyNeeded(routing)) {
+        if (!admitBody(routing.limitBytes)) return;
         // A POST whose form or JSON body may hold a `_method` that changes its route: read it first.
         readBody(req, routing.limitBytes).then(
           (body) => serve(routeWithBody(current.router, routing.edge, req.headers, body)),
@@ -167,6 +196,7 @@ export function createApp(options: AppOptions): App {
           current.passThrough.web(req, res, route, target, trace);
           return done();
         }
+        if (!admitBody(policy.maxRequestBytes, route.name)) return;
         const deps: ProtectedDeps = {
           store,
           upstreams: current.upstreams,
@@ -260,6 +290,7 @@ export function createApp(options: AppOptions): App {
       }
       const previous = runtime;
       runtime = new Runtime(next, onKeysError);
+      bodies.limitBytes = next.listen.maxBodyBytesInFlight;
       reloadListenerTls(server, next.listen.tls);
       previous.retire();
     },

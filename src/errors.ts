@@ -27,6 +27,7 @@ export const ERROR_TABLE = {
   IDEMPOTENCY_OUTCOME_UNKNOWN: { status: 502, title: 'Outcome of the original request is unknown' },
   STORE_UNAVAILABLE: { status: 503, title: 'Idempotency store unavailable' },
   STORE_BUSY: { status: 503, title: 'Idempotency store connections busy' },
+  BODIES_IN_FLIGHT_FULL: { status: 503, title: 'Too many request bodies in flight' },
   MONITOR_NOT_FOUND: { status: 404, title: 'No such status monitor' },
   MONITOR_METHOD_NOT_ALLOWED: { status: 405, title: 'A status monitor is read with GET' },
   INTERNAL_ERROR: { status: 500, title: 'Internal proxy error' },

@@ -18,7 +18,7 @@ import { serve } from './cli/serve';
 import { servePrimary } from './cluster/primary';
 import { serveWorker } from './cluster/worker';
 import { describeStoreTopology } from './cli/check-store';
-import { tuneHeapForServing } from './heap-tuning';
+import { restartWithServingHeap, tuneHeapForServing } from './heap-tuning';
 import { embeddedDataDir } from './embedded/data-dir-placement';
 import { runClean } from './cli/clean';
 
@@ -49,6 +49,7 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${store.line}\n`);
     return store.tlsRefused ? 2 : 0;
   }
+  if (args.command === 'serve') restartWithServingHeap();
   const logger = createLogger({ fd: args.command === 'serve' ? 1 : 2 });
   if (args.command === 'migrate') return runMigrate(config, logger);
   if (args.command === 'prune') return runPrune(config, logger);

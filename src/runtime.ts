@@ -3,7 +3,7 @@
 import { compileTrustedPeers } from './config/addresses';
 import type { ProxyConfig } from './config/types';
 import type { EdgeSettings } from './http/edge';
-import { JwtPrincipals } from './auth/jwt-principals';
+import type { JwtPrincipals } from './auth/jwt-principals';
 import { createRouter, type Router } from './http/router';
 import { PassThrough } from './upstream/passthrough';
 import { UpstreamPools } from './upstream/protected';
@@ -38,7 +38,7 @@ export class Runtime {
       config.routes.filter((r) => r.idempotency?.logKey === 'hash').map((r) => r.name),
     );
     const jwt = config.auth.jwt;
-    this.principals = jwt === null ? undefined : new JwtPrincipals(jwt, onKeysError);
+    this.principals = jwt === null ? undefined : new (loadJwtPrincipals())(jwt, onKeysError);
     this.principals?.start();
   }
 
@@ -92,4 +92,10 @@ export function restartOnlyChanges(current: ProxyConfig, next: ProxyConfig): str
     if (!same(current.store[key], next.store[key])) changes.push(`store.${field}`);
   }
   return changes;
+}
+
+/** jose is loaded only when a route takes tokens: a proxy without one keeps none of it resident. */
+function loadJwtPrincipals(): typeof JwtPrincipals {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (require('./auth/jwt-principals') as typeof import('./auth/jwt-principals')).JwtPrincipals;
 }

@@ -89,6 +89,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
       host: parsed.listen.host,
       port: parsed.listen.port,
       maxRequestHeaders: parsed.listen.maxRequestHeaders,
+      maxBodyBytesInFlight: parseSizeBytes(parsed.listen.maxBodyBytesInFlight),
       tls: tls.listen,
     },
     shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),

@@ -325,9 +325,17 @@ export const configSchema = strict(
           .describe(
             "Requests with more header lines than this get 431 REQUEST_HEADERS_TOO_MANY; keep it a few lines under the upstream's own limit: the proxy adds up to 8 (the key, X-Forwarded-*, trace headers).",
           ),
+        maxBodyBytesInFlight: size
+          .refine((text) => (tryParseSizeBytes(text) ?? 0) > 0, {
+            error: 'expected a size greater than 0b',
+          })
+          .default('64mb')
+          .describe(
+            'Request bodies held in memory at once (protected routes read each whole before forwarding it); past it new ones get 503 BODIES_IN_FLIGHT_FULL with Retry-After, unread.',
+          ),
         tls: listenerTls('proxy'),
       },
-      'listen settings (host, port, maxRequestHeaders, tls)',
+      'listen settings (host, port, maxRequestHeaders, maxBodyBytesInFlight, tls)',
     )
       .prefault({})
       .describe('Where clients connect.'),

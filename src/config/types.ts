@@ -19,6 +19,8 @@ export interface ListenerAddress {
 export interface ListenConfig extends ListenerAddress {
   /** Client requests with more header lines than this get 431 (REQUEST_HEADERS_TOO_MANY). */
   readonly maxRequestHeaders: number;
+  /** Bytes of request bodies held at once; past it a request is answered 503 unread (http/body-budget.ts). */
+  readonly maxBodyBytesInFlight: number;
 }
 
 /** A PEM file as read when the config was compiled (config/tls-files.ts): its path and its text. */

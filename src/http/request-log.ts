@@ -12,6 +12,8 @@ export type OutcomeLabel =
   /** A route scoped by a token's claim refused the token (401), or could not get the keys (503). */
   | 'unauthorized'
   | 'too_large'
+  /** Refused before its body was read: the bodies in flight filled listen.maxBodyBytesInFlight. */
+  | 'busy'
   | 'store_unavailable'
   | 'upstream_error'
   | 'passthrough'

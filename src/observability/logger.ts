@@ -1,7 +1,7 @@
 // Logs: one JSON object per line (pino) for machines; a readable form (pino-pretty) when writing to a
 // terminal or when LOG_FORMAT=pretty. LOG_FORMAT=json forces JSON. LOG_LEVEL sets the level (info).
 import pino, { type Logger } from 'pino';
-import pretty from 'pino-pretty';
+import type PinoPretty from 'pino-pretty';
 import { quote } from '../idempotency/canonical-json';
 import { StartupError } from '../startup-error';
 
@@ -75,7 +75,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   if (format === 'pretty') {
     return pino(
       settings,
-      pretty({
+      loadPretty()({
         destination: fd,
         sync: true,
         ignore: 'service,pid,hostname',
@@ -208,4 +208,10 @@ export function jsonFields(fields: object): string {
     out += prefix + written;
   }
   return out;
+}
+
+/** pino-pretty is loaded only for a terminal (or LOG_FORMAT=pretty): a server writing JSON needs none of it. */
+function loadPretty(): typeof PinoPretty {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return require('pino-pretty') as typeof PinoPretty;
 }

@@ -22,7 +22,7 @@ import { rawProblemAnswer } from '../http/malformed';
 import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
 import { type UpstreamPools, upstreamTlsOptions } from './protected';
 import { classifyTransportError } from './transport-errors';
-import { WebSocketProxy } from './websocket-proxy';
+import type { WebSocketProxy } from './websocket-proxy';
 
 /**
  * A body at least this large (or chunked, length unknown) may still be arriving long after the
@@ -46,6 +46,7 @@ const SET_HERE: ReadonlySet<string> = new Set([
 
 export class PassThrough {
   private readonly wsProxies = new Map<string, WebSocketProxy>();
+  private readonly wsTargets = new Map<string, WebSocketTarget>();
   private readonly agents: http.Agent[] = [];
 
   constructor(
@@ -62,10 +63,7 @@ export class PassThrough {
         : new http.Agent(settings);
       this.agents.push(agent);
       const rejectUnauthorized = upstream.tls?.rejectUnauthorized ?? true;
-      this.wsProxies.set(
-        upstream.name,
-        new WebSocketProxy(upstream.origin, agent, rejectUnauthorized),
-      );
+      this.wsTargets.set(upstream.name, { origin: upstream.origin, agent, rejectUnauthorized });
     }
   }
 
@@ -136,10 +134,34 @@ export class PassThrough {
   }
 
   private relayFor(route: RouteConfig): WebSocketProxy {
-    const proxy = this.wsProxies.get(route.upstream.name);
-    if (!proxy) throw new Error(`no websocket proxy for upstream ${route.upstream.name}`);
+    const name = route.upstream.name;
+    const made = this.wsProxies.get(name);
+    if (made) return made;
+    const target = this.wsTargets.get(name);
+    if (!target) throw new Error(`no websocket proxy for upstream ${name}`);
+    const proxy = new (loadWebSocketProxy())(
+      target.origin,
+      target.agent,
+      target.rejectUnauthorized,
+    );
+    this.wsProxies.set(name, proxy);
     return proxy;
   }
+}
+
+interface WebSocketTarget {
+  readonly origin: string;
+  readonly agent: http.Agent;
+  readonly rejectUnauthorized: boolean;
+}
+
+/**
+ * http-proxy-3 (and what it pulls in) is loaded with the first upgrade: most proxies never see one,
+ * and loaded at start it was part of what an idle proxy kept resident.
+ */
+function loadWebSocketProxy(): typeof WebSocketProxy {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return (require('./websocket-proxy') as typeof import('./websocket-proxy')).WebSocketProxy;
 }
 
 /**

@@ -47,7 +47,23 @@ export function servingNodeFlags(build: Build): string[] {
   };
   const words = (scripts?.start ?? '').split(/\s+/);
   const script = words.indexOf('dist/main.js');
-  return words[0] === 'node' && script > 0 ? words.slice(1, script) : [];
+  const flags = words[0] === 'node' && script > 0 ? words.slice(1, script) : [];
+  return [...flags, ...restartHeapFlags(build, flags)];
+}
+
+/**
+ * The heap sizes a build's `serve` restarts itself with when node was given none (builds since
+ * heap-tuning.ts has servingHeapFlags): passed up front, so the proxy runs as it would, and a
+ * process under valgrind is not replaced by one that is not.
+ */
+function restartHeapFlags(build: Build, flags: readonly string[]): readonly string[] {
+  const file = path.join(build.distDir, 'heap-tuning.js');
+  if (!fs.existsSync(file)) return [];
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const tuning = require(file) as {
+    servingHeapFlags?: (execArgv: readonly string[], nodeOptions?: string) => readonly string[];
+  };
+  return tuning.servingHeapFlags?.(flags, process.env.NODE_OPTIONS) ?? [];
 }
 
 /** The checkout this bench was built from. */

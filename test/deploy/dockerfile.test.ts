@@ -157,9 +157,9 @@ describe('Dockerfile: base images and stages', () => {
 
   it('builds the proxy by default: the last stage runs node dist/main.js serve --config config/proxy.yaml', () => {
     expect(stageNamed(dockerfile)).toBe(proxy);
+    // No heap flags: serve restarts itself with the serving heap sizes (src/heap-tuning.ts).
     expect(execForm(lastOf(dockerfile, proxy, 'ENTRYPOINT')?.args ?? '')).toEqual([
       'node',
-      '--max-semi-space-size=32',
       'dist/main.js',
     ]);
     expect(execForm(lastOf(dockerfile, proxy, 'CMD')?.args ?? '')).toEqual([

@@ -49,7 +49,12 @@ describe('defaults', () => {
   );
 
   it('fills the server settings from the built-in defaults', () => {
-    expect(config.listen).toEqual({ host: '0.0.0.0', port: 8080, maxRequestHeaders: 100 });
+    expect(config.listen).toEqual({
+      host: '0.0.0.0',
+      port: 8080,
+      maxRequestHeaders: 100,
+      maxBodyBytesInFlight: 64 * 1024 * 1024,
+    });
     expect(config.shutdownGraceMs).toBe(10_000);
     expect(config.admin).toEqual({ host: '127.0.0.1', port: 9090, token: undefined });
     expect(config.store).toEqual({

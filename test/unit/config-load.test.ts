@@ -231,13 +231,15 @@ describe('unknown keys', () => {
         path: 'listen.color',
         line: 1,
         column: 26,
-        message: 'unknown key "color"; expected one of: host, port, maxRequestHeaders, tls',
+        message:
+          'unknown key "color"; expected one of: host, port, maxRequestHeaders, maxBodyBytesInFlight, tls',
       },
       {
         path: 'listen.size',
         line: 1,
         column: 38,
-        message: 'unknown key "size"; expected one of: host, port, maxRequestHeaders, tls',
+        message:
+          'unknown key "size"; expected one of: host, port, maxRequestHeaders, maxBodyBytesInFlight, tls',
       },
     ]);
   });
