@@ -3,6 +3,7 @@
 import pino, { type Logger } from 'pino';
 import type PinoPretty from 'pino-pretty';
 import { quote } from '../idempotency/canonical-json';
+import { tryParseSizeBytes } from '../config/units';
 import { StartupError } from '../startup-error';
 
 export interface LoggerOptions {
@@ -41,6 +42,13 @@ export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', '
 export const LOG_FORMATS = ['json', 'pretty'] as const;
 
 /**
+ * What LOG_BACKLOG defaults to: how many bytes of lines may wait for a stdout that is not being
+ * read (a stalled log collector, a pipe nobody drains) before new lines are dropped instead. Without
+ * a bound the lines would wait in memory for as long as the reader does, at ~300 bytes a request.
+ */
+export const DEFAULT_LOG_BACKLOG_BYTES = 16 * 1024 * 1024;
+
+/**
  * Fails (exit 2, like a bad config) on a LOG_LEVEL or LOG_FORMAT we do not know, naming the allowed
  * values: pino would throw a stack for a bad level, and a bad format would silently mean JSON.
  * Empty counts as unset.
@@ -59,6 +67,21 @@ export function checkLogSettings(env: NodeJS.ProcessEnv = process.env): void {
       );
     }
   }
+  logBacklogBytes(env);
+}
+
+/** LOG_BACKLOG (a size such as 16mb), or the default when unset or empty; exit 2 when unreadable. */
+export function logBacklogBytes(env: NodeJS.ProcessEnv = process.env): number {
+  const value = env.LOG_BACKLOG;
+  if (!value) return DEFAULT_LOG_BACKLOG_BYTES;
+  const bytes = tryParseSizeBytes(value);
+  if (bytes === undefined || bytes < 64 * 1024) {
+    throw new StartupError(
+      `LOG_BACKLOG=${JSON.stringify(value)} is not valid; expected a size of at least 64kb, such as 16mb`,
+      { exitCode: 2 },
+    );
+  }
+  return bytes;
 }
 
 export function createLogger(options: LoggerOptions = {}): Logger {
@@ -87,13 +110,16 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   // quiet periods within 100 ms, so a crash (kill -9) loses at most the last 100 ms of lines; at exit
   // (SIGTERM, an error) what is left is written synchronously (whichever of this
   // hook and pino's own runs first, the order holds: pending request lines are always the newest).
+  // Past LOG_BACKLOG waiting bytes sonic-boom drops what it is handed (its maxLength); the batch
+  // counts the lines and says how many once the reader takes lines again.
   const destination = pino.destination({
     fd,
     sync: false,
     minLength: BATCH_BYTES,
     maxWrite: 4 * BATCH_BYTES,
+    maxLength: logBacklogBytes(env),
   });
-  const lines = new LineBatch(destination);
+  const lines = new LineBatch(destination, JSON.stringify(settings.base).slice(1, -1));
   process.once('exit', () => lines.flushSync());
   setInterval(() => lines.flush(), FLUSH_EVERY_MS).unref();
   // Lines pino writes itself (warnings, errors) go after the request lines batched before them.
@@ -114,8 +140,19 @@ type Destination = ReturnType<typeof pino.destination>;
  */
 class LineBatch {
   private pending = '';
+  /** Lines dropped since the last notice that got through. */
+  private dropped = 0;
+  private notice: { line: string; count: number } | undefined;
 
-  constructor(private readonly destination: Destination) {}
+  constructor(
+    private readonly destination: Destination,
+    private readonly base: string,
+  ) {
+    destination.on('drop', (data: string) => {
+      if (data === this.notice?.line) this.dropped += this.notice.count;
+      else this.dropped += countLines(data);
+    });
+  }
 
   add(line: string): void {
     this.pending += line;
@@ -130,7 +167,17 @@ class LineBatch {
 
   flush(): void {
     if (this.pending) this.destination.write(this.take());
+    if (this.dropped > 0) this.sayDropped();
     this.destination.flush();
+  }
+
+  /** One warning with the count; if it is dropped too, the count waits for the next flush. */
+  private sayDropped(): void {
+    const count = this.dropped;
+    this.dropped = 0;
+    const line = `{"level":${pino.levels.values.warn}${isoTimeCachedPerMillisecond()},${this.base},"droppedLines":${count},"msg":"log lines dropped: the log's reader fell LOG_BACKLOG bytes behind"}\n`;
+    this.notice = { line, count };
+    this.destination.write(line);
   }
 
   flushSync(): void {
@@ -141,6 +188,12 @@ class LineBatch {
       // Destroyed or not open: nothing more can be written at exit.
     }
   }
+}
+
+function countLines(data: string): number {
+  let count = 0;
+  for (let at = data.indexOf('\n'); at !== -1; at = data.indexOf('\n', at + 1)) count++;
+  return count;
 }
 
 const jsonLoggers = new WeakMap<Logger, { lines: LineBatch; base: string }>();

@@ -127,3 +127,50 @@ test('writes nothing below the logger level', () => {
   expect(lines).toHaveLength(1);
   expect(JSON.parse(lines[0]!)).toMatchObject({ n: 2, msg: 'shown' });
 });
+
+describe('LOG_BACKLOG: lines waiting for the log reader are bounded', () => {
+  // 20,000 request lines of ~250 bytes written in one go: the reader cannot take any of them
+  // before the loop ends, so all of them wait at once (~5 MB).
+  const burst = `
+    for (let i = 0; i < 20000; i++) write({ route: 'refunds', n: i, path: '/refunds/' + 'x'.repeat(120) });
+    setTimeout(() => {}, 400);
+  `;
+
+  test('past the bound lines are dropped, and one warning says how many', () => {
+    const lines = inChild(burst, { LOG_BACKLOG: '64kb' });
+    const parsed = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    const written = parsed.filter((line) => line.msg === 'request');
+    const notices = parsed.filter((line) => line.droppedLines !== undefined);
+    expect(notices).toHaveLength(1);
+    expect(notices[0]!.level).toBe(40);
+    expect(notices[0]!.msg).toContain('LOG_BACKLOG');
+    const dropped = notices[0]!.droppedLines as number;
+    expect(dropped).toBeGreaterThan(10_000);
+    // Every line is either written whole or counted.
+    expect(written.length + dropped).toBe(20_000);
+    // What was written is whole lines in the order they were written: the burst's start, up to
+    // about the bound, then what came once the reader had made room.
+    const order = written.map((line) => line.n as number);
+    expect(order).toEqual([...order].sort((a, b) => a - b));
+    expect(order[0]).toBe(0);
+  });
+
+  test('under the default bound (16 MB) the same burst loses nothing', () => {
+    const lines = inChild(burst);
+    expect(lines).toHaveLength(20_000);
+    expect(lines.some((line) => line.includes('droppedLines'))).toBe(false);
+  });
+
+  test('an unreadable LOG_BACKLOG fails like a bad LOG_LEVEL: exit 2, naming the setting', () => {
+    for (const value of ['lots', '1kb']) {
+      const run = spawnSync(
+        process.execPath,
+        ['-e', `require(${JSON.stringify(LOGGER)}).createLogger({ fd: 1 })`],
+        { env: { ...process.env, LOG_BACKLOG: value }, encoding: 'utf8' },
+      );
+      expect(run.status).not.toBe(0);
+      expect(run.stderr).toContain(`LOG_BACKLOG="${value}" is not valid`);
+      expect(run.stderr).toContain('at least 64kb');
+    }
+  });
+});
