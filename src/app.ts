@@ -87,6 +87,7 @@ export function createApp(options: AppOptions): App {
   const logRequest = infoLineWriter(logger, 'request');
   const adapters = options.protocols ?? protocolAdapters();
   const bodies = new BodyBudget(options.config.listen.maxBodyBytesInFlight);
+  metrics?.watchRequestBodies(() => bodies.held);
   // store.tls needs a restart (runtime.ts), so the first config's is the one in use.
   const storeTls = options.config.store.url === undefined ? undefined : options.config.store.tls;
   const onStoreError = storeErrorLog(logger, undefined, (error) =>

@@ -42,6 +42,7 @@ export class ProxyMetrics implements ProtectedObserver {
     bytes: 0,
   });
   private readonly waitingRequests: Gauge;
+  private requestBodies: () => number = () => 0;
   private readonly toolCalls: Counter<'route' | 'tool' | 'outcome'>;
   /** Tool names seen as labels; past MAX_TOOL_LABELS they count as OTHER_TOOL. */
   private readonly toolLabels = new Set<string>();
@@ -172,6 +173,15 @@ export class ProxyMetrics implements ProtectedObserver {
         this.set(pending().bytes);
       },
     });
+    const bodies = (): number => this.requestBodies();
+    new Gauge({
+      name: `${PREFIX}request_body_bytes_in_flight`,
+      help: 'Bytes reserved for the request bodies protected routes hold now (bounded by listen.maxBodyBytesInFlight).',
+      registers,
+      collect() {
+        this.set(bodies());
+      },
+    });
     this.writeRetries = new Counter({
       name: `${PREFIX}store_write_retries_total`,
       help: 'Completions and releases sent again after a failed statement, by operation (complete, release, release_claim).',
@@ -289,6 +299,11 @@ export class ProxyMetrics implements ProtectedObserver {
   /** Where the pending-write gauges read from (the key store's outbox). */
   watchPendingWrites(read: () => { readonly writes: number; readonly bytes: number }): void {
     this.pendingWrites = read;
+  }
+
+  /** The bytes the app's body budget holds (http/body-budget.ts). */
+  watchRequestBodies(read: () => number): void {
+    this.requestBodies = read;
   }
 
   /** The spool could not take an answer (pending-writes.ts). */

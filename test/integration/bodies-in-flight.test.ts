@@ -34,6 +34,16 @@ afterAll(async () => {
   await upstream?.close();
 });
 
+/** request_body_bytes_in_flight, as /metrics shows it. */
+async function gauge(): Promise<number> {
+  const text = await (await fetch(`${proxy.adminUrl}/metrics`)).text();
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith('idempotency_proxy_request_body_bytes_in_flight '));
+  if (line === undefined) throw new Error(`no request_body_bytes_in_flight in /metrics:\n${text}`);
+  return Number(line.split(' ')[1]);
+}
+
 /** A JSON body of about `bytes` bytes. */
 function bodyOf(bytes: number, seed: string): string {
   return JSON.stringify({ seed, pad: 'x'.repeat(bytes - 30) });
@@ -52,9 +62,13 @@ function post(key: string, body: string, extra: { hold?: boolean; chunked?: bool
 }
 
 test('past the bound a request is answered 503 unread, and its retry executes once room is free', async () => {
-  const first = post('fill-1', bodyOf(800_000, 'a'), { hold: true });
-  const second = post('fill-2', bodyOf(800_000, 'b'), { hold: true });
+  const [bodyA, bodyB] = [bodyOf(800_000, 'a'), bodyOf(800_000, 'b')];
+  const first = post('fill-1', bodyA, { hold: true });
+  const second = post('fill-2', bodyB, { hold: true });
   await until(() => held.length === 2, 'both bodies to reach the upstream');
+
+  // Each held body is counted at its Content-Length, and the gauge shows them.
+  expect(await gauge()).toBe(Buffer.byteLength(bodyA) + Buffer.byteLength(bodyB));
 
   // 1.6 MB held: 800 kB more do not fit under 2 MB.
   const refused = await post('third', bodyOf(800_000, 'c'));
@@ -80,6 +94,7 @@ test('past the bound a request is answered 503 unread, and its retry executes on
   expect(((await second) as TestResponse).status).toBe(201);
 
   // The held bodies gave their room back: the refused requests' retries go through, once each.
+  expect(await gauge()).toBe(0);
   const retried = await post('third', bodyOf(800_000, 'c'));
   expect(retried.status).toBe(201);
   expect((await post('third', bodyOf(800_000, 'c'))).headers['idempotent-replayed']).toBe('true');
