@@ -136,24 +136,13 @@ export function createApp(options: AppOptions): App {
       const admitBody = (limitBytes: number, route?: string): boolean => {
         if (heldBytes > 0) return true;
         const reserved = bodies.reserve(bodyBytesToReserve(req.headers, limitBytes));
-        if (reserved !== undefined) {
-          heldBytes = reserved;
-          return true;
+        if (reserved === undefined) {
+          refuseBody(res, entry, bodies, route);
+          done();
+          return false;
         }
-        entry.route = route;
-        entry.outcome = 'busy';
-        // The body was not read: it must not be taken for the next request on this connection.
-        res.shouldKeepAlive = false;
-        sendProblem(
-          res,
-          new ProxyError(
-            'BODIES_IN_FLIGHT_FULL',
-            `The proxy holds ${bodies.held} bytes of request bodies, its limit (listen.maxBodyBytesInFlight) is ${bodies.limitBytes}: retry after the Retry-After delay with the same key.`,
-            { route, retryAfterSeconds: 1 },
-          ),
-        );
-        done();
-        return false;
+        heldBytes = reserved;
+        return true;
       };
       if (isBodyNeeded(routing)) {
         if (!admitBody(routing.limitBytes)) return;
@@ -309,6 +298,27 @@ export function createApp(options: AppOptions): App {
       await runtime.close();
     },
   };
+}
+
+/** 503 before the body is read: the bodies in flight hold all the room listen.maxBodyBytesInFlight gives. */
+function refuseBody(
+  res: http.ServerResponse,
+  entry: RequestLogEntry,
+  bodies: BodyBudget,
+  route: string | undefined,
+): void {
+  entry.route = route;
+  entry.outcome = 'busy';
+  // The body was not read: it must not be taken for the next request on this connection.
+  res.shouldKeepAlive = false;
+  sendProblem(
+    res,
+    new ProxyError(
+      'BODIES_IN_FLIGHT_FULL',
+      `The proxy holds ${bodies.held} bytes of request bodies, its limit (listen.maxBodyBytesInFlight) is ${bodies.limitBytes}: retry after the Retry-After delay with the same key.`,
+      { route, retryAfterSeconds: 1 },
+    ),
+  );
 }
 
 /** The one place a protected request's log entry learns what became of it. */
