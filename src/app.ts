@@ -21,7 +21,7 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { BodyBudget, bodyBytesToReserve } from './http/body-budget';
-import { runProtected } from './protected/pipeline';
+import { serveProtected } from './protected/pipeline';
 import { routeMonitor } from './rest/monitor';
 import type { HandleStore } from './store/handles';
 import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
@@ -93,6 +93,27 @@ export function createApp(options: AppOptions): App {
   const onStoreError = storeErrorLog(logger, undefined, (error) =>
     storeTlsProblem(error, storeTls, 'PostgreSQL'),
   );
+
+  // What protected requests need of a runtime: made once per runtime, not once per request.
+  const protectedDeps = new WeakMap<Runtime, ProtectedDeps>();
+  const depsOf = (current: Runtime): ProtectedDeps => {
+    let deps = protectedDeps.get(current);
+    if (deps === undefined)
+      protectedDeps.set(
+        current,
+        (deps = {
+          store,
+          upstreams: current.upstreams,
+          passThrough: current.passThrough,
+          observer: metrics,
+          onStoreError,
+          principals: current.principals,
+          reconciler: options.reconciler,
+          handles: options.handles,
+        }),
+      );
+    return deps;
+  };
 
   // Host is checked at the edge (edge.ts), so a request without one gets a problem+json 400 too.
   const server = createListener(
@@ -187,36 +208,32 @@ export function createApp(options: AppOptions): App {
           return done();
         }
         if (!admitBody(policy.maxRequestBytes, route.name)) return;
-        const deps: ProtectedDeps = {
-          store,
-          upstreams: current.upstreams,
-          passThrough: current.passThrough,
-          observer: metrics,
-          onStoreError,
-          principals: current.principals,
-          reconciler: options.reconciler,
-          handles: options.handles,
-        };
         const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
-        runTraced(trace, () => runProtected(deps, adapterOf(adapters, policy), request))
-          .then((outcome) => noteOutcome(entry, outcome, timings))
-          .catch((error: unknown) => {
-            logger.error(
-              { err: error, route: route.name },
-              'unexpected error in a protected request',
-            );
-            entry.outcome = 'error';
-            sendProblem(
-              res,
-              new ProxyError(
-                'INTERNAL_ERROR',
-                'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
-                { route: route.name },
-              ),
-            );
-          })
-          .finally(done);
+        const finished = (outcome: Outcome): void => {
+          noteOutcome(entry, outcome, timings);
+          done();
+        };
+        const failed = (error: unknown): void => {
+          logger.error(
+            { err: error, route: route.name },
+            'unexpected error in a protected request',
+          );
+          entry.outcome = 'error';
+          sendProblem(
+            res,
+            new ProxyError(
+              'INTERNAL_ERROR',
+              'The proxy failed unexpectedly; the request may not have been forwarded. Retry with the same key.',
+              { route: route.name },
+            ),
+          );
+          done();
+        };
+        const protocol = adapterOf(adapters, policy);
+        runTraced(trace, () =>
+          serveProtected(depsOf(current), protocol, request, { finished, failed }),
+        );
       }
     },
   );

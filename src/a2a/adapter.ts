@@ -19,6 +19,7 @@ import {
   OUTCOME_HEADER,
   type ProtectedRequest,
   type ProtocolAdapter,
+  readsWithPromises,
   recordIdOf,
   type Verdict,
 } from '../protected/protocol';
@@ -48,7 +49,7 @@ export interface A2aCall extends Call {
 export const A2A: ProtocolAdapter<A2aCall> = {
   name: 'a2a',
   serves: (policy) => Boolean(policy.a2a),
-  read: readSend,
+  read: readsWithPromises(readSend),
   replay: (request, call, stored, replayed) => writeStored(request, call, stored, replayed),
   refuse(request, call, error) {
     refuseSend(request.res, call.send, a2aProblem(error));

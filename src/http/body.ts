@@ -36,87 +36,130 @@ export interface DigestedBody {
  * unrelated request waited 50–140 ms behind them (the big-body bench). Paused after each hashed
  * chunk and resumed on the next turn, each upload takes its share and the rest get theirs.
  */
-export async function readDigestedBody(
+export function readDigestedBody(
   req: IncomingMessage,
   limitBytes: number,
   digestFromBytes: number,
 ): Promise<DigestedBody> {
+  return new Promise((resolve, reject) =>
+    readDigestedBodyThen(req, limitBytes, digestFromBytes, resolve, reject),
+  );
+}
+
+/**
+ * readDigestedBody without a promise: `done` runs in the body's own last event, so a caller that can
+ * answer from memory answers in that same turn (pipeline.ts, the quick replay).
+ */
+export function readDigestedBodyThen(
+  req: IncomingMessage,
+  limitBytes: number,
+  digestFromBytes: number,
+  done: (body: DigestedBody) => void,
+  failed: (error: unknown) => void,
+): void {
   let hash: Hash | undefined;
   const chunks: Buffer[] = [];
   let total = 0;
   const resume = (): void => void req.resume();
-  await readBody(req, limitBytes, {
-    keepChunks: chunks,
-    onChunk(chunk) {
-      total += chunk.length;
-      if (hash) hash.update(chunk);
-      else if (total < digestFromBytes) return;
-      else {
-        hash = createHash('sha256');
-        for (const earlier of chunks) hash.update(earlier);
-      }
-      req.pause();
-      setImmediate(resume);
-    },
-  });
-  let joined: Buffer | undefined;
-  return {
-    body: () => (joined ??= chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total)),
-    sha256: hash?.digest(),
+  const onChunk = (chunk: Buffer): void => {
+    total += chunk.length;
+    if (hash) hash.update(chunk);
+    else if (total < digestFromBytes) return;
+    else {
+      hash = createHash('sha256');
+      for (const earlier of chunks) hash.update(earlier);
+    }
+    req.pause();
+    setImmediate(resume);
   };
+  collectBody(
+    req,
+    limitBytes,
+    { keepChunks: chunks, onChunk },
+    () => done(new ChunkedBody(chunks, total, hash?.digest())),
+    failed,
+  );
+}
+
+/** A body read in chunks, joined only when someone asks for it whole. */
+class ChunkedBody implements DigestedBody {
+  private joined: Buffer | undefined;
+
+  constructor(
+    private readonly chunks: Buffer[],
+    private readonly total: number,
+    readonly sha256: Buffer | undefined,
+  ) {}
+
+  body(): Buffer {
+    const { chunks } = this;
+    return (this.joined ??= chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.total));
+  }
+}
+
+interface CollectOptions extends ReadBodyOptions {
+  readonly onChunk?: (chunk: Buffer) => void;
+  /** Collect the chunks here and end with an empty buffer: the caller joins them when needed. */
+  readonly keepChunks?: Buffer[];
 }
 
 export function readBody(
   req: IncomingMessage,
   limitBytes: number,
-  options: ReadBodyOptions & {
-    readonly onChunk?: (chunk: Buffer) => void;
-    /** Collect the chunks here and resolve with an empty buffer: the caller joins them when needed. */
-    readonly keepChunks?: Buffer[];
-  } = {},
+  options: ReadBodyOptions = {},
 ): Promise<Buffer> {
+  return new Promise((resolve, reject) => collectBody(req, limitBytes, options, resolve, reject));
+}
+
+/** Reads the body with its limit; exactly one of `done` and `failed` is called, once. */
+function collectBody(
+  req: IncomingMessage,
+  limitBytes: number,
+  options: CollectOptions,
+  done: (body: Buffer) => void,
+  failed: (error: unknown) => void,
+): void {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limitBytes) {
-    return Promise.reject(new BodyTooLargeError(limitBytes));
+    failed(new BodyTooLargeError(limitBytes));
+    return;
   }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = options.keepChunks ?? [];
-    let total = 0;
-    const onData = (chunk: Buffer): void => {
-      chunks.push(chunk);
-      total += chunk.length;
-      if (total <= limitBytes) {
-        options.onChunk?.(chunk);
-        return;
-      }
-      cleanup();
-      if (options.rewindOnOverflow) {
-        // Stop the flow before anyone could miss data, then hand the bytes back for the pipe.
-        req.pause();
-        req.unshift(Buffer.concat(chunks, total));
-      }
-      reject(new BodyTooLargeError(limitBytes));
-    };
-    const onEnd = (): void => {
-      cleanup();
-      if (options.keepChunks) resolve(EMPTY);
-      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
-    };
-    const onError = (error: Error): void => {
-      cleanup();
-      reject(error);
-    };
-    const onAborted = (): void =>
-      onError(new Error('client closed the connection before sending the whole body'));
-    const cleanup = (): void => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onAborted);
-  });
+  const chunks: Buffer[] = options.keepChunks ?? [];
+  let total = 0;
+  const onData = (chunk: Buffer): void => {
+    chunks.push(chunk);
+    total += chunk.length;
+    if (total <= limitBytes) {
+      options.onChunk?.(chunk);
+      return;
+    }
+    cleanup();
+    if (options.rewindOnOverflow) {
+      // Stop the flow before anyone could miss data, then hand the bytes back for the pipe.
+      req.pause();
+      req.unshift(Buffer.concat(chunks, total));
+    }
+    failed(new BodyTooLargeError(limitBytes));
+  };
+  const onEnd = (): void => {
+    cleanup();
+    if (options.keepChunks) done(EMPTY);
+    else done(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
+  };
+  const onError = (error: Error): void => {
+    cleanup();
+    failed(error);
+  };
+  const onAborted = (): void =>
+    onError(new Error('client closed the connection before sending the whole body'));
+  const cleanup = (): void => {
+    req.off('data', onData);
+    req.off('end', onEnd);
+    req.off('error', onError);
+    req.off('aborted', onAborted);
+  };
+  req.on('data', onData);
+  req.on('end', onEnd);
+  req.on('error', onError);
+  req.on('aborted', onAborted);
 }

@@ -41,6 +41,19 @@ export function writeWhole(
   res.end(statusHasBody(status) ? body : undefined);
 }
 
+/** Writes a complete response whose head is ready as writeHead takes it, Content-Length included. */
+export function writeFlat(
+  res: ServerResponse,
+  status: number,
+  flat: readonly string[],
+  body: Buffer,
+): void {
+  if (res.destroyed) return;
+  // writeHead only reads the list: one list serves every replay of an answer.
+  res.writeHead(status, flat as string[]);
+  res.end(statusHasBody(status) ? body : undefined);
+}
+
 /**
  * True when an answer can no longer be written whole (its head already went, or the client left):
  * the connection is destroyed instead, so the client sees a cut, never a second head.

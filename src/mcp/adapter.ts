@@ -25,6 +25,7 @@ import {
   OUTCOME_HEADER,
   type ProtectedRequest,
   type ProtocolAdapter,
+  readsWithPromises,
   recordIdOf,
   type Verdict,
 } from '../protected/protocol';
@@ -69,7 +70,7 @@ export function mcpAdapter(toolCalls: InFlightToolCalls): ProtocolAdapter<ToolCa
   return {
     name: 'mcp',
     serves: (policy) => Boolean(policy.mcp),
-    read: (request) => readToolCall(request, toolCalls),
+    read: readsWithPromises((request) => readToolCall(request, toolCalls)),
     replay: (request, call, stored, replayed) =>
       writeStoredMessage(request, call, stored, replayed),
     refuse(request, call, error) {

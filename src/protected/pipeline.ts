@@ -1,9 +1,14 @@
 // One protected request, whatever its protocol (docs/record-lifecycle.md):
 //
-//   read the call ─► claim ─► decide ─┬─ answer: replay, 422, 409, 503 ───────────────► Outcome
-//   (adapter)        (store)  (pure)  ├─ attach: join the stream the key's first request runs here
-//                                     ├─ wait / take over / settle unknown ─► claim again, or answer
-//                                     └─ forward ─► settle: complete, release, or unknown ─► Outcome
+//   read the call ─┬─ the replay cache knows it: replay or 422, in the same turn ───────────► Outcome
+//   (adapter)      └─ claim ─► decide ─┬─ answer: replay, 422, 409, 503 ──────────────────► Outcome
+//                     (store)  (pure)  ├─ attach: join the stream the key's first request runs here
+//                                      ├─ wait / take over / settle unknown ─► claim again, or answer
+//                                      └─ forward ─► settle: complete, release, or unknown ─► Outcome
+//
+// Most of what agents retry is a repeat of an answer this process already holds: it is answered in
+// the turn its call is read (answerNow: for REST, inside the body's 'end' event), with no claim, no
+// promise and no Claimant. The rest takes the store's way, the one truth for everything else.
 //
 // The route's protocol adapter (protocol.ts: REST, MCP or A2A) reads the request into a verdict
 // and writes the answers; this file forwards what it passes and what it protects; the
@@ -15,6 +20,7 @@
 // mode a forward anyway; after it, the client still gets the upstream's answer: the store keeps
 // sending a failed completion or release in the background (it says `queued`), and one it gives up
 // on leaves the claim to its lease. There is no retry loop here: the store owns its writes.
+import { AsyncResource } from 'node:async_hooks';
 import { performance } from 'node:perf_hooks';
 import {
   Claimant,
@@ -40,6 +46,7 @@ import {
   type ProtectedRequest,
   type ProtocolAdapter,
   UnreadableCall,
+  type Verdict,
 } from './protocol';
 import { readPrincipal } from './principal';
 import { keepForProbe, keepOnceLanded, reconcileReplay, reconciles } from './reconcile-step';
@@ -52,13 +59,125 @@ import {
   storeUnavailableError,
 } from './store-call';
 
-export async function runProtected<C extends Call>(
+/** Where a protected request's end goes: what became of it, or an error nobody expected. */
+export interface Ending {
+  finished(outcome: Outcome): void;
+  failed(error: unknown): void;
+}
+
+/**
+ * Serves one protected request to its `ending`. A repeat that memory answers is answered in the
+ * turn its call is read (for REST, the turn its body ended) with no promise on its way: the replay
+ * cache's answer, matched by the body's bytes, written at once. Everything else goes on through the
+ * store (afterRead).
+ */
+export function serveProtected<C extends Call>(
   deps: ProtectedDeps,
   protocol: ProtocolAdapter<C>,
   request: ProtectedRequest,
-): Promise<Outcome> {
+  ending: Ending,
+): void {
+  if (request.policy.tenantClaims.length === 0) return readCall(deps, protocol, request, ending);
   // A route scoped by a token's claim verifies it first: a refusal ends the request unread.
-  const verdict = (await readPrincipal(deps, request)) ?? (await protocol.read(request));
+  readPrincipal(deps, request).then((refused) => {
+    if (refused === undefined) readCall(deps, protocol, request, ending);
+    else takeVerdict(deps, protocol, request, refused, ending);
+  }, ending.failed);
+}
+
+/** Has the protocol read the call, and takes its verdict. */
+function readCall<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  request: ProtectedRequest,
+  ending: Ending,
+): void {
+  try {
+    protocol.read(
+      request,
+      inRequestContext(request, (verdict) => takeVerdict(deps, protocol, request, verdict, ending)),
+      ending.failed,
+    );
+  } catch (error) {
+    ending.failed(error);
+  }
+}
+
+/**
+ * `then`, run in the request's async context when it is traced: its spans follow that context,
+ * which a body's events do not carry.
+ */
+function inRequestContext<T extends unknown[]>(
+  request: ProtectedRequest,
+  then: (...args: T) => void,
+): (...args: T) => void {
+  return request.trace === undefined ? then : AsyncResource.bind(then);
+}
+
+/** Answers what can be answered in this turn (answerNow), and hands the rest to the store's way. */
+function takeVerdict<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  request: ProtectedRequest,
+  verdict: Verdict<C>,
+  ending: Ending,
+): void {
+  let now: Outcome | undefined;
+  try {
+    now = answerNow(deps, protocol, request, verdict);
+  } catch (error) {
+    return ending.failed(error);
+  }
+  if (now !== undefined) ending.finished(now);
+  else afterRead(deps, protocol, request, verdict).then(ending.finished, ending.failed);
+}
+
+/**
+ * What is answered in the turn the verdict came: a refusal, or a repeat the replay cache answers (a
+ * replay, or a 422 for a key reused with another request). Undefined: the store decides (afterRead).
+ * Traced requests take the store's way, where each claim is a span.
+ */
+function answerNow<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  request: ProtectedRequest,
+  verdict: Verdict<C>,
+): Outcome | undefined {
+  if (verdict.kind === 'refuse') {
+    verdict.answer(request.res);
+    return verdict.outcome;
+  }
+  if (verdict.kind !== 'protect' || request.trace !== undefined) return undefined;
+  const { call } = verdict;
+  // Shadow mode forwards every repeat anyway.
+  if (!call.policy.enforce) return undefined;
+  let claim: ClaimResult | undefined;
+  try {
+    claim = deps.store.recall(new CallClaim(call, request.route.name, undefined));
+  } catch (error) {
+    // A fingerprint that cannot be read: refused on the store's way, as any other.
+    if (error instanceof UnreadableCall) return undefined;
+    throw error;
+  }
+  if (claim?.kind === 'completed') {
+    protocol.replay(request, call, claim.response, true);
+    return outcomeOf(call, 'replayed', claim);
+  }
+  if (claim?.kind === 'mismatch') {
+    const route = request.route.name;
+    protocol.refuse(request, call, reused(route, call.id.key, protocol.reusedDetail));
+    return outcomeOf(call, 'mismatch', claim);
+  }
+  return undefined;
+}
+
+/** A verdict memory could not answer: passed on, polled, or claimed and answered as the claim decides. */
+async function afterRead<C extends Call>(
+  deps: ProtectedDeps,
+  protocol: ProtocolAdapter<C>,
+  request: ProtectedRequest,
+  verdict: Verdict<C>,
+): Promise<Outcome> {
   if (verdict.kind === 'refuse') {
     verdict.answer(request.res);
     return verdict.outcome;

@@ -243,6 +243,16 @@ export interface AnswerReshaper {
   end(): Buffer | undefined;
 }
 
+/**
+ * An adapter's `read` from a function that reads with promises (MCP, A2A): a repeat memory answers
+ * is answered in the turn its verdict arrives, one promise after its body ended.
+ */
+export function readsWithPromises<C extends Call>(
+  read: (request: ProtectedRequest) => Promise<Verdict<C>>,
+): ProtocolAdapter<C>['read'] {
+  return (request, verdict, failed) => void read(request).then(verdict, failed);
+}
+
 /** How one protocol reads its requests and writes the proxy's answers: one object per protocol. */
 export interface ProtocolAdapter<C extends Call> {
   /** For the log and the docs: `rest`, `mcp`, `a2a`. */
@@ -250,10 +260,17 @@ export interface ProtocolAdapter<C extends Call> {
   /** True for the routes this protocol serves (its block in the route's idempotency policy). */
   serves(policy: IdempotencyPolicy): boolean;
   /**
-   * Reads the request into a verdict. It forwards nothing and answers nothing itself: the
-   * pipeline does both, as the verdict says.
+   * Reads the request into a verdict, given to `verdict` once (or `failed`, for an error that is no
+   * fault of the request). It forwards nothing and answers nothing itself: the pipeline does both,
+   * as the verdict says. A verdict given in the turn the body ended lets a repeat that memory
+   * answers be answered in that turn, with no promise on its way (pipeline.ts); an adapter that
+   * reads with promises is wrapped by readsWithPromises.
    */
-  read(request: ProtectedRequest): Promise<Verdict<C>>;
+  read(
+    request: ProtectedRequest,
+    verdict: (verdict: Verdict<C>) => void,
+    failed: (error: unknown) => void,
+  ): void;
   /** A stored answer: to a repeat (`replayed`), or to the request that made it itself. */
   replay(request: ProtectedRequest, call: C, stored: StoredResponse, replayed: boolean): void;
   /** One of the proxy's own refusals or failures. */

@@ -16,9 +16,9 @@
 import type { ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
 import { ProxyError } from '../errors';
-import { BodyTooLargeError, type DigestedBody, readDigestedBody } from '../http/body';
+import { BodyTooLargeError, type DigestedBody, readDigestedBodyThen } from '../http/body';
 import { sendProblem } from '../http/problem';
-import { writeWhole } from '../http/response';
+import { statusHasBody, writeFlat, writeWhole } from '../http/response';
 import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
 import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
 import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from '../idempotency/derived-key';
@@ -29,7 +29,7 @@ import {
   RAW_FINGERPRINT_MIN_BYTES,
 } from '../idempotency/fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
-import type { HeaderPairs, RecordId } from '../store/record';
+import type { HeaderPairs, RecordId, StoredResponse } from '../store/record';
 import { attachClient } from '../protected/attach';
 import {
   BODY_OMITTED_HEADER,
@@ -61,9 +61,9 @@ export const REST: ProtocolAdapter<Call> = {
   serves: () => true,
   read: readRestCall,
   replay(request, call, stored, replayed) {
-    const expires = expiresHeader(stored.expiresAt);
-    const echo = echoedKey(request.policy, call.id.key, stored.headers);
-    if (!replayed)
+    if (!replayed) {
+      const expires = expiresHeader(stored.expiresAt);
+      const echo = echoedKey(request.policy, call.id.key, stored.headers);
       return writeWhole(
         request.res,
         stored.status,
@@ -71,15 +71,8 @@ export const REST: ProtocolAdapter<Call> = {
         stored.body,
         withEcho(expires, echo),
       );
-    const extra: (readonly [string, string])[] = [
-      [request.policy.replayedHeader, 'true'],
-      ...expires,
-    ];
-    if (echo.length !== 0) extra.push(echo[0]!);
-    if (call.keyDerived) extra.push([DERIVED_KEY_HEADER, 'true']);
-    if (stored.bodyOmitted) extra.push([BODY_OMITTED_HEADER, 'true']);
-    const headers = replayHeaders(stored.headers, request.policy.dropReplayHeaders);
-    writeWhole(request.res, stored.status, headers, stored.body, extra);
+    }
+    writeFlat(request.res, stored.status, replayHead(request.policy, call, stored), stored.body);
   },
   refuse(request, call, error) {
     const { policy } = request;
@@ -148,10 +141,18 @@ function refusal(
   };
 }
 
-/** The call in a protected REST request, or what becomes of the request without one. */
-async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
-  const { req, route, policy, target } = request;
-  if (target.path.startsWith(MONITOR_PREFIX)) return monitorPoll(request);
+/**
+ * The call in a protected REST request, or what becomes of the request without one: given to
+ * `verdict` in the turn the body ended (at once when nothing needs reading), so a repeat memory
+ * answers is answered in that turn. `failed`: something broke that is no fault of the request.
+ */
+function readRestCall(
+  request: ProtectedRequest,
+  verdict: (verdict: Verdict<Call>) => void,
+  failed: (error: unknown) => void,
+): void {
+  const { req, policy, target } = request;
+  if (target.path.startsWith(MONITOR_PREFIX)) return verdict(monitorPoll(request));
   const parsed = parseIdempotencyKey(keyHeaderLines(req, policy.key.header), policy.key.maxLength);
   // No key header on a route with key.body or key.derive: the key is read from the body, or
   // derived, once the body is read. A key that was sent but is invalid is never replaced by another:
@@ -163,49 +164,73 @@ async function readRestCall(request: ProtectedRequest): Promise<Verdict<Call>> {
   if (!parsed.ok && !later) {
     const missing = parsed.problem === 'missing';
     // No key and none required: forwarded unprotected, streamed like any pass-through request.
-    if (missing && !policy.key.required) return { kind: 'pass', outcome: { label: 'passthrough' } };
-    return keyRefused(request, missing, parsed.detail, undefined);
+    if (missing && !policy.key.required)
+      return verdict({ kind: 'pass', outcome: { label: 'passthrough' } });
+    return verdict(keyRefused(request, missing, parsed.detail, undefined));
   }
   const headerKey = parsed.ok ? parsed.key : undefined;
+  readRequestBody(
+    request,
+    (read) => {
+      let call: Verdict<Call>;
+      try {
+        call = callOf(request, headerKey, read);
+      } catch (error) {
+        return failed(error);
+      }
+      verdict(call);
+    },
+    (error) => verdict(unreadBody(request, headerKey, error)),
+  );
+}
 
-  let read: DigestedBody;
-  try {
-    read = await readRequestBody(request);
-  } catch (error) {
-    if (!(error instanceof BodyTooLargeError))
-      // The client went away mid-body: nothing was claimed, nobody to answer.
-      return { kind: 'refuse', outcome: { label: 'error', key: headerKey }, answer: destroy };
-    if (!policy.enforce)
-      return {
-        kind: 'pass',
-        outcome: { label: 'passthrough', key: headerKey, shadow: 'would_reject_too_large' },
-      };
-    const tooLarge = new ProxyError(
-      'REQUEST_TOO_LARGE',
-      `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
-      { route: route.name, key: headerKey },
-    );
+/** What becomes of a request whose body could not be read whole: too large, or its client left. */
+function unreadBody(
+  request: ProtectedRequest,
+  headerKey: string | undefined,
+  error: unknown,
+): Verdict<Call> {
+  const { route, policy } = request;
+  if (!(error instanceof BodyTooLargeError))
+    // The client went away mid-body: nothing was claimed, nobody to answer.
+    return { kind: 'refuse', outcome: { label: 'error', key: headerKey }, answer: destroy };
+  if (!policy.enforce)
     return {
-      kind: 'refuse',
-      outcome: { label: 'too_large', key: headerKey },
-      answer: (res) => {
-        // The unread rest of the body would be parsed as the next request: close the connection.
-        res.shouldKeepAlive = false;
-        sendProblem(res, tooLarge, echoedKey(policy, headerKey, []), policy.errorShape);
-      },
+      kind: 'pass',
+      outcome: { label: 'passthrough', key: headerKey, shadow: 'would_reject_too_large' },
     };
-  }
+  const tooLarge = new ProxyError(
+    'REQUEST_TOO_LARGE',
+    `The request body is larger than this route's limit of ${policy.maxRequestBytes} bytes (maxRequestBytes); send a smaller body.`,
+    { route: route.name, key: headerKey },
+  );
+  return {
+    kind: 'refuse',
+    outcome: { label: 'too_large', key: headerKey },
+    answer: (res) => {
+      // The unread rest of the body would be parsed as the next request: close the connection.
+      res.shouldKeepAlive = false;
+      sendProblem(res, tooLarge, echoedKey(policy, headerKey, []), policy.errorShape);
+    },
+  };
+}
 
+/** The call in a request whose body has been read (`headerKey`: the key its header sent, if any). */
+function callOf(
+  request: ProtectedRequest,
+  headerKey: string | undefined,
+  read: DigestedBody,
+): Verdict<Call> {
+  const { req, route, policy, target } = request;
+  const body = read.body();
   const input: FingerprintInput = {
     method: target.method,
     path: target.path,
     query: target.query,
     headers: req.headers,
-    body: EMPTY_BODY,
+    body,
     contentType: req.headers['content-type'],
   };
-  const body = read.body();
-  input.body = body;
   let sentKey = headerKey;
   if (sentKey === undefined && policy.key.body !== null) {
     const fromBody = readBodyKey(request, body);
@@ -348,20 +373,65 @@ class SentKeyCall implements Call {
 }
 
 /** The body: read here, or already by the edge (it looked for a `_method` in it). */
-async function readRequestBody(request: ProtectedRequest): Promise<DigestedBody> {
+function readRequestBody(
+  request: ProtectedRequest,
+  done: (body: DigestedBody) => void,
+  failed: (error: unknown) => void,
+): void {
   const { req, policy } = request;
   const early = request.target.body;
   if (early !== undefined) {
-    if (early.length > policy.maxRequestBytes) throw new BodyTooLargeError(policy.maxRequestBytes);
-    return wholeBody(early);
-  }
-  return policy.enforce
-    ? readDigestedBody(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES)
-    : wholeBody(await readBodyOrRewind(req, policy.maxRequestBytes));
+    if (early.length > policy.maxRequestBytes)
+      failed(new BodyTooLargeError(policy.maxRequestBytes));
+    else done(wholeBody(early));
+  } else if (policy.enforce)
+    readDigestedBodyThen(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES, done, failed);
+  else readBodyOrRewind(req, policy.maxRequestBytes).then((body) => done(wholeBody(body)), failed);
 }
 
 function wholeBody(body: Buffer): DigestedBody {
   return { body: () => body, sha256: undefined };
+}
+
+/** A replay's head as writeHead takes it, for the route it was made for. */
+interface ReplayHead {
+  readonly policy: IdempotencyPolicy;
+  readonly keyDerived: boolean;
+  readonly flat: readonly string[];
+}
+
+/**
+ * Replay heads, made once per stored answer (and route): a key's repeats are answered from one
+ * stored object (the replay cache's, or its first request's), so each repeat writes the same list
+ * instead of assembling it anew.
+ */
+const replayHeads = new WeakMap<StoredResponse, ReplayHead>();
+
+/**
+ * The head of a replay: the stored headers a later caller may see, then the replay's own marks
+ * (Idempotent-Replayed, Idempotency-Expires, the echoed key, the derived-key and body-omitted
+ * marks) and Content-Length.
+ */
+function replayHead(
+  policy: IdempotencyPolicy,
+  call: Call,
+  stored: StoredResponse,
+): readonly string[] {
+  const known = replayHeads.get(stored);
+  if (known !== undefined && known.policy === policy && known.keyDerived === call.keyDerived)
+    return known.flat;
+  const flat: string[] = [];
+  for (const [name, value] of replayHeaders(stored.headers, policy.dropReplayHeaders))
+    flat.push(name, value);
+  flat.push(policy.replayedHeader, 'true');
+  for (const [name, value] of expiresHeader(stored.expiresAt)) flat.push(name, value);
+  for (const [name, value] of echoedKey(policy, call.id.key, stored.headers))
+    flat.push(name, value);
+  if (call.keyDerived) flat.push(DERIVED_KEY_HEADER, 'true');
+  if (stored.bodyOmitted) flat.push(BODY_OMITTED_HEADER, 'true');
+  if (statusHasBody(stored.status)) flat.push('content-length', String(stored.body.length));
+  replayHeads.set(stored, { policy, keyDerived: call.keyDerived, flat });
+  return flat;
 }
 
 /**

@@ -115,6 +115,26 @@ export class CoalescingStore implements RequestStore {
     return this.claimInStore(request, undefined, key);
   }
 
+  recall(request: ClaimRequest): ClaimResult | undefined {
+    const { cache } = this;
+    if (cache === undefined) return undefined;
+    const { id, raw } = request;
+    const key = memoryKey(id, request.fingerprintEpoch);
+    if (raw !== undefined) {
+      const cached = cache.lookupRaw(key, raw);
+      if (cached) return this.answered(id, completedFrom('cache', cached));
+    }
+    // A key another request here is working on is answered through it (claim), and a request the
+    // cache knows nothing of needs no fingerprint yet.
+    if (this.local.has(key) || !cache.holds(key)) return undefined;
+    const cached = cache.lookup(key, request.fingerprint, raw);
+    if (cached === undefined) return undefined;
+    return this.answered(
+      id,
+      cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE,
+    );
+  }
+
   async complete(
     id: RecordId,
     fence: string,

@@ -253,6 +253,13 @@ export interface KeyStore {
  */
 export interface RequestStore extends KeyStore {
   /**
+   * What memory alone answers this claim with, in the caller's own turn: a completed record (or a
+   * mismatch) the replay cache holds for it; undefined when only claim() can tell — the database,
+   * or this process's first request of the key. Counted into the record's counters as claim()
+   * counts the answers memory gives.
+   */
+  recall(request: ClaimRequest): ClaimResult | undefined;
+  /**
    * Returns once the record may have changed (completed, released, lease over), the claimant's
    * deadline passed, or its client went away; claim again to see which.
    */

@@ -135,6 +135,11 @@ export class ReplayCache {
     return entry.response;
   }
 
+  /** True when the cache has an answer for this record and fingerprint policy (any fingerprint). */
+  holds(key: string): boolean {
+    return this.entry(key) !== undefined;
+  }
+
   private entry(key: string): Entry | undefined {
     if (!this.on) return undefined;
     const entry = this.entries.get(key);
