@@ -231,9 +231,9 @@ export function createApp(options: AppOptions): App {
           done();
         };
         const protocol = adapterOf(adapters, policy);
-        runTraced(trace, () =>
-          serveProtected(depsOf(current), protocol, request, { finished, failed }),
-        );
+        const deps = depsOf(current);
+        if (trace === undefined) serveProtected(deps, protocol, request, { finished, failed });
+        else runTraced(trace, () => serveProtected(deps, protocol, request, { finished, failed }));
       }
     },
   );

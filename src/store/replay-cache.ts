@@ -131,8 +131,9 @@ export class ReplayCache {
    */
   lookupRaw(key: string, raw: Buffer): StoredResponse | undefined {
     const entry = this.entry(key);
-    if (!entry || !entry.raws.some((known) => known.equals(raw))) return undefined;
-    return entry.response;
+    if (!entry) return undefined;
+    for (const known of entry.raws) if (known.equals(raw)) return entry.response;
+    return undefined;
   }
 
   /** True when the cache has an answer for this record and fingerprint policy (any fingerprint). */
