@@ -129,7 +129,8 @@ function takeVerdict<C extends Call>(
     return ending.failed(error);
   }
   if (now !== undefined) ending.finished(now);
-  else afterRead(deps, protocol, request, verdict).then(ending.finished, ending.failed);
+  else if (verdict.kind !== 'refuse')
+    afterRead(deps, protocol, request, verdict).then(ending.finished, ending.failed);
 }
 
 /**
@@ -176,12 +177,8 @@ async function afterRead<C extends Call>(
   deps: ProtectedDeps,
   protocol: ProtocolAdapter<C>,
   request: ProtectedRequest,
-  verdict: Verdict<C>,
+  verdict: Exclude<Verdict<C>, { kind: 'refuse' }>,
 ): Promise<Outcome> {
-  if (verdict.kind === 'refuse') {
-    verdict.answer(request.res);
-    return verdict.outcome;
-  }
   if (verdict.kind === 'pass') return passOn(deps, request, verdict);
   if (verdict.kind === 'poll') return answerPoll(deps, request, verdict.poll);
   const { call } = verdict;

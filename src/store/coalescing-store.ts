@@ -85,8 +85,8 @@ export class CoalescingStore implements RequestStore {
     if (raw !== undefined) {
       // Bytes seen before are answered by their raw fingerprint, without canonical JSON: it costs a
       // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
-      const cached = this.cache?.lookupRaw(key, raw);
-      if (cached) return this.answered(id, completedFrom('cache', cached));
+      const cached = this.cachedByBytes(id, key, raw);
+      if (cached) return cached;
       // Only a key another request here is working on has a leader to ask: a new key (nearly
       // every claim) goes on without a turn of the event loop.
       if (this.local.has(key)) {
@@ -95,12 +95,8 @@ export class CoalescingStore implements RequestStore {
       }
     }
     const fingerprint = request.fingerprint;
-    const cached = this.cache?.lookup(key, fingerprint, raw);
-    if (cached)
-      return this.answered(
-        id,
-        cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE,
-      );
+    const cached = this.cachedByFingerprint(id, key, fingerprint, raw);
+    if (cached) return cached;
     for (let round = 0; round < MAX_LOCAL_ROUNDS; round++) {
       const leading = this.local.lead(key, fingerprint, raw);
       if (leading !== undefined) {
@@ -120,19 +116,32 @@ export class CoalescingStore implements RequestStore {
     if (cache === undefined) return undefined;
     const { id, raw } = request;
     const key = memoryKey(id, request.fingerprintEpoch);
-    if (raw !== undefined) {
-      const cached = cache.lookupRaw(key, raw);
-      if (cached) return this.answered(id, completedFrom('cache', cached));
-    }
+    const byBytes = raw === undefined ? undefined : this.cachedByBytes(id, key, raw);
+    if (byBytes) return byBytes;
     // A key another request here is working on is answered through it (claim), and a request the
     // cache knows nothing of needs no fingerprint yet.
     if (this.local.has(key) || !cache.holds(key)) return undefined;
-    const cached = cache.lookup(key, request.fingerprint, raw);
+    return this.cachedByFingerprint(id, key, request.fingerprint, raw);
+  }
+
+  /** A replay the cache holds for these exact bytes (the raw fingerprint), counted. */
+  private cachedByBytes(id: RecordId, key: string, raw: Buffer): ClaimResult | undefined {
+    const response = this.cache?.lookupRaw(key, raw);
+    return response && this.answered(id, completedFrom('cache', response));
+  }
+
+  /** What the cache says of this fingerprint, counted: a replay, a mismatch (422), or nothing. */
+  private cachedByFingerprint(
+    id: RecordId,
+    key: string,
+    fingerprint: Buffer,
+    raw: Buffer | undefined,
+  ): ClaimResult | undefined {
+    const cached = this.cache?.lookup(key, fingerprint, raw);
     if (cached === undefined) return undefined;
-    return this.answered(
-      id,
-      cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE,
-    );
+    const result =
+      cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE;
+    return this.answered(id, result);
   }
 
   async complete(
