@@ -18,7 +18,7 @@ import { serve } from './cli/serve';
 import { servePrimary } from './cluster/primary';
 import { serveWorker } from './cluster/worker';
 import { describeStoreTopology } from './cli/check-store';
-import { restartWithServingHeap, tuneHeapForServing } from './heap-tuning';
+import { restartWithServingHeap } from './heap-tuning';
 import { embeddedDataDir } from './embedded/data-dir-placement';
 import { runClean } from './cli/clean';
 
@@ -34,8 +34,8 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   checkLogSettings();
   if (cluster.isWorker) {
-    // A cluster worker (`workers` > 1): the primary hands it the config it checked (cluster/).
-    tuneHeapForServing();
+    // A cluster worker (`workers` > 1): the primary hands it the config it checked (cluster/), and
+    // its node flags are the primary's, serving flags included (heap-tuning.ts).
     return serveWorker(createLogger({ base: { worker: cluster.worker!.id, pid: process.pid } }));
   }
   const config = loadConfigFile(args.configFile);
@@ -57,7 +57,6 @@ async function main(argv: readonly string[]): Promise<number> {
   if (args.command === 'inspect') return runInspect(config, args, logger);
   if (args.command === 'clear') return runClear(config, args, logger);
   if (args.command === 'clean') return runClean(config, args);
-  tuneHeapForServing();
   return config.workers > 1 ? servePrimary(config, logger) : serve(config, logger);
 }
 

@@ -1,5 +1,6 @@
-// `serve` runs under the serving heap sizes however it was started: node without flags restarts
-// itself in place with them (the same process id), and an operator's own size is kept.
+// `serve` runs under the serving flags however it was started: node without flags restarts itself
+// in place with them (the same process id), its cluster workers run with them too, and an
+// operator's own choice is kept.
 import fs from 'node:fs';
 import { SERVING_HEAP_FLAGS } from '../../src/heap-tuning';
 import { startProxyProcess } from '../support/proxy-process';
@@ -16,8 +17,9 @@ afterAll(async () => {
   await upstream?.close();
 });
 
-const yaml = () => `
+const yaml = (workers = 1) => `
 listen: { host: 127.0.0.1, port: "\${PROXY_PORT}" }
+workers: ${workers}
 admin: { host: 127.0.0.1, port: "\${ADMIN_PORT}" }
 store: { table: ${uniqueTable('serving_heap')} }
 upstreams: { api: { url: ${upstream.url} } }
@@ -27,6 +29,16 @@ routes: [{ name: all, match: { path: /** }, upstream: api }]
 /** The command line the process runs now, read from /proc (Linux, as the suite's machines are). */
 function commandLine(pid: number): string[] {
   return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+}
+
+/** The command lines of the process's children that run node (its workers, not a PostgreSQL). */
+function nodeChildren(pid: number): string[][] {
+  const children = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim();
+  return children
+    .split(/\s+/)
+    .filter(Boolean)
+    .map((child) => commandLine(Number(child)))
+    .filter((args) => args[0] === process.execPath);
 }
 
 test('node started without flags serves with the serving heap sizes, in the same process', async () => {
@@ -41,15 +53,47 @@ test('node started without flags serves with the serving heap sizes, in the same
   }
 });
 
-test("an operator's own heap size is kept, and nothing is added to it", async () => {
+test('cluster workers run with the serving flags the primary restarted with', async () => {
+  const proxy = await startProxyProcess({ yaml: yaml(2), env: { NODE_OPTIONS: '' } });
+  try {
+    const workers = nodeChildren(proxy.child.pid!);
+    expect(workers).toHaveLength(2);
+    for (const args of workers)
+      expect(args).toEqual(expect.arrayContaining([...SERVING_HEAP_FLAGS]));
+    expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
+  } finally {
+    expect(await proxy.kill()).toBe(0);
+  }
+});
+
+test("an operator's own heap size is kept, and only the marking flag is added", async () => {
   const proxy = await startProxyProcess({
     yaml: yaml(),
     env: { NODE_OPTIONS: '--max-old-space-size=300' },
   });
   try {
     const args = commandLine(proxy.child.pid!);
+    expect(args.slice(1, 2)).toEqual(['--no-concurrent-marking']);
     expect(args.some((arg) => arg.startsWith('--max-semi-space-size'))).toBe(false);
     expect(args.some((arg) => arg.startsWith('--max-old-space-size'))).toBe(false);
+    expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
+  } finally {
+    expect(await proxy.kill()).toBe(0);
+  }
+});
+
+test('an operator who chose both keeps the command line node was started with', async () => {
+  const proxy = await startProxyProcess({
+    yaml: yaml(),
+    nodeArgs: ['--concurrent-marking'],
+    env: { NODE_OPTIONS: '--max-semi-space-size=16' },
+  });
+  try {
+    const args = commandLine(proxy.child.pid!);
+    expect(args.filter((arg) => arg.startsWith('--'))).toEqual([
+      '--concurrent-marking',
+      '--config',
+    ]);
     expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
   } finally {
     expect(await proxy.kill()).toBe(0);

@@ -26,6 +26,8 @@ export interface ProxyProcessOptions {
   /** YAML; `${PROXY_PORT}` and `${ADMIN_PORT}` are the ports chosen for this process. */
   readonly yaml: string;
   readonly env?: NodeJS.ProcessEnv;
+  /** Flags for node itself, before the script. */
+  readonly nodeArgs?: readonly string[];
 }
 
 export async function startProxyProcess(options: ProxyProcessOptions): Promise<ProxyProcess> {
@@ -34,16 +36,20 @@ export async function startProxyProcess(options: ProxyProcessOptions): Promise<P
   fs.writeFileSync(file, options.yaml);
   const port = await findFreePort();
   const adminPort = await findFreePort();
-  const child = spawn(process.execPath, [PROXY_BIN, 'serve', '--config', file], {
-    env: {
-      ...process.env,
-      LOG_LEVEL: 'info',
-      ...options.env,
-      PROXY_PORT: String(port),
-      ADMIN_PORT: String(adminPort),
+  const child = spawn(
+    process.execPath,
+    [...(options.nodeArgs ?? []), PROXY_BIN, 'serve', '--config', file],
+    {
+      env: {
+        ...process.env,
+        LOG_LEVEL: 'info',
+        ...options.env,
+        PROXY_PORT: String(port),
+        ADMIN_PORT: String(adminPort),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  );
   let output = '';
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   void exit.then(() => fs.rmSync(dir, { recursive: true, force: true }));

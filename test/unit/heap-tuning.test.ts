@@ -1,32 +1,36 @@
-// The serving process turns concurrent marking off, and starts with the serving heap sizes, unless
-// the operator chose for themselves.
-import { SERVING_HEAP_FLAGS, servingHeapFlags, tuneHeapForServing } from '../../src/heap-tuning';
+// `serve` starts with the serving flags (a 2 × 8 MB young generation, concurrent marking off) unless
+// the operator chose for themselves, one choice at a time.
+import { SERVING_HEAP_FLAGS, servingHeapFlags } from '../../src/heap-tuning';
 
-test('concurrent marking is turned off when nothing was said about it', () => {
-  expect(tuneHeapForServing([])).toBe(true);
-  expect(tuneHeapForServing(['--max-old-space-size=512'])).toBe(true);
-  expect(tuneHeapForServing(['--concurrent-marking-max-worker-num=1'])).toBe(true);
+test('are both serving flags when node was given neither', () => {
+  expect(SERVING_HEAP_FLAGS).toEqual(['--max-semi-space-size=8', '--no-concurrent-marking']);
+  expect(servingHeapFlags([], undefined)).toEqual(SERVING_HEAP_FLAGS);
+  expect(servingHeapFlags(['--inspect'], '--enable-source-maps')).toEqual(SERVING_HEAP_FLAGS);
+  // A flag that only starts like the marking one is not a choice about marking.
+  expect(servingHeapFlags(['--concurrent-marking-max-worker-num=1'], undefined)).toEqual(
+    SERVING_HEAP_FLAGS,
+  );
 });
 
-test("an operator's own choice, in either spelling, is kept", () => {
-  expect(tuneHeapForServing(['--concurrent-marking'])).toBe(false);
-  expect(tuneHeapForServing(['--no-concurrent-marking'])).toBe(false);
-  expect(tuneHeapForServing(['--no_concurrent_marking'])).toBe(false);
-  expect(tuneHeapForServing(['--concurrent_marking=true'])).toBe(false);
+test('leave out the young generation when the operator chose any heap size, anywhere', () => {
+  const marking = ['--no-concurrent-marking'];
+  expect(servingHeapFlags(['--max-old-space-size=512'], undefined)).toEqual(marking);
+  expect(servingHeapFlags(['--max_semi_space_size=16'], undefined)).toEqual(marking);
+  expect(servingHeapFlags([], '--max-heap-size=300')).toEqual(marking);
+  expect(servingHeapFlags([], '--enable-source-maps --max-old-space-size=1024')).toEqual(marking);
 });
 
-describe('the heap sizes serve restarts with', () => {
-  test('are the serving sizes when node was given none', () => {
-    expect(servingHeapFlags([], undefined)).toEqual(SERVING_HEAP_FLAGS);
-    expect(
-      servingHeapFlags(['--no-concurrent-marking', '--inspect'], '--enable-source-maps'),
-    ).toEqual(SERVING_HEAP_FLAGS);
-  });
+test('leave out marking when the operator said anything about it, in either spelling', () => {
+  const young = ['--max-semi-space-size=8'];
+  expect(servingHeapFlags(['--concurrent-marking'], undefined)).toEqual(young);
+  expect(servingHeapFlags(['--no-concurrent-marking'], undefined)).toEqual(young);
+  expect(servingHeapFlags(['--no_concurrent_marking'], undefined)).toEqual(young);
+  expect(servingHeapFlags(['--concurrent_marking=true'], undefined)).toEqual(young);
+});
 
-  test('are none when the operator chose any size, on the command line or in NODE_OPTIONS', () => {
-    expect(servingHeapFlags(['--max-old-space-size=512'], undefined)).toEqual([]);
-    expect(servingHeapFlags(['--max_semi_space_size=16'], undefined)).toEqual([]);
-    expect(servingHeapFlags([], '--max-heap-size=300')).toEqual([]);
-    expect(servingHeapFlags([], '--enable-source-maps --max-old-space-size=1024')).toEqual([]);
-  });
+test('are none when the operator chose both', () => {
+  expect(servingHeapFlags(['--concurrent-marking', '--max-old-space-size=512'], undefined)).toEqual(
+    [],
+  );
+  expect(servingHeapFlags(['--no-concurrent-marking'], '--max-semi-space-size=16')).toEqual([]);
 });
