@@ -12,6 +12,7 @@ import { ConfigError } from '../errors';
 import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
+import { collectStartupGarbage } from '../heap-tuning';
 import { stopSignal } from '../stop-signal';
 
 /**
@@ -147,13 +148,21 @@ export interface ListenerSpec {
 
 /**
  * Every listener is tried before any failure is reported, so a person who frees one busy port is
- * not sent back for the next: all the ports in use are named in one message.
+ * not sent back for the next: all the ports in use are named in one message. Before them, the
+ * garbage of starting is collected: everything the process serves with is loaded by now.
  */
 export async function listenAll(
   specs: readonly ListenerSpec[],
   config: ProxyConfig,
   logger: Logger,
 ): Promise<void> {
+  const collected = collectStartupGarbage();
+  if (collected !== undefined) {
+    logger.debug(
+      { heapBytesBefore: collected.heapBytesBefore, heapBytesAfter: collected.heapBytesAfter },
+      'collected the garbage of starting',
+    );
+  }
   const results = await Promise.allSettled(
     specs.map((spec) => listen(spec.server, config, spec.section, logger, spec.what)),
   );

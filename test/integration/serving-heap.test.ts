@@ -41,13 +41,24 @@ function nodeChildren(pid: number): string[][] {
     .filter((args) => args[0] === process.execPath);
 }
 
-test('node started without flags serves with the serving heap sizes, in the same process', async () => {
-  const proxy = await startProxyProcess({ yaml: yaml(), env: { NODE_OPTIONS: '' } });
+test('node started without flags serves with the serving flags, in the same process', async () => {
+  const proxy = await startProxyProcess({
+    yaml: yaml(),
+    env: { NODE_OPTIONS: '', LOG_LEVEL: 'debug', LOG_FORMAT: 'json' },
+  });
   try {
     const args = commandLine(proxy.child.pid!);
     expect(args.slice(1, 1 + SERVING_HEAP_FLAGS.length)).toEqual([...SERVING_HEAP_FLAGS]);
     expect(args.slice(-3)).toEqual(['serve', '--config', proxy.configFile]);
     expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
+    // With `gc` defined, the garbage of starting was collected before it listened.
+    const collected = proxy
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('collected the garbage of starting'))
+      .map((line) => JSON.parse(line) as { heapBytesBefore: number; heapBytesAfter: number });
+    expect(collected).toHaveLength(1);
+    expect(collected[0]!.heapBytesAfter).toBeLessThan(collected[0]!.heapBytesBefore);
   } finally {
     expect(await proxy.kill()).toBe(0);
   }
@@ -66,14 +77,14 @@ test('cluster workers run with the serving flags the primary restarted with', as
   }
 });
 
-test("an operator's own heap size is kept, and only the marking flag is added", async () => {
+test("an operator's own heap size is kept, and only the other flags are added", async () => {
   const proxy = await startProxyProcess({
     yaml: yaml(),
     env: { NODE_OPTIONS: '--max-old-space-size=300' },
   });
   try {
     const args = commandLine(proxy.child.pid!);
-    expect(args.slice(1, 2)).toEqual(['--no-concurrent-marking']);
+    expect(args.slice(1, 3)).toEqual(['--no-concurrent-marking', '--expose-gc']);
     expect(args.some((arg) => arg.startsWith('--max-semi-space-size'))).toBe(false);
     expect(args.some((arg) => arg.startsWith('--max-old-space-size'))).toBe(false);
     expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
@@ -82,16 +93,17 @@ test("an operator's own heap size is kept, and only the marking flag is added", 
   }
 });
 
-test('an operator who chose both keeps the command line node was started with', async () => {
+test('an operator who chose all three keeps the command line node was started with', async () => {
   const proxy = await startProxyProcess({
     yaml: yaml(),
-    nodeArgs: ['--concurrent-marking'],
+    nodeArgs: ['--concurrent-marking', '--expose-gc'],
     env: { NODE_OPTIONS: '--max-semi-space-size=16' },
   });
   try {
     const args = commandLine(proxy.child.pid!);
     expect(args.filter((arg) => arg.startsWith('--'))).toEqual([
       '--concurrent-marking',
+      '--expose-gc',
       '--config',
     ]);
     expect((await fetch(`${proxy.url}/ping`)).ok).toBe(true);
