@@ -8,6 +8,7 @@ import { Client, Pool } from 'pg';
 import { createPool } from '../../src/db/pool';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
 import {
+  buildStatements,
   claimStatement,
   completeStatement,
   completionChannel,
@@ -66,6 +67,19 @@ describeIfCitus('the store on a Citus distributed table', () => {
     );
     return rows.map((row) => row.nodeport);
   }
+
+  /** A completion statement's values for `key`, but its ttl (always last). */
+  const completionValues = (key: string): unknown[] => [
+    'orders',
+    '',
+    key,
+    'fence',
+    201,
+    '[]',
+    Buffer.from('x'),
+    false,
+    false,
+  ];
 
   beforeAll(async () => {
     pool = createPool({ url: citusUrl!, size: 10, onError: () => undefined });
@@ -260,23 +274,77 @@ routes:
         2_000,
       ]);
     const completeValues = (batch: string[]): unknown[] =>
-      batch.flatMap((key) => [
-        'orders',
-        '',
-        key,
-        'fence',
-        201,
-        '[]',
-        Buffer.from('x'),
-        false,
-        false,
-        1_000,
-      ]);
+      batch.flatMap((key) => [...completionValues(key), 1_000]);
     expect(await tasks(claimStatement(proxy.table, 5), claimValues(sameShard))).toBe(1);
     expect(await tasks(completeStatement(proxy.table, 5, true), completeValues(sameShard))).toBe(1);
     // The same statements over two shards' keys: what grouping by shard avoids.
     expect(await tasks(claimStatement(proxy.table, 2), claimValues(twoShards))).toBe(2);
     expect(await tasks(completeStatement(proxy.table, 2, true), completeValues(twoShards))).toBe(2);
+  });
+
+  test('a statement about one record goes to its shard alone, with nothing planned beforehand', async () => {
+    // A statement Citus sends to several shards is a distributed transaction: a two-phase commit on
+    // every worker, whose prepared halves hold their locks until Citus recovers them when the
+    // session that ran it is cut in between. A subplan is a result copied to the worker first.
+    const plan = async (text: string, values: unknown[]): Promise<string[]> => {
+      const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values);
+      return rows.map((row) => row['QUERY PLAN']);
+    };
+    const oneTask = (lines: string[]): boolean =>
+      lines.some((line) => /Task Count: 1$/.test(line)) &&
+      !lines.some((line) => line.includes('Subplan'));
+    const sql = buildStatements(proxy.table, true);
+    const completion = completionValues('one-record');
+    expect(oneTask(await plan(sql.completeOne, [...completion, 1_000]))).toBe(true);
+    expect(
+      oneTask(await plan(sql.completePartial, [...completion, '{}', Buffer.from('p'), 1_000])),
+    ).toBe(true);
+    const map = await ShardMap.load(pool, proxy.table);
+    const keys = Array.from({ length: 400 }, (_, i) => `counted-${i}`);
+    const sameShard = keys.filter((key) => map.shardOf(key) === map.shardOf(keys[0]!)).slice(0, 3);
+    const counters = (batch: string[]): unknown[] => [
+      batch.map(() => 'orders'),
+      batch.map(() => ''),
+      batch,
+      batch.map(() => 1),
+      batch.map(() => 2),
+    ];
+    expect(oneTask(await plan(sql.flushCounters, counters(sameShard)))).toBe(true);
+  });
+
+  test("counters flushed for keys on both workers land on each key's row", async () => {
+    const store = new PostgresKeyStore(pool, proxy.table, { lanes: 1 });
+    // Three keys of every shard.
+    const map = await ShardMap.load(pool, proxy.table);
+    const run = randomBytes(4).toString('hex');
+    const candidates = Array.from({ length: 400 }, (_, i) => `flush-${run}-${i}`);
+    const keys = Array.from({ length: map.size }, (_, shard) =>
+      candidates.filter((key) => map.shardOf(key) === shard).slice(0, 3),
+    ).flat();
+    expect(keys).toHaveLength(3 * map.size);
+    const ids = keys.map((key): RecordId => ({ scope: 'orders', tenant: '', key }));
+    for (const id of ids) {
+      const claim = await store.claim({
+        id,
+        route: 'orders',
+        fingerprint: Buffer.alloc(32),
+        leaseMs: 60_000,
+        claimExpiryMs: 120_000,
+      });
+      if (claim.kind !== 'claimed') throw new Error(`expected a claim, got ${claim.kind}`);
+      await store.complete(id, claim.fence, response, 60_000);
+    }
+    expect(await workersOf(proxy.table, keys)).toEqual(await citusWorkerPorts(pool));
+    await store.flushCounters(ids.map((id, i) => ({ id, attempts: i + 1, replays: 2 * i })));
+    const { rows } = await pool.query<{ key: string; attempts: number; replays: number }>(
+      `SELECT key, attempts, replays FROM ${proxy.table} WHERE key = ANY($1::text[])`,
+      [keys],
+    );
+    const byKey = new Map(rows.map((row) => [row.key, row]));
+    keys.forEach((key, i) => {
+      // The claim counted one attempt; the flush adds its own.
+      expect(byKey.get(key)).toMatchObject({ attempts: 1 + i + 1, replays: 2 * i });
+    });
   });
 
   test('concurrent new keys are claimed and completed in batches, one shard each', async () => {

@@ -554,7 +554,17 @@ export class PostgresKeyStore implements KeyStore {
 
   async flushCounters(deltas: readonly CounterDelta[]): Promise<void> {
     if (deltas.length === 0) return;
-    const { sql, names } = this.layout ?? (await this.loadLayout());
+    const { distributed, sql, names } = this.layout ?? (await this.loadLayout());
+    if (distributed && deltas.length > 1) {
+      const split = this.shards.split(deltas, ({ id }) => id.key);
+      if (split) {
+        await inParts(deltas, split, async (part) => {
+          await this.flushCounters(part);
+          return part;
+        });
+        return;
+      }
+    }
     await this.statements.send({
       name: names.flushCounters,
       text: sql.flushCounters,

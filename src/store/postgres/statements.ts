@@ -199,6 +199,7 @@ export function completeStatement(
   partial = false,
 ): string {
   const t = quoteTableName(tableName);
+  if (distributed && shape === 'one') return loneCompletionOnCitus(t, partial);
   const columns = completeColumns(partial);
   const names = columns.slice(0, -1).map(([name]) => name);
   const row = (v: Record<string, string>): string =>
@@ -209,13 +210,14 @@ export function completeStatement(
       ? `(SELECT u.n::int, ${row(valuesOf(columns, { alias: 'u' }))}
                 FROM ${unnested(columns, first, 'u')})`
       : `(VALUES ${parameterRows(shape, columns, first, (v, n) => `${n}, ${row(v)}`)})`;
-  // Citus cannot see the keys through a VALUES list of several rows, and would send the statement
-  // to every shard: the keys as a list of their own let it prune to the one shard.
+  // Citus cannot see the keys through VALUES rows, and would send the statement to every shard: a
+  // distributed transaction, with a two-phase commit on every worker. The keys as a list of their
+  // own let it prune to the one shard.
   const key = first + columns.findIndex(([name]) => name === 'key');
   const keys = (rows: number): string =>
     Array.from({ length: rows }, (_, k) => `$${key + k * columns.length}::text`).join(', ');
   const shardFilter =
-    typeof shape === 'number' && shape > 1 ? `\n          AND r.key IN (${keys(shape)})` : '';
+    distributed && typeof shape === 'number' ? `\n          AND r.key IN (${keys(shape)})` : '';
   const update = `
         UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
                body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
@@ -231,6 +233,29 @@ export function completeStatement(
   // Only the ordinal and the expiry go back to the store: every column returned is described and
   // read again on each call.
   return withNudge(update, distributed ? undefined : notify, 'done.n, done.expires_at_ms');
+}
+
+/**
+ * A lone completion on a Citus distributed table: the row's own UPDATE, its values in place. Citus
+ * plans a single VALUES row as a subquery of its own: computed on the coordinator and copied to the
+ * worker before the UPDATE, a round trip more. Returns what the VALUES shapes return (n is 1).
+ */
+function loneCompletionOnCitus(t: string, partial: boolean): string {
+  const v = valuesOf(completeColumns(partial), { first: 1 });
+  const expiresAt = `now() + ${ms(v.ttl_ms!)}`;
+  const partialSet = partial
+    ? `
+               partial_answer = ${v.partial_answer}, partial_body = ${v.partial_body},`
+    : '';
+  return `
+        UPDATE ${t} AS r SET state = 'completed', status = ${v.status}, headers = ${v.headers},
+               body = ${v.body}, body_omitted = ${v.body_omitted},
+               outcome_unknown = ${v.outcome_unknown}, completed_at = now(),
+               lease_expires_at = NULL, expires_at = ${expiresAt},${partialSet}
+               prune_after = GREATEST(r.prune_after, ${expiresAt})
+        WHERE r.scope = ${v.scope} AND r.tenant = ${v.tenant} AND r.key = ${v.key}
+          AND r.claim_token::text = ${v.claim_token} AND r.state = 'in_progress'
+        RETURNING 1, r.scope, r.tenant, r.key, r.attempts, ${EXPIRES_AT_MS('r.expires_at')}`;
 }
 
 const CLAIM_COLUMNS: readonly Column[] = [
@@ -359,13 +384,17 @@ export function buildStatements(tableName: string, distributed = false) {
     completedWith: `
       SELECT 1 FROM ${t} WHERE ${where} AND claim_token::text = $4::text AND state = 'completed'
         AND status = $5::smallint AND outcome_unknown = $6::boolean`,
-    // Counter increments gathered by the replay cache, one statement per flush.
+    // Counter increments gathered by the replay cache, one statement per flush; on Citus one per
+    // shard, whose keys, as an array of their own, let Citus prune to that shard (through unnest
+    // it cannot see them, and would update every shard in a two-phase commit).
     flushCounters: `
       UPDATE ${t} AS r SET attempts = r.attempts + d.attempts, replays = r.replays + d.replays,
              last_seen_at = now()
       FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
         AS d(scope, tenant, key, attempts, replays)
-      WHERE r.scope = d.scope AND r.tenant = d.tenant AND r.key = d.key AND r.state = 'completed'`,
+      WHERE r.scope = d.scope AND r.tenant = d.tenant AND r.key = d.key AND r.state = 'completed'${
+        distributed ? '\n        AND r.key = ANY($3::text[])' : ''
+      }`,
     // Read-only look for waiters: no counters bumped, nothing locked.
     peek: `
       SELECT state, fingerprint = $4::bytea AS same_fingerprint, expires_at <= now() AS expired,
