@@ -558,10 +558,7 @@ export class PostgresKeyStore implements KeyStore {
     if (distributed && deltas.length > 1) {
       const split = this.shards.split(deltas, ({ id }) => id.key);
       if (split) {
-        await inParts(deltas, split, async (part) => {
-          await this.flushCounters(part);
-          return part;
-        });
+        await Promise.all(split.map((part) => this.flushCounters(part.map((i) => deltas[i]!))));
         return;
       }
     }

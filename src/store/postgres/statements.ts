@@ -175,10 +175,6 @@ function completeColumns(partial: boolean): readonly Column[] {
   return [...COMPLETE_COLUMNS.slice(0, -1), ...PARTIAL_COLUMNS, COMPLETE_COLUMNS.at(-1)!];
 }
 
-/** The partial answer's columns as completePartial sets them. */
-const PARTIAL_SET = `
-               partial_answer = i.partial_answer, partial_body = i.partial_body,`;
-
 /**
  * A record's expiry as epoch milliseconds (float8: pg reads bigint as text), for Idempotency-Expires:
  * the database's time, like every other time the store keeps.
@@ -219,10 +215,7 @@ export function completeStatement(
   const shardFilter =
     distributed && typeof shape === 'number' ? `\n          AND r.key IN (${keys(shape)})` : '';
   const update = `
-        UPDATE ${t} AS r SET state = 'completed', status = i.status, headers = i.headers, body = i.body,
-               body_omitted = i.body_omitted, outcome_unknown = i.outcome_unknown, completed_at = now(),
-               lease_expires_at = NULL, expires_at = i.expires_at,${partial ? PARTIAL_SET : ''}
-               prune_after = GREATEST(r.prune_after, i.expires_at)
+        UPDATE ${t} AS r SET ${completionAssignments((name) => `i.${name}`, 'i.expires_at', partial)}
         FROM ${input}
           AS i(n, ${names.join(', ')}, expires_at)
         WHERE r.scope = i.scope AND r.tenant = i.tenant AND r.key = i.key
@@ -236,23 +229,34 @@ export function completeStatement(
 }
 
 /**
+ * What a completion sets: each column from `value` (an input row's, or a parameter) and the expiry
+ * as `expiresAt` computes it.
+ */
+function completionAssignments(
+  value: (name: string) => string,
+  expiresAt: string,
+  partial: boolean,
+): string {
+  const partialSet = partial
+    ? `
+               partial_answer = ${value('partial_answer')}, partial_body = ${value('partial_body')},`
+    : '';
+  return `state = 'completed', status = ${value('status')}, headers = ${value('headers')}, body = ${value('body')},
+               body_omitted = ${value('body_omitted')}, outcome_unknown = ${value('outcome_unknown')}, completed_at = now(),
+               lease_expires_at = NULL, expires_at = ${expiresAt},${partialSet}
+               prune_after = GREATEST(r.prune_after, ${expiresAt})`;
+}
+
+/**
  * A lone completion on a Citus distributed table: the row's own UPDATE, its values in place. Citus
  * plans a single VALUES row as a subquery of its own: computed on the coordinator and copied to the
  * worker before the UPDATE, a round trip more. Returns what the VALUES shapes return (n is 1).
  */
 function loneCompletionOnCitus(t: string, partial: boolean): string {
   const v = valuesOf(completeColumns(partial), { first: 1 });
-  const expiresAt = `now() + ${ms(v.ttl_ms!)}`;
-  const partialSet = partial
-    ? `
-               partial_answer = ${v.partial_answer}, partial_body = ${v.partial_body},`
-    : '';
+  const set = completionAssignments((name) => v[name]!, `now() + ${ms(v.ttl_ms!)}`, partial);
   return `
-        UPDATE ${t} AS r SET state = 'completed', status = ${v.status}, headers = ${v.headers},
-               body = ${v.body}, body_omitted = ${v.body_omitted},
-               outcome_unknown = ${v.outcome_unknown}, completed_at = now(),
-               lease_expires_at = NULL, expires_at = ${expiresAt},${partialSet}
-               prune_after = GREATEST(r.prune_after, ${expiresAt})
+        UPDATE ${t} AS r SET ${set}
         WHERE r.scope = ${v.scope} AND r.tenant = ${v.tenant} AND r.key = ${v.key}
           AND r.claim_token::text = ${v.claim_token} AND r.state = 'in_progress'
         RETURNING 1, r.scope, r.tenant, r.key, r.attempts, ${EXPIRES_AT_MS('r.expires_at')}`;
