@@ -1,5 +1,5 @@
 // The tables the READMEs promise are kept true by the code they describe (as fastify checks
-// Errors.md against lib/errors.js): the error codes and statuses (README.md), the metrics with
+// Errors.md against lib/errors.js): the error codes and statuses (src/http/README.md), the metrics with
 // their types and labels, the request-log fields, outcomes and shadow verdicts
 // (docs/metrics-and-logs.md). A code, metric, label or log field added without a row fails here, and so
 // does a row for one that is gone.
@@ -74,8 +74,8 @@ const entryFields = entryType.members.flatMap((member) =>
     : [],
 );
 
-describe('README.md error table', () => {
-  const rows = table('README.md', '## Errors', 'code');
+describe('src/http/README.md error table', () => {
+  const rows = table('src/http/README.md', '## Errors', 'code');
 
   it('lists every code in src/errors.ts, and no other', () => {
     expect(sorted(rows.map((cells) => codes(cells[0])[0]!))).toEqual(
