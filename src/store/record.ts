@@ -8,7 +8,7 @@
 //                       ├─ unknownOutcome: fail  ──► completed with the unknown-outcome answer
 //                       └─ unknownOutcome: retry ──► taken over: a new fence, forwarded again
 
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { HeaderPairs } from '../http/headers';
 import type { LiveAnswer } from './live-answer';
 
@@ -284,7 +284,7 @@ export function memoryKey(id: RecordId, fingerprintEpoch = ''): string {
 
 /** A record's identity in a completion NOTIFY payload: short, fixed-size, and free of the raw key. */
 export function recordDigest(id: RecordId): string {
-  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('base64url');
+  return hash('sha256', `${id.scope}\n${id.tenant}\n${id.key}`, 'base64url');
 }
 
 /** Wakes requests waiting on an in-flight record (onConcurrent: wait) when it completes or is released. */
