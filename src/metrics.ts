@@ -69,21 +69,21 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Requests answered, by route, outcome (executed, replayed, in_flight, mismatch, ...) and status class.',
       labelNames: ['route', 'outcome', 'status_class'],
       registers,
-      collect: () => handOver(this.requestTallies),
+      collect: () => handOver(this.allRequestTallies),
     });
     this.replays = new Counter({
       name: `${PREFIX}replays_total`,
       help: 'Requests answered from a stored response.',
       labelNames: ['route'],
       registers,
-      collect: () => handOver(this.replayTallies),
+      collect: () => handOver(this.replayTallies.values()),
     });
     this.cacheHits = new Counter({
       name: `${PREFIX}replay_cache_hits_total`,
       help: 'Repeats answered from the in-process replay cache, without a store round trip.',
       labelNames: ['route'],
       registers,
-      collect: () => handOver(this.cacheHitTallies),
+      collect: () => handOver(this.cacheHitTallies.values()),
     });
     this.unknownOutcomes = new Counter({
       name: `${PREFIX}unknown_outcomes_total`,
@@ -222,7 +222,12 @@ export class ProxyMetrics implements ProtectedObserver {
    * Per-request counts, kept as plain numbers and handed to prom-client when it is scraped
    * (`collect`): a child's inc() hashes and stores on every call, three times a request.
    */
-  private readonly requestTallies = new Map<string, Tally>();
+  /**
+   * By route, outcome and status class (its index in STATUS_CLASSES): found without building a key
+   * per request. Every one of them is also in allRequestTallies, which a scrape walks.
+   */
+  private readonly requestTallies = new Map<string, Map<string, (Tally | undefined)[]>>();
+  private readonly allRequestTallies: Tally[] = [];
   private readonly replayTallies = new Map<string, Tally>();
   private readonly cacheHitTallies = new Map<string, Tally>();
   private readonly upstreamChildren = new Map<string, { observe(value: number): void }>();
@@ -230,14 +235,7 @@ export class ProxyMetrics implements ProtectedObserver {
   /** Called once per finished request with its log entry. */
   observeRequest(entry: RequestLogEntry): void {
     const route = entry.route ?? '(none)';
-    const cls = statusClass(entry.status);
-    const tallyKey = `${route}\u0000${entry.outcome}\u0000${cls}`;
-    let tally = this.requestTallies.get(tallyKey);
-    if (!tally) {
-      tally = new Tally(this.requests.labels(route, entry.outcome, cls));
-      this.requestTallies.set(tallyKey, tally);
-    }
-    tally.count++;
+    this.requestTally(route, entry.outcome, statusClass(entry.status)).count++;
     this.recentOutcomes.add(entry.outcome);
     if (entry.outcome === 'replayed') tallyOf(this.replayTallies, this.replays, route).count++;
     if (entry.cached) tallyOf(this.cacheHitTallies, this.cacheHits, route).count++;
@@ -252,6 +250,20 @@ export class ProxyMetrics implements ProtectedObserver {
       this.firstByteSeconds.observe({ route }, entry.firstByteMs / 1000);
     if (entry.tool !== undefined)
       this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
+  }
+
+  private requestTally(route: string, outcome: string, statusClass: number): Tally {
+    let byOutcome = this.requestTallies.get(route);
+    if (!byOutcome) this.requestTallies.set(route, (byOutcome = new Map()));
+    let byClass = byOutcome.get(outcome);
+    if (!byClass) byOutcome.set(outcome, (byClass = []));
+    let tally = byClass[statusClass];
+    if (!tally) {
+      tally = new Tally(this.requests.labels(route, outcome, STATUS_CLASSES[statusClass]!));
+      byClass[statusClass] = tally;
+      this.allRequestTallies.push(tally);
+    }
+    return tally;
   }
 
   /**
@@ -345,8 +357,9 @@ export class ProxyMetrics implements ProtectedObserver {
 
 const STATUS_CLASSES = ['none', '1xx', '2xx', '3xx', '4xx', '5xx'];
 
-function statusClass(status: number): string {
-  return status >= 100 && status < 600 ? STATUS_CLASSES[Math.floor(status / 100)]! : 'none';
+/** The status class's index in STATUS_CLASSES. */
+function statusClass(status: number): number {
+  return status >= 100 && status < 600 ? Math.floor(status / 100) : 0;
 }
 
 /** Requests counted for one label-bound child since the last scrape. */
@@ -362,8 +375,8 @@ function tallyOf(tallies: Map<string, Tally>, metric: Counter<'route'>, route: s
 }
 
 /** Adds what was counted since the last scrape to the counters, as the scrape reads them. */
-function handOver(tallies: Map<string, Tally>): void {
-  for (const tally of tallies.values()) {
+function handOver(tallies: Iterable<Tally>): void {
+  for (const tally of tallies) {
     if (tally.count === 0) continue;
     tally.child.inc(tally.count);
     tally.count = 0;
