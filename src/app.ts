@@ -2,7 +2,7 @@
 // graceful close. createApp does not listen and does not own the database pool; serve (cli) and the
 // tests do.
 import type { Prober } from './reconcile/resolution';
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
@@ -360,5 +360,5 @@ function noteOutcome(entry: RequestLogEntry, outcome: Outcome, timings: Timings)
 
 /** What the log shows for a key on a route with `logKey: hash`: enough to correlate, not to replay. */
 export function hashKey(key: string): string {
-  return `sha256:${createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
+  return `sha256:${hash('sha256', key, 'hex').slice(0, 16)}`;
 }

@@ -1,5 +1,6 @@
 // The one table of errors the proxy itself answers with. Every entry has a stable `code` (documented
-// in src/http/README.md's error table) and renders as application/problem+json (RFC 9457) in http/problem.ts.
+// in src/http/README.md's error table) and renders as application/problem+json (RFC 9457) in
+// http/problem.ts.
 
 export const ERROR_TABLE = {
   ROUTE_NOT_FOUND: { status: 404, title: 'No route matches this request' },

@@ -220,11 +220,9 @@ export class ProxyMetrics implements ProtectedObserver {
 
   /**
    * Per-request counts, kept as plain numbers and handed to prom-client when it is scraped
-   * (`collect`): a child's inc() hashes and stores on every call, three times a request.
-   */
-  /**
-   * By route, outcome and status class (its index in STATUS_CLASSES): found without building a key
-   * per request. Every one of them is also in allRequestTallies, which a scrape walks.
+   * (`collect`): a child's inc() hashes and stores on every call, three times a request. Requests'
+   * are found by route, outcome and status class (its index in STATUS_CLASSES), without building a
+   * key per request; allRequestTallies holds each of them once more, for the scrape to walk.
    */
   private readonly requestTallies = new Map<string, Map<string, (Tally | undefined)[]>>();
   private readonly allRequestTallies: Tally[] = [];
@@ -252,15 +250,15 @@ export class ProxyMetrics implements ProtectedObserver {
       this.toolCalls.inc({ route, tool: this.toolLabel(entry.tool), outcome: entry.outcome });
   }
 
-  private requestTally(route: string, outcome: string, statusClass: number): Tally {
+  private requestTally(route: string, outcome: string, classIndex: number): Tally {
     let byOutcome = this.requestTallies.get(route);
     if (!byOutcome) this.requestTallies.set(route, (byOutcome = new Map()));
     let byClass = byOutcome.get(outcome);
     if (!byClass) byOutcome.set(outcome, (byClass = []));
-    let tally = byClass[statusClass];
+    let tally = byClass[classIndex];
     if (!tally) {
-      tally = new Tally(this.requests.labels(route, outcome, STATUS_CLASSES[statusClass]!));
-      byClass[statusClass] = tally;
+      tally = new Tally(this.requests.labels(route, outcome, STATUS_CLASSES[classIndex]!));
+      byClass[classIndex] = tally;
       this.allRequestTallies.push(tally);
     }
     return tally;

@@ -3,7 +3,7 @@
 // request path: `checkout /checkout_sessions/cs_1/complete`. The admin API and the CLI find the
 // route of a record from its scope either way. key.forward: scoped sends the upstream a hash of
 // the scope, the tenant and the key instead of the key (scopedKeyOf).
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { RouteConfig } from '../config/types';
 
 /** The scope of a request to `path` on a route whose policy has `scope` and `scopeByPath`. */
@@ -29,5 +29,5 @@ export function routeOfScope(
  * each other.
  */
 export function scopedKeyOf(id: { scope: string; tenant: string; key: string }): string {
-  return createHash('sha256').update(`${id.scope}\n${id.tenant}\n${id.key}`).digest('hex');
+  return hash('sha256', `${id.scope}\n${id.tenant}\n${id.key}`, 'hex');
 }
