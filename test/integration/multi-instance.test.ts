@@ -104,10 +104,12 @@ test('200 duplicates split across two proxy processes execute once (wait: everyo
   }
 }, 60_000);
 
+const LEASE_MS = 10_000;
+
 test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unknown outcome and retry takes over once', async () => {
   const table = uniqueTable('crash');
   const env = { DATABASE_URL: databaseUrl() };
-  const yaml = config(table, '{ lockTimeout: 4s }');
+  const yaml = config(table, `{ lockTimeout: ${LEASE_MS / 1000}s }`);
   const doomed = await startProxyProcess({ yaml, env });
   // Two requests in flight on the doomed proxy, one per unknownOutcome mode.
   const lost = [
@@ -123,14 +125,15 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
   expect(await doomed.kill('SIGKILL')).toBeNull();
   expect(await Promise.all(lost)).toEqual(['connection lost', 'connection lost']);
 
-  // The lease (4 s) must outlast the survivor's start, even on a loaded machine (2 s did not).
+  // The lease must outlast the survivor's start and first request, even on a loaded machine: 2 s
+  // did not, and 4 s did not once, in a CI run where the survivor answered 502 (the lease over).
   const survivor = await startProxyProcess({ yaml, env });
   try {
     const early = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(early.status).toBe(409);
     const earlyRetry = await postJson(`${survivor.url}/retried`, 'crash-retry', { a: 1 });
     expect(earlyRetry.status).toBe(409);
-    await sleep(claimedAt + 4_300 - Date.now());
+    await sleep(claimedAt + LEASE_MS + 300 - Date.now());
 
     const settled = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(settled.status).toBe(502);
