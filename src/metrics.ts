@@ -69,7 +69,7 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Requests answered, by route, outcome (executed, replayed, in_flight, mismatch, ...) and status class.',
       labelNames: ['route', 'outcome', 'status_class'],
       registers,
-      collect: () => handOver(this.allRequestTallies),
+      collect: () => handOver(this.everyRequestTally()),
     });
     this.replays = new Counter({
       name: `${PREFIX}replays_total`,
@@ -222,10 +222,9 @@ export class ProxyMetrics implements ProtectedObserver {
    * Per-request counts, kept as plain numbers and handed to prom-client when it is scraped
    * (`collect`): a child's inc() hashes and stores on every call, three times a request. Requests'
    * are found by route, outcome and status class (its index in STATUS_CLASSES), without building a
-   * key per request; allRequestTallies holds each of them once more, for the scrape to walk.
+   * key per request.
    */
   private readonly requestTallies = new Map<string, Map<string, (Tally | undefined)[]>>();
-  private readonly allRequestTallies: Tally[] = [];
   private readonly replayTallies = new Map<string, Tally>();
   private readonly cacheHitTallies = new Map<string, Tally>();
   private readonly upstreamChildren = new Map<string, { observe(value: number): void }>();
@@ -259,9 +258,15 @@ export class ProxyMetrics implements ProtectedObserver {
     if (!tally) {
       tally = new Tally(this.requests.labels(route, outcome, STATUS_CLASSES[classIndex]!));
       byClass[classIndex] = tally;
-      this.allRequestTallies.push(tally);
     }
     return tally;
+  }
+
+  /** Every request tally, for a scrape: a walk of the maps, so they are the one place they live. */
+  private *everyRequestTally(): Iterable<Tally> {
+    for (const byOutcome of this.requestTallies.values())
+      for (const byClass of byOutcome.values())
+        for (const tally of byClass) if (tally !== undefined) yield tally;
   }
 
   /**
