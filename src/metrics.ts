@@ -35,6 +35,8 @@ export class ProxyMetrics implements ProtectedObserver {
   private readonly writesDropped: Counter<'operation' | 'reason'>;
   private readonly backgroundReleases: Counter<'result'>;
   private readonly unknownReplaced: Counter;
+  private readonly heapCollections: Counter;
+  private readonly heapCollectionSeconds: Counter;
   private readonly spoolRefusals: Counter;
   /** What the store's outbox holds now (key-store.ts pendingWrites), read when scraped. */
   private pendingWrites: () => { readonly writes: number; readonly bytes: number } = () => ({
@@ -211,6 +213,16 @@ export class ProxyMetrics implements ProtectedObserver {
       help: 'Answers the spool could not take (full, or its disk failed): each waited until PostgreSQL had it.',
       registers,
     });
+    this.heapCollections = new Counter({
+      name: `${PREFIX}heap_collections_total`,
+      help: 'Full garbage collections this process ran because its heap passed heapTarget.',
+      registers,
+    });
+    this.heapCollectionSeconds = new Counter({
+      name: `${PREFIX}heap_collection_seconds_total`,
+      help: 'Time those collections held the event loop.',
+      registers,
+    });
     this.unknownReplaced = new Counter({
       name: `${PREFIX}unknown_outcomes_replaced_total`,
       help: "Unknown outcomes settled when a claim's lease ended, replaced by that claim's real answer when it landed later.",
@@ -324,6 +336,12 @@ export class ProxyMetrics implements ProtectedObserver {
   /** The spool could not take an answer (pending-writes.ts). */
   spoolRefused(): void {
     this.spoolRefusals.inc();
+  }
+
+  /** The heap passed heapTarget and was collected (heap-bound.ts). */
+  heapCollected(pauseMs: number): void {
+    this.heapCollections.inc();
+    this.heapCollectionSeconds.inc(pauseMs / 1000);
   }
 
   /** A provisional unknown outcome was replaced by the real answer (key-store.ts replaceUnknown). */

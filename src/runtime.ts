@@ -85,6 +85,7 @@ export function restartOnlyChanges(current: ProxyConfig, next: ProxyConfig): str
       changes.push(`${section}.tls.clientAuth`);
   }
   if (current.workers !== next.workers) changes.push('workers');
+  if (current.heapTargetBytes !== next.heapTargetBytes) changes.push('heapTarget');
   // Each field by name (`store.poolSize`), so the operator knows what to put back.
   const fields = new Set([...Object.keys(current.store), ...Object.keys(next.store)]);
   for (const field of fields) {

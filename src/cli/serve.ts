@@ -13,6 +13,7 @@ import { settingName } from '../config/env-sources';
 import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
 import { collectStartupGarbage } from '../heap-tuning';
+import { type RunningHeapBound, startHeapBound } from '../heap-bound';
 import { stopSignal } from '../stop-signal';
 
 /**
@@ -114,7 +115,30 @@ async function startServing(
       `admin /keys is off: set ${settingName(config, 'admin.token')} to inspect and clear keys over HTTP`,
     );
   }
-  return { app, reload: (next) => proxy.reload(next), close: (graceMs) => proxy.close(graceMs) };
+  const heap = boundHeap(config, proxy, logger);
+  return {
+    app,
+    reload: (next) => proxy.reload(next),
+    close: (graceMs) => {
+      heap?.stop();
+      return proxy.close(graceMs);
+    },
+  };
+}
+
+/**
+ * Starts the heap's bound (heapTarget) in a process that serves the listener: this one, or each
+ * cluster worker. Each collection is counted in the metrics and logged at debug level.
+ */
+export function boundHeap(
+  config: ProxyConfig,
+  proxy: Pick<ProxyInstance, 'metrics'>,
+  logger: Logger,
+): RunningHeapBound | undefined {
+  return startHeapBound(config.heapTargetBytes, (collection) => {
+    proxy.metrics.heapCollected(collection.pauseMs);
+    logger.debug({ ...collection }, 'heap past heapTarget: collected');
+  });
 }
 
 /** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */

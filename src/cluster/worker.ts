@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { composeProxy, type ProxyInstance } from '../compose';
 import { parseConfigText } from '../compiler/load';
 import { storePool } from '../db/open-database';
-import { listenAll } from '../cli/serve';
+import { boundHeap, listenAll } from '../cli/serve';
 import { ProxyMetrics } from '../metrics';
 import { StartupError } from '../startup-error';
 import { type FromWorker, isToWorker, messageType, type Question, type ToWorker } from './messages';
@@ -71,6 +71,7 @@ export async function serveWorker(logger: Logger): Promise<number> {
     return error instanceof StartupError ? error.exitCode : 1;
   }
   state.serving = instance;
+  const heap = boundHeap(config, instance, logger);
   process.off('SIGTERM', stopStarting);
   process.off('SIGINT', stopStarting);
   // Ctrl-C reaches the whole process group: this worker gets its own SIGINT as well as the primary's
@@ -93,6 +94,7 @@ export async function serveWorker(logger: Logger): Promise<number> {
     { by: why, inFlight: app.inFlight(), graceMs: app.config().shutdownGraceMs },
     'worker draining in-flight requests',
   );
+  heap?.stop();
   await instance.close(app.config().shutdownGraceMs);
   await pool.end();
   logger.info('worker stopped');

@@ -94,6 +94,7 @@ export function compileConfig(parsed: ParsedConfig, options: CompileOptions): Pr
     },
     shutdownGraceMs: parseDurationMs(parsed.shutdownGrace),
     workers: parsed.workers === 'auto' ? os.availableParallelism() : parsed.workers,
+    heapTargetBytes: parseSizeBytes(parsed.heapTarget),
     admin: { host: admin.host, port: admin.port, token: admin.token || undefined, tls: tls.admin },
     store: {
       url: env.DATABASE_URL || store.url || undefined,

@@ -360,6 +360,11 @@ export const configSchema = strict(
       .describe(
         'Processes serving the listener (node:cluster); "auto" = one per core. 1 = no cluster.',
       ),
+    heapTarget: size
+      .default('48mb')
+      .describe(
+        "The JavaScript heap's used size past which each serving process collects its garbage at once (one full collection, tens of milliseconds) instead of letting V8 grow the heap to several times what is alive; a target, not a cap: a live heap above it is collected less often, never refused. 0b turns it off.",
+      ),
     admin: strict(
       {
         host: listenHost.default('127.0.0.1').describe('Address of the admin listener.'),
@@ -502,7 +507,7 @@ export const configSchema = strict(
       .min(1, { error: 'expected at least one route' })
       .describe('Routes in match order; the first match wins.'),
   },
-  'config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
+  'config sections (listen, shutdownGrace, workers, heapTarget, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
 );
 
 export type ParsedConfig = z.output<typeof configSchema>;

@@ -346,6 +346,8 @@ export interface ProxyConfig {
   readonly shutdownGraceMs: number;
   /** Processes serving the listener (`auto` resolved to this machine's cores); 1 = no cluster. */
   readonly workers: number;
+  /** Used heap bytes past which a serving process collects at once (heap-bound.ts); 0 = off. */
+  readonly heapTargetBytes: number;
   readonly admin: AdminConfig;
   readonly store: StoreConfig;
   readonly upstreams: ReadonlyMap<string, UpstreamConfig>;

@@ -118,6 +118,7 @@ describe('config JSON Schema', () => {
       'listen',
       'shutdownGrace',
       'workers',
+      'heapTarget',
       'admin',
       'store',
       'upstreams',

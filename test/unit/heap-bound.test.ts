@@ -1,0 +1,85 @@
+// The heap's bound (heapTarget) collects when the used heap passes the target, backs off when what
+// is alive outgrows it, and never spends more than a twentieth of the time collecting.
+import { HeapBound, type HeapSources, startHeapBound } from '../../src/heap-bound';
+
+const MB = 1024 * 1024;
+
+/**
+ * A heap that a test fills by hand: a collection leaves `live` bytes and takes `pauseMs` of the
+ * clock, which the test moves too.
+ */
+class FakeHeap implements HeapSources {
+  used = 0;
+  live = 0;
+  clock = 0;
+  pauseMs = 10;
+  collections = 0;
+  usedBytes(): number {
+    return this.used;
+  }
+  collect(): void {
+    this.collections++;
+    this.used = this.live;
+    this.clock += this.pauseMs;
+  }
+  now(): number {
+    return this.clock;
+  }
+}
+
+test('collects once the used heap passes the target, and reports what it freed', () => {
+  const heap = new FakeHeap();
+  const bound = new HeapBound(48 * MB, heap);
+  heap.used = 48 * MB;
+  expect(bound.check()).toBeUndefined();
+  heap.used = 60 * MB;
+  heap.live = 20 * MB;
+  heap.pauseMs = 30;
+  expect(bound.check()).toEqual({
+    pauseMs: 30,
+    usedBytesBefore: 60 * MB,
+    usedBytesAfter: 20 * MB,
+  });
+  expect(heap.collections).toBe(1);
+});
+
+test('waits twenty times the last pause before collecting again', () => {
+  const heap = new FakeHeap();
+  const bound = new HeapBound(48 * MB, heap);
+  heap.live = 20 * MB;
+  heap.pauseMs = 30;
+  heap.used = 60 * MB;
+  bound.check();
+  heap.used = 90 * MB;
+  heap.clock += 599;
+  expect(bound.check()).toBeUndefined();
+  heap.clock += 1;
+  expect(bound.check()?.usedBytesBefore).toBe(90 * MB);
+  expect(heap.collections).toBe(2);
+});
+
+test('a live heap above the target is collected at twice its size, not at every check', () => {
+  const heap = new FakeHeap();
+  const bound = new HeapBound(48 * MB, heap);
+  heap.live = 70 * MB;
+  heap.pauseMs = 1;
+  heap.used = 80 * MB;
+  bound.check();
+  heap.clock += 1000;
+  heap.used = 139 * MB;
+  expect(bound.check()).toBeUndefined();
+  heap.used = 141 * MB;
+  expect(bound.check()?.usedBytesAfter).toBe(70 * MB);
+  // Once V8's own collections bring the heap under the target, the target rules again.
+  heap.clock += 1000;
+  heap.used = 40 * MB;
+  heap.live = 20 * MB;
+  expect(bound.check()).toBeUndefined();
+  heap.used = 50 * MB;
+  expect(bound.check()?.usedBytesBefore).toBe(50 * MB);
+  expect(heap.collections).toBe(3);
+});
+
+test('does not start for a target of 0', () => {
+  expect(startHeapBound(0, () => undefined)).toBeUndefined();
+});
