@@ -386,14 +386,38 @@ routes:
   };
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A port no process listens on, below the kernel's range for outgoing connections: a port the
+ * kernel handed out (listen on 0) is free only until an outgoing connection is given it as its own
+ * end, and the load generator and the pools open thousands a second. One such run lost a proxy that
+ * started a few seconds later to EADDRINUSE.
+ */
+export async function freePort(): Promise<number> {
+  const below = ephemeralPortsStart();
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 10_000 + Math.floor(Math.random() * (below - 10_000));
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`no free port between 10000 and ${below} after 50 tries`);
+}
+
+/** The first port of net.ipv4.ip_local_port_range (32768 when it cannot be read). */
+function ephemeralPortsStart(): number {
+  try {
+    const start = Number(
+      fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
+    );
+    return start > 11_000 ? start : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const probe = net.createServer();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
   });
 }
 
