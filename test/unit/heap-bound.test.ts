@@ -1,6 +1,8 @@
 // The heap's bound (heapTarget) collects when the used heap passes the target, backs off when what
 // is alive outgrows it, and never spends more than a twentieth of the time collecting.
 import { HeapBound, type HeapSources, startHeapBound } from '../../src/heap-bound';
+import { parseConfigText } from '../../src/compiler/load';
+import { restartOnlyChanges } from '../../src/runtime';
 
 const MB = 1024 * 1024;
 
@@ -82,4 +84,29 @@ test('a live heap above the target is collected at twice its size, not at every 
 
 test('does not start for a target of 0', () => {
   expect(startHeapBound(0, () => undefined)).toBeUndefined();
+});
+
+describe('heapTarget in the config', () => {
+  const yaml = (line: string): string =>
+    `${line}\nupstreams: { app: { url: "http://127.0.0.1:4000" } }\nroutes: [{ name: r, match: { path: /r }, upstream: app }]\n`;
+
+  it('is 48 MB by default, a size as written, and 0 when turned off', () => {
+    expect(parseConfigText(yaml(''), 'proxy.yaml', {}).heapTargetBytes).toBe(48 * MB);
+    expect(parseConfigText(yaml('heapTarget: 96mb'), 'proxy.yaml', {}).heapTargetBytes).toBe(
+      96 * MB,
+    );
+    expect(parseConfigText(yaml('heapTarget: 0b'), 'proxy.yaml', {}).heapTargetBytes).toBe(0);
+  });
+
+  it.each(['-1mb', 'lots', 'true'])('refuses heapTarget: %s with its line', (value) => {
+    expect(() => parseConfigText(yaml(`heapTarget: ${value}`), 'proxy.yaml', {})).toThrow(
+      /^proxy\.yaml:1:13 heapTarget: /,
+    );
+  });
+
+  it('needs a restart to change', () => {
+    const one = parseConfigText(yaml('heapTarget: 48mb'), 'proxy.yaml', {});
+    const two = parseConfigText(yaml('heapTarget: 64mb'), 'proxy.yaml', {});
+    expect(restartOnlyChanges(one, two)).toEqual(['heapTarget']);
+  });
 });
