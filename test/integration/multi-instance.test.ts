@@ -104,31 +104,34 @@ test('200 duplicates split across two proxy processes execute once (wait: everyo
   }
 }, 60_000);
 
-const LEASE_MS = 10_000;
+const LEASE_MS = 6_000;
 
 test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unknown outcome and retry takes over once', async () => {
   const table = uniqueTable('crash');
   const env = { DATABASE_URL: databaseUrl() };
   const yaml = config(table, `{ lockTimeout: ${LEASE_MS / 1000}s }`);
-  const doomed = await startProxyProcess({ yaml, env });
-  // Two requests in flight on the doomed proxy, one per unknownOutcome mode.
-  const lost = [
-    postJson(`${doomed.url}/orders`, 'crash-fail', { a: 1 }, { 'x-wait': '5000' }).catch(
-      () => 'connection lost',
-    ),
-    postJson(`${doomed.url}/retried`, 'crash-retry', { a: 1 }, { 'x-wait': '5000' }).catch(
-      () => 'connection lost',
-    ),
-  ];
-  await until(() => upstream.executions().length >= 2, 'both requests to reach the upstream');
-  const claimedAt = Date.now();
-  expect(await doomed.kill('SIGKILL')).toBeNull();
-  expect(await Promise.all(lost)).toEqual(['connection lost', 'connection lost']);
-
-  // The lease must outlast the survivor's start and first request, even on a loaded machine: 2 s
-  // did not, and 4 s did not once, in a CI run where the survivor answered 502 (the lease over).
-  const survivor = await startProxyProcess({ yaml, env });
+  // The survivor is up before the kill: the lease then has to outlast two requests, not a process
+  // starting on a loaded machine, which once took longer than a 10 s lease (the second early
+  // request was forwarded).
+  const [doomed, survivor] = await Promise.all([
+    startProxyProcess({ yaml, env }),
+    startProxyProcess({ yaml, env }),
+  ]);
   try {
+    // Two requests in flight on the doomed proxy, one per unknownOutcome mode.
+    const lost = [
+      postJson(`${doomed.url}/orders`, 'crash-fail', { a: 1 }, { 'x-wait': '5000' }).catch(
+        () => 'connection lost',
+      ),
+      postJson(`${doomed.url}/retried`, 'crash-retry', { a: 1 }, { 'x-wait': '5000' }).catch(
+        () => 'connection lost',
+      ),
+    ];
+    await until(() => upstream.executions().length >= 2, 'both requests to reach the upstream');
+    const claimedAt = Date.now();
+    expect(await doomed.kill('SIGKILL')).toBeNull();
+    expect(await Promise.all(lost)).toEqual(['connection lost', 'connection lost']);
+
     const early = await postJson(`${survivor.url}/orders`, 'crash-fail', { a: 1 });
     expect(early.status).toBe(409);
     const earlyRetry = await postJson(`${survivor.url}/retried`, 'crash-retry', { a: 1 });
@@ -156,6 +159,6 @@ test('after kill -9 mid-request: 409 until lockTimeout, then fail replays an unk
     expect(keys.filter((k) => k === 'crash-fail')).toHaveLength(1);
     expect(keys.filter((k) => k === 'crash-retry')).toHaveLength(2); // the lost one, and one takeover
   } finally {
-    await survivor.kill();
+    await Promise.all([doomed.kill(), survivor.kill()]);
   }
 }, 60_000);

@@ -459,7 +459,7 @@ describe('files', () => {
 
   it('rejects a document that is not a mapping', () => {
     expect(issuesOf('- a\n- b\n')[0]?.message).toBe(
-      'expected a mapping of config sections (listen, shutdownGrace, workers, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
+      'expected a mapping of config sections (listen, shutdownGrace, workers, heapTarget, admin, store, upstreams, trustedProxies, auth, defaults, routes)',
     );
   });
 });
