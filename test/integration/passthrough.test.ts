@@ -118,12 +118,15 @@ beforeAll(async () => {
 store: { table: "\${TEST_TABLE}" }
 upstreams:
   api: { url: ${upstream.url}/base, timeout: 300ms }
+  # The large body's own: 13 MB up and down on a loaded machine once took longer than 300 ms.
+  bulk: { url: ${upstream.url}/base, timeout: 30s }
   refuser: { url: http://127.0.0.1:${refuserPort} }
   dead: { url: http://127.0.0.1:1 }
 routes:
   - { name: mail, match: { path: /mail/**, host: mail.internal }, upstream: api, stripPrefix: /mail }
   - { name: dead, match: { path: /dead/** }, upstream: dead }
   - { name: only-get, match: { method: GET, path: /only-get }, upstream: api }
+  - { name: big, match: { path: /items/big }, upstream: bulk }
   - { name: items, match: { path: /items/:id }, upstream: api }
   - { name: sockets, match: { path: /sockets/** }, upstream: refuser }
 `,
