@@ -185,13 +185,15 @@ export class ReconcileStore {
         [`${this.lockKey}:${route}`],
       );
       if (!locked.rows[0]?.locked) return undefined;
+      // The age is checked again beside the clock the answer reports from: on Citus the subquery
+      // runs apart, on a worker whose now() is a few ms later than this statement's.
       const givenUp = await client.query<GivenUpRow>(
         `${this.giveUpStatement}
          WHERE (scope, tenant, key) IN (
            SELECT scope, tenant, key FROM ${this.table}
            WHERE ${UNKNOWN} AND route = $1::text AND NOT ${GAVE_UP} AND NOT ${PROBING('$2')}
            ORDER BY created_at LIMIT $3::int ${pick})
-           AND ${UNKNOWN} AND NOT ${GAVE_UP}
+           AND ${UNKNOWN} AND NOT ${GAVE_UP} AND NOT ${PROBING('$2')}
          RETURNING ${GIVEN_UP_COLUMNS}`,
         [route, timing.giveUpAfterMs, limit],
       );
