@@ -122,12 +122,17 @@ async function heapCollections(adminUrl: string): Promise<number> {
   return Number(line.split(' ').pop());
 }
 
+/** Twenty requests at once: each leaves garbage behind. */
+async function twentyPings(url: string): Promise<void> {
+  await Promise.all(Array.from({ length: 20 }, () => fetch(`${url}/ping`).then((r) => r.text())));
+}
+
 /** Polls until the proxy has collected for its heapTarget at least once; the count then. */
 async function collectedOnce(adminUrl: string, url: string): Promise<number> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    // Requests leave garbage; a 1 MB target is passed by what starting alone keeps alive.
-    await Promise.all(Array.from({ length: 20 }, () => fetch(`${url}/ping`).then((r) => r.text())));
+    // A 1 MB target is passed by what starting alone keeps alive.
+    await twentyPings(url);
     const count = await heapCollections(adminUrl);
     if (count > 0) return count;
     if (Date.now() > deadline) throw new Error('no collection for heapTarget within 20 s');
@@ -175,9 +180,7 @@ test('heapTarget: 0b collects nothing', async () => {
   try {
     // The same traffic and more than the time that made the 1 MB target collect above.
     for (let round = 0; round < 10; round++) {
-      await Promise.all(
-        Array.from({ length: 20 }, () => fetch(`${proxy.url}/ping`).then((r) => r.text())),
-      );
+      await twentyPings(proxy.url);
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     expect(await heapCollections(proxy.adminUrl)).toBe(0);
