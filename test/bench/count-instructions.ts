@@ -1,5 +1,6 @@
 // `npm run bench:instructions`: instructions per request, counted by valgrind's callgrind, for the
-// bare http-proxy and bare undici scripts and our proxy's pass-through, new-key and replay paths.
+// bare http-proxy and bare undici scripts, the replay floor (a bare Node server writing our replay's
+// answer) and our proxy's pass-through, new-key and replay paths.
 //
 // CPU time per request (npm run bench) is what the targets are written in, but on a shared VM
 // it drifts ±20% or more between runs, which hides a 5% difference. An instruction count does not
@@ -20,7 +21,8 @@ import autocannon from 'autocannon';
 import { request } from 'undici';
 import { prepareBaseline } from './baseline';
 import { waitForMessage, spawnPinned, killAllChildrenNow } from './children';
-import { BODY, requestHeaders, UNIQUE_KEY } from './scenarios';
+import type { ReplayAnswerMessage } from './replay-floor';
+import { type Answer, BODY, rawAnswer, requestHeaders, UNIQUE_KEY } from './scenarios';
 import {
   BENCH_DIR,
   type Build,
@@ -42,7 +44,8 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
   --requests <n>   measured requests per scenario (default 4000)
   --warmup <n>     requests before measuring (default 20000; fewer leaves V8 compiling)
   --connections <n> concurrent connections (default 16)
-  --scenarios <a,b> subset of: bare, bare-undici, passthrough, new-key, replay (default: all)
+  --scenarios <a,b> subset of: bare, bare-undici, replay-floor, passthrough, new-key, replay
+                   (default: all)
   --log-level <l>  the proxy's LOG_LEVEL (default info: a log line per request, as shipped;
                    warn leaves it out, which shows what the line costs)
   --baseline <ref> also count that git ref's build of the proxy (built in a temporary worktree,
@@ -50,17 +53,23 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
                    current/baseline per path (OVER 5 % marks a regression)
   --repeat <n>     with --baseline: count each of our paths n times per build, alternating
                    (baseline, current, baseline, current…), and compare the means (default 1)
+  --keep <dir>     copy each count's callgrind files there (one per thread; <scenario>.callgrind.1-01
+                   is the main thread), to read with callgrind_annotate
   -h, --help
 
 Needs valgrind (Debian: apt-get install valgrind). Takes ~1.5 minutes per scenario. Environment:
 DATABASE_URL = use that PostgreSQL instead of an embedded one.
+
+Our proxy is counted with heapTarget: 0b (the builds that have it): the heap's bound checks the
+clock, and under valgrind a second of the clock is ~50 times fewer requests, so it would collect
+far more often per request than it does at full speed, and by chance.
 `;
 
 interface Target {
   readonly name: string;
   readonly label: string;
-  /** The script under test: a bare forwarder (bench/<script>.js) or our proxy. */
-  readonly script?: 'bare-http-proxy' | 'bare-undici';
+  /** The script under test: a bare server (bench/<script>.js) or our proxy. */
+  readonly script?: 'bare-http-proxy' | 'bare-undici' | 'replay-floor';
   readonly path: string;
   readonly key: 'unique' | 'fixed' | 'none';
 }
@@ -79,6 +88,13 @@ const TARGETS: readonly Target[] = [
     script: 'bare-undici',
     path: '/refunds',
     key: 'unique',
+  },
+  {
+    name: 'replay-floor',
+    label: 'replay floor',
+    script: 'replay-floor',
+    path: '/refunds',
+    key: 'fixed',
   },
   { name: 'passthrough', label: 'our pass-through', path: '/pass/refunds', key: 'unique' },
   { name: 'new-key', label: 'our new key', path: '/refunds', key: 'unique' },
@@ -104,6 +120,7 @@ async function main(): Promise<number> {
       'log-level': { type: 'string', default: 'info' },
       baseline: { type: 'string' },
       repeat: { type: 'string', default: '1' },
+      keep: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -183,6 +200,7 @@ async function main(): Promise<number> {
     table: stack.table,
     poolSize: 10,
     upstreamUrl,
+    heapTarget: heapTargetWhileCounted(CURRENT_BUILD),
   });
   if (!config) throw new Error('the built proxy rejects the bench configuration');
   // The baseline gets a table of its own (a table name of the same length), so neither build
@@ -191,12 +209,22 @@ async function main(): Promise<number> {
   if (baseline) {
     const table = `bench_instr_${randomBytes(4).toString('hex')}`;
     stack.other = { build: baseline, table, variants: {} };
-    const values = { storeUrl: stack.store.url, table, poolSize: 10, upstreamUrl };
+    const values = {
+      storeUrl: stack.store.url,
+      table,
+      poolSize: 10,
+      upstreamUrl,
+      heapTarget: heapTargetWhileCounted(baseline),
+    };
     const own = await writeProxyConfig(stack.tmpDir, 'instructions-baseline', values, baseline);
     if (!own) throw new Error(`the ${baseline.label} build rejects the bench configuration`);
     configs.set('baseline', own);
   }
 
+  // The floor writes what our replay writes: one replay of the current build, captured first.
+  const floorAnswer = targets.some((t) => t.script === 'replay-floor')
+    ? await ourReplay(config)
+    : undefined;
   const results: Counted[] = [];
   for (const target of targets) {
     // Our paths run on each build in turn, baseline first; the bare scripts are the bench's own.
@@ -219,6 +247,8 @@ async function main(): Promise<number> {
           connections,
           logLevel: values['log-level'],
           tag: baseline !== undefined,
+          floorAnswer,
+          keep: values.keep,
         }),
       );
       say(
@@ -249,6 +279,10 @@ async function count(
     logLevel: string;
     /** --baseline: name the build in the progress line and in the files. */
     tag: boolean;
+    /** What the replay floor is given to write. */
+    floorAnswer: Answer | undefined;
+    /** --keep: where the callgrind files are copied, for callgrind_annotate. */
+    keep: string | undefined;
   },
 ): Promise<Counted> {
   const { upstreamUrl, measured, warmup, connections } = run;
@@ -281,7 +315,11 @@ async function count(
     ],
     {
       cwd: build.root,
-      stdio: ['ignore', 'ignore', 'pipe'],
+      // The replay floor is handed its answer over IPC (valgrind passes the channel's fd on).
+      stdio:
+        target.script === 'replay-floor'
+          ? ['ignore', 'ignore', 'pipe', 'ipc']
+          : ['ignore', 'ignore', 'pipe'],
       env: {
         ...process.env,
         BENCH_TARGET: upstreamUrl,
@@ -293,6 +331,7 @@ async function count(
   );
   measuring = child;
   try {
+    if (target.script === 'replay-floor') await handOver(child, run.floorAnswer as Answer);
     await waitUntilAnswering(`${url}${target.path}`, child);
     // Each build completes a key of its own (of the same length).
     const key =
@@ -305,6 +344,7 @@ async function count(
     callgrindControl('-i', 'off', child);
     callgrindControl('-d', undefined, child);
     const counts = await dumpedCounts(tmpDir, `${name}.callgrind`);
+    if (run.keep !== undefined) keepDumps(tmpDir, `${name}.callgrind`, run.keep);
     return {
       target,
       build: build.name,
@@ -316,6 +356,90 @@ async function count(
     child.kill('SIGTERM');
     await new Promise((resolve) => child.once('exit', resolve));
     measuring = undefined;
+  }
+}
+
+/**
+ * One replay of our proxy's (current build), read as it came: started for it without valgrind, a
+ * key completed, replayed once more, stopped.
+ */
+async function ourReplay(config: ProxyConfigFile): Promise<Answer> {
+  say('replay floor: capturing one replay of our proxy for it to write…');
+  const url = `${config.url}/refunds`;
+  const child = spawn(
+    process.execPath,
+    [
+      ...servingNodeFlags(CURRENT_BUILD),
+      path.join(CURRENT_BUILD.distDir, 'main.js'),
+      'serve',
+      '--config',
+      config.file,
+    ],
+    {
+      cwd: CURRENT_BUILD.root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, DATABASE_URL: stack.store?.url },
+    },
+  );
+  try {
+    await waitUntilAnswering(url, child);
+    const answer = await rawAnswer(url, await completedKey(url, '-floor'));
+    if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
+      throw new Error(`replay floor: the captured answer is not a replay (${answer.status})`);
+    }
+    return answer;
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => child.once('exit', resolve));
+  }
+}
+
+/** Gives the replay floor its answer: after its 'ready', before it is loaded. */
+async function handOver(child: ChildProcess, answer: Answer): Promise<void> {
+  const message = (type: string): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`the replay floor sent no "${type}" within 180 s`)),
+        180_000,
+      );
+      const onMessage = (received: { type?: string }): void => {
+        if (received?.type !== type) return;
+        clearTimeout(timer);
+        child.off('message', onMessage);
+        resolve();
+      };
+      child.on('message', onMessage);
+    });
+  await message('ready');
+  const set = message('answer-set');
+  const handed: ReplayAnswerMessage = {
+    type: 'answer',
+    status: answer.status,
+    headers: answer.headers,
+    bodyBase64: answer.body.toString('base64'),
+  };
+  child.send(handed);
+  await set;
+}
+
+/**
+ * What a build's proxy is counted with: heapTarget off, where the build has it. The bound checks
+ * the heap ten times a second by the clock; a process ~50 times slower under valgrind passes the
+ * target between checks far more often per request, and each time a full collection is counted
+ * (a cached replay read 169k and 262k instructions in two counts with it, 126k and 127k without).
+ */
+function heapTargetWhileCounted(build: Build): string | undefined {
+  const schema = path.join(build.distDir, 'config', 'schema.js');
+  return fs.existsSync(schema) && fs.readFileSync(schema, 'utf8').includes('heapTarget')
+    ? '0b'
+    : undefined;
+}
+
+/** --keep: the count's callgrind files (one per thread), copied out of the temporary dir. */
+function keepDumps(dir: string, prefix: string, keep: string): void {
+  fs.mkdirSync(keep, { recursive: true });
+  for (const file of fs.readdirSync(dir)) {
+    if (file.startsWith(prefix)) fs.copyFileSync(path.join(dir, file), path.join(keep, file));
   }
 }
 
@@ -461,6 +585,14 @@ function table(
           27,
         ),
       ].join('  ') + (r.non2xx ? `  (${r.non2xx} non-2xx)` : ''),
+    );
+  }
+  const floor = byName.get('replay-floor');
+  const replay = byName.get('replay');
+  if (floor && replay) {
+    lines.push(
+      '',
+      `our replay ÷ the replay floor: ${ratio(replay.mainThread, floor.mainThread)} main thread, ${ratio(replay.allThreads, floor.allThreads)} all threads`,
     );
   }
   return lines.join('\n');

@@ -301,7 +301,7 @@ async function completeKey(endpoints: Endpoints, key: string): Promise<() => Pro
   return async () => undefined;
 }
 
-interface Answer {
+export interface Answer {
   readonly status: number;
   /** The raw header list, name and value in turn, without what Node's server writes itself. */
   readonly headers: string[];
@@ -309,7 +309,7 @@ interface Answer {
 }
 
 /** One POST of the bench's request with this key, its answer read as it came. */
-function rawAnswer(url: string, key: string): Promise<Answer> {
+export function rawAnswer(url: string, key: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: 'POST', headers: requestHeaders(key) }, (res) => {
       const chunks: Buffer[] = [];
