@@ -16,6 +16,8 @@ export interface LoggerOptions {
 
 let cachedAt = 0;
 let cachedTime = '';
+let cachedSecond = Number.NaN;
+let cachedSecondPrefix = '';
 
 /**
  * pino's isoTime, formatted once per millisecond rather than once per line: under load many request
@@ -25,9 +27,26 @@ export function isoTimeCachedPerMillisecond(): string {
   const now = Date.now();
   if (now !== cachedAt) {
     cachedAt = now;
-    cachedTime = `,"time":"${new Date(now).toISOString()}"`;
+    cachedTime = isoTimeField(now);
   }
   return cachedTime;
+}
+
+/**
+ * `,"time":"<ISO 8601>"` for an instant (ms since the epoch, at or after it). Only the milliseconds
+ * are formatted for each new millisecond: the rest is toISOString's once a second. toISOString
+ * formats through V8's C++ (~7k instructions a call, callgrind), which a line paid in full whenever
+ * its millisecond was new: on a quiet proxy, every line.
+ */
+export function isoTimeField(now: number): string {
+  const second = Math.floor(now / 1000);
+  if (second !== cachedSecond) {
+    cachedSecond = second;
+    // "2026-12-06T20:26:01." of "2026-12-06T20:26:01.000Z"
+    cachedSecondPrefix = `,"time":"${new Date(second * 1000).toISOString().slice(0, 20)}`;
+  }
+  const ms = now - second * 1000;
+  return `${cachedSecondPrefix}${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z"`;
 }
 
 /** The most a crash can cost the log: the lines of the last this many milliseconds. */

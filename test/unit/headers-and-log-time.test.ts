@@ -1,6 +1,7 @@
 // Hop-by-hop header sets (fast path and Connection-named extras), stored response headers, and the
 // per-millisecond log time.
-import { isoTimeCachedPerMillisecond } from '../../src/observability/logger';
+import fc from 'fast-check';
+import { isoTimeCachedPerMillisecond, isoTimeField } from '../../src/observability/logger';
 import { HOP_BY_HOP, hopByHopNames } from '../../src/http/headers';
 import { responseHeaderPairs } from '../../src/http/response';
 import { loggedPath } from '../../src/http/request-log';
@@ -30,6 +31,22 @@ test('the log time is pino-shaped ISO text for the current millisecond', () => {
   expect(new Date(at).toISOString()).toBe(match![1]);
   expect(at).toBeGreaterThanOrEqual(before);
   expect(at).toBeLessThanOrEqual(after);
+});
+
+test('the log time is toISOString for any instant, whole seconds and each millisecond of one', () => {
+  const at = (now: number): string => `,"time":"${new Date(now).toISOString()}"`;
+  // Up to the year 9999: toISOString writes six-digit years after it.
+  fc.assert(
+    fc.property(fc.integer({ min: 0, max: 253_402_300_799_999 }), (now) => {
+      expect(isoTimeField(now)).toBe(at(now));
+    }),
+    { numRuns: 2_000 },
+  );
+  // Every millisecond of one second, in order and then back across the second before it.
+  const second = Date.UTC(2026, 11, 6, 20, 26, 1);
+  for (let ms = 0; ms < 1000; ms++) expect(isoTimeField(second + ms)).toBe(at(second + ms));
+  expect(isoTimeField(second - 1)).toBe(at(second - 1));
+  expect(isoTimeField(second)).toBe(at(second));
 });
 
 test('the log time moves on with the clock', async () => {
