@@ -124,8 +124,9 @@ function collectBody(
     failed(new BodyTooLargeError(limitBytes));
     return;
   }
-  const chunks: Buffer[] = options.keepChunks ?? [];
+  let chunks: Buffer[] = options.keepChunks ?? [];
   let total = 0;
+  let ended = false;
   const onData = (chunk: Buffer): void => {
     chunks.push(chunk);
     total += chunk.length;
@@ -141,12 +142,19 @@ function collectBody(
     }
     failed(new BodyTooLargeError(limitBytes));
   };
+  // Nothing comes after 'end' but a late error or abort, which the body no longer cares about: the
+  // listeners stay on the request, which ends with its response, instead of being taken off one by
+  // one (four removals were ~3k instructions of a cached replay's ~125k, callgrind). The chunks are
+  // let go of here, so a long answer's request does not keep its body alive through them.
   const onEnd = (): void => {
-    cleanup();
+    ended = true;
+    const read = chunks;
+    chunks = [];
     if (options.keepChunks) done(EMPTY);
-    else done(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total));
+    else done(read.length === 1 ? read[0]! : Buffer.concat(read, total));
   };
   const onError = (error: Error): void => {
+    if (ended) return;
     cleanup();
     failed(error);
   };
