@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import fc from 'fast-check';
-import { BodyTooLargeError, readDigestedBody } from '../../src/http/body';
+import { BodyTooLargeError, readDigestedBody, readDigestedBodyThen } from '../../src/http/body';
 
 const CHUNK = 64 * 1024;
 
@@ -79,4 +79,53 @@ test('property: whatever the chunking and threshold, the body and digest are exa
     ),
     { numRuns: 200 },
   );
+});
+
+/** Reads with readDigestedBodyThen, counting what it reports. */
+function counted(req: IncomingMessage): { done: number; failed: unknown[]; ended: Promise<void> } {
+  const seen = { done: 0, failed: [] as unknown[], ended: Promise.resolve() };
+  seen.ended = new Promise((resolve) =>
+    readDigestedBodyThen(
+      req,
+      1024,
+      CHUNK,
+      () => {
+        seen.done++;
+        resolve();
+      },
+      (error) => {
+        seen.failed.push(error);
+        resolve();
+      },
+    ),
+  );
+  return seen;
+}
+
+test('an error or an abort after the body ended is ignored: the read stays one success', async () => {
+  const req = bufferedRequest([Buffer.from('{"a":1}')]);
+  const seen = counted(req);
+  await seen.ended;
+  // The listeners stay after the end; what they hear now is no failure of the read, and an
+  // 'error' with a listener cannot crash the process either.
+  expect(req.listenerCount('error')).toBeGreaterThan(0);
+  req.emit('error', new Error('the socket reset after the body was read'));
+  req.emit('aborted');
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(seen.done).toBe(1);
+  expect(seen.failed).toEqual([]);
+});
+
+test('an error before the end fails the read once and takes the listeners off', async () => {
+  const stream = new PassThrough();
+  const req = Object.assign(stream, { headers: {} }) as unknown as IncomingMessage;
+  const before = { data: req.listenerCount('data'), error: req.listenerCount('error') };
+  stream.write(Buffer.from('{"a":'));
+  const seen = counted(req);
+  req.emit('error', new Error('client went away'));
+  await seen.ended;
+  expect(seen.done).toBe(0);
+  expect(seen.failed).toHaveLength(1);
+  expect(req.listenerCount('data')).toBe(before.data);
+  expect(req.listenerCount('error')).toBe(before.error);
 });
