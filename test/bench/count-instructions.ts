@@ -402,13 +402,22 @@ async function handOver(child: ChildProcess, answer: Answer): Promise<void> {
         () => reject(new Error(`the replay floor sent no "${type}" within 180 s`)),
         180_000,
       );
-      const onMessage = (received: { type?: string }): void => {
-        if (received?.type !== type) return;
+      const stop = (): void => {
         clearTimeout(timer);
         child.off('message', onMessage);
+        child.off('exit', onExit);
+      };
+      const onMessage = (received: { type?: string }): void => {
+        if (received?.type !== type) return;
+        stop();
         resolve();
       };
+      const onExit = (code: number | null): void => {
+        stop();
+        reject(new Error(`the replay floor exited (${code}) before it sent "${type}"`));
+      };
       child.on('message', onMessage);
+      child.once('exit', onExit);
     });
   await message('ready');
   const set = message('answer-set');
