@@ -20,9 +20,9 @@ import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { request } from 'undici';
 import { prepareBaseline } from './baseline';
-import { waitForMessage, spawnPinned, killAllChildrenNow } from './children';
+import { Child, waitForMessage, spawnPinned, killAllChildrenNow } from './children';
 import type { ReplayAnswerMessage } from './replay-floor';
-import { type Answer, BODY, rawAnswer, requestHeaders, UNIQUE_KEY } from './scenarios';
+import { type Answer, BODY, replayAnswer, requestHeaders, UNIQUE_KEY } from './scenarios';
 import {
   BENCH_DIR,
   type Build,
@@ -383,11 +383,7 @@ async function ourReplay(config: ProxyConfigFile): Promise<Answer> {
   );
   try {
     await waitUntilAnswering(url, child);
-    const answer = await rawAnswer(url, await completedKey(url, '-floor'));
-    if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
-      throw new Error(`replay floor: the captured answer is not a replay (${answer.status})`);
-    }
-    return answer;
+    return await replayAnswer(url, await completedKey(url, '-floor'));
   } finally {
     child.kill('SIGTERM');
     await new Promise((resolve) => child.once('exit', resolve));
@@ -395,39 +391,17 @@ async function ourReplay(config: ProxyConfigFile): Promise<Answer> {
 }
 
 /** Gives the replay floor its answer: after its 'ready', before it is loaded. */
-async function handOver(child: ChildProcess, answer: Answer): Promise<void> {
-  const message = (type: string): Promise<void> =>
-    new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`the replay floor sent no "${type}" within 180 s`)),
-        180_000,
-      );
-      const stop = (): void => {
-        clearTimeout(timer);
-        child.off('message', onMessage);
-        child.off('exit', onExit);
-      };
-      const onMessage = (received: { type?: string }): void => {
-        if (received?.type !== type) return;
-        stop();
-        resolve();
-      };
-      const onExit = (code: number | null): void => {
-        stop();
-        reject(new Error(`the replay floor exited (${code}) before it sent "${type}"`));
-      };
-      child.on('message', onMessage);
-      child.once('exit', onExit);
-    });
-  await message('ready');
-  const set = message('answer-set');
+async function handOver(spawned: ChildProcess, answer: Answer): Promise<void> {
+  const floor = new Child('the replay floor', spawned, undefined, () => undefined);
+  await waitForMessage(floor, 'ready', 180_000);
+  const set = waitForMessage(floor, 'answer-set', 180_000);
   const handed: ReplayAnswerMessage = {
     type: 'answer',
     status: answer.status,
     headers: answer.headers,
     bodyBase64: answer.body.toString('base64'),
   };
-  child.send(handed);
+  spawned.send(handed);
   await set;
 }
 

@@ -309,7 +309,7 @@ export interface Answer {
 }
 
 /** One POST of the bench's request with this key, its answer read as it came. */
-export function rawAnswer(url: string, key: string): Promise<Answer> {
+function rawAnswer(url: string, key: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: 'POST', headers: requestHeaders(key) }, (res) => {
       const chunks: Buffer[] = [];
@@ -330,6 +330,15 @@ export function rawAnswer(url: string, key: string): Promise<Answer> {
   });
 }
 
+/** One more POST of a completed key, read as it came; throws unless it is a replay. */
+export async function replayAnswer(url: string, key: string): Promise<Answer> {
+  const answer = await rawAnswer(url, key);
+  if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
+    throw new Error(`replay floor setup: the captured answer is not a replay (${answer.status})`);
+  }
+  return answer;
+}
+
 /**
  * Replay floor: a key completed on our proxy as for `replay`, one more replay of it read as it came
  * (status, raw header list, body), and that answer handed to the floor server. Date, Connection and
@@ -341,10 +350,7 @@ async function captureReplay(endpoints: Endpoints, key: string): Promise<() => P
   if (!floor) throw new Error('replay floor: its server is not running');
   if (!stack.proxy) throw new Error('replay floor: needs our main proxy running (not --cpu-prof)');
   await completeKey(endpoints, key);
-  const answer = await rawAnswer(`${endpoints.proxy}/refunds`, key);
-  if (answer.status !== 201 || !answer.headers.some((v) => /^idempotent-replayed$/i.test(v))) {
-    throw new Error(`replay floor setup: the captured answer is not a replay (${answer.status})`);
-  }
+  const answer = await replayAnswer(`${endpoints.proxy}/refunds`, key);
   const set = waitForMessage(floor, 'answer-set', 10_000);
   const message: ReplayAnswerMessage = {
     type: 'answer',
