@@ -61,49 +61,6 @@ export function fingerprintEpoch(
   return hash('sha256', described, 'base64url').slice(0, 16);
 }
 
-/** From this size on a body is hashed as it arrives (http/body.ts): its raw fingerprint frames that digest. */
-export const RAW_FINGERPRINT_MIN_BYTES = 16 * 1024;
-
-/**
- * A body as a raw fingerprint sees it: its exact bytes, or for a large body the SHA-256 of them,
- * taken while it arrived.
- */
-export type RawBody = { readonly bytes: Buffer } | { readonly sha256: Buffer };
-
-/**
- * A cheap stand-in for the fingerprint: the same parts, but the body's exact bytes (and whether it
- * counts as JSON) instead of its canonical form. Equal raw fingerprints mean equal fingerprints — the
- * same bytes have the same canonical form, the same duplicate keys — so a repeat that matches a known
- * raw fingerprint needs no canonical JSON; a different one says nothing. Retries are resent byte for
- * byte, so this is how almost every repeat is recognised: parsing and canonicalising a small JSON
- * body cost a cached replay more than answering it did.
- *
- * For a body given by its bytes the raw fingerprint is the framed input itself, not a digest of it:
- * it is only ever compared for equality, in memory, and a few hundred bytes compare for less than
- * they hash. Framing is injective, so equal framed inputs are equal requests; a framed input is
- * longer than any digest, so the two kinds never compare equal.
- */
-export function computeRawFingerprint(
-  input: FingerprintInput,
-  policy: FingerprintPolicy,
-  body: RawBody,
-): Buffer {
-  const framed = new FramedHash('fingerprint-raw/v1');
-  let bodyWritten = false;
-  for (const part of policy.parts) {
-    if (part.kind !== 'body' && part.kind !== 'body-field' && part.kind !== 'raw-body') {
-      writePart(framed, part, input, NO_BODY, policy.ignore);
-    } else if (!bodyWritten) {
-      bodyWritten = true;
-      const mode = isJsonContentType(input.contentType) ? 'json' : 'bytes';
-      // A digest field and a bytes field are named apart, so they can never frame alike.
-      if ('sha256' in body) framed.field('body-sha256').field(mode).field(body.sha256);
-      else framed.field('body-bytes').field(mode).field(body.bytes);
-    }
-  }
-  return 'sha256' in body ? framed.digest() : framed.framed();
-}
-
 /**
  * SHA-256 over the given parts, framed as described at the top of this file, under a domain
  * name that keeps different uses (fingerprints, derived keys) from ever sharing a hash.
@@ -130,8 +87,9 @@ export class FramedHash {
   private readonly lengths: number[] = [];
   private total = 0;
 
-  constructor(domain: string) {
-    this.field(`idempotency-proxy/${domain}`);
+  /** `domain` undefined: no domain field, for a piece of framing that others are joined to. */
+  constructor(domain?: string) {
+    if (domain !== undefined) this.field(`idempotency-proxy/${domain}`);
   }
 
   field(value: string | Buffer): this {
@@ -155,6 +113,12 @@ export class FramedHash {
     return this.field('present').list(values);
   }
 
+  /** A part of the request that is not read from its body (the raw fingerprint's). */
+  part(part: RequestPart, input: FingerprintInput, ignore: IgnorePaths): this {
+    writePart(this, part, input, NO_BODY, ignore);
+    return this;
+  }
+
   digest(): Buffer {
     // One-shot: a Hash object per call cost more than the hashing of a small request. Taken as a
     // latin1 ('binary') string and copied into a Buffer from Node's pool: a Buffer made by native
@@ -167,37 +131,47 @@ export class FramedHash {
   framed(): Buffer {
     const framed = Buffer.allocUnsafe(this.total);
     let at = 0;
-    for (let i = 0; i < this.values.length; i++) {
-      const value = this.values[i]!;
-      const length = this.lengths[i]!;
-      framed.writeUInt32BE(Math.floor(length / 0x1_0000_0000), at);
-      framed[at + 4] = length >>> 24;
-      framed[at + 5] = (length >>> 16) & 0xff;
-      framed[at + 6] = (length >>> 8) & 0xff;
-      framed[at + 7] = length & 0xff;
-      at += 8;
-      // Most fields are a few bytes (tags, a method, a path): copied here, they skip a trip into
-      // native code each, which cost more than the copy. A string as long in bytes as in UTF-16
-      // units is ASCII.
-      if (length > SHORT_FIELD) {
-        if (typeof value === 'string') framed.write(value, at, 'utf8');
-        else value.copy(framed, at);
-      } else if (typeof value !== 'string') {
-        for (let j = 0; j < length; j++) framed[at + j] = value[j]!;
-      } else if (length === value.length) {
-        for (let j = 0; j < length; j++) framed[at + j] = value.charCodeAt(j);
-      } else framed.write(value, at, 'utf8');
-      at += length;
-    }
+    for (let i = 0; i < this.values.length; i++)
+      at = frameField(framed, at, this.values[i]!, this.lengths[i]!);
     return framed;
   }
+}
+
+/**
+ * Writes one field at `at` (its length in bytes, `length`, as 8 bytes big-endian, then the value)
+ * and returns where the next one goes.
+ */
+export function frameField(
+  framed: Buffer,
+  at: number,
+  value: string | Buffer,
+  length: number,
+): number {
+  framed.writeUInt32BE(Math.floor(length / 0x1_0000_0000), at);
+  framed[at + 4] = length >>> 24;
+  framed[at + 5] = (length >>> 16) & 0xff;
+  framed[at + 6] = (length >>> 8) & 0xff;
+  framed[at + 7] = length & 0xff;
+  at += 8;
+  // Most fields are a few bytes (tags, a method, a path): copied here, they skip a trip into
+  // native code each, which cost more than the copy. A string as long in bytes as in UTF-16
+  // units is ASCII.
+  if (length > SHORT_FIELD) {
+    if (typeof value === 'string') framed.write(value, at, 'utf8');
+    else framed.set(value, at);
+  } else if (typeof value !== 'string') {
+    for (let j = 0; j < length; j++) framed[at + j] = value[j]!;
+  } else if (length === value.length) {
+    for (let j = 0; j < length; j++) framed[at + j] = value.charCodeAt(j);
+  } else framed.write(value, at, 'utf8');
+  return at + length;
 }
 
 /** Fields up to this many bytes are framed by a loop here rather than by Node's native copy. */
 const SHORT_FIELD = 64;
 
 /** A string's length in UTF-8: counted here for a short ASCII string, else by Node. */
-function utf8Length(text: string): number {
+export function utf8Length(text: string): number {
   if (text.length > SHORT_FIELD) return Buffer.byteLength(text, 'utf8');
   for (let i = 0; i < text.length; i++) {
     if (text.charCodeAt(i) >= 0x80) return Buffer.byteLength(text, 'utf8');
@@ -304,7 +278,7 @@ class LazyJsonBody {
   }
 }
 
-/** For the parts of a raw fingerprint, none of which reads the body. */
+/** For the parts of a raw fingerprint (FramedHash.part), none of which reads the body. */
 const NO_BODY = new LazyJsonBody(Buffer.alloc(0));
 
 function writePart(

@@ -22,12 +22,8 @@ import { statusHasBody, writeFlat, writeWhole } from '../http/response';
 import { keyInBody, missingKeyDetail } from '../idempotency/body-key';
 import { DuplicateJsonKeyError, parseJson } from '../idempotency/canonical-json';
 import { DERIVED_KEY_HEADER, deriveKey, derivedKeyPolicy } from '../idempotency/derived-key';
-import {
-  computeFingerprint,
-  computeRawFingerprint,
-  type FingerprintInput,
-  RAW_FINGERPRINT_MIN_BYTES,
-} from '../idempotency/fingerprint';
+import { computeFingerprint, type FingerprintInput } from '../idempotency/fingerprint';
+import { computeRawFingerprint, RAW_FINGERPRINT_MIN_BYTES } from '../idempotency/raw-fingerprint';
 import { keyHeaderLines, parseIdempotencyKey } from '../idempotency/key';
 import type { HeaderPairs, RecordId, StoredResponse } from '../store/record';
 import { attachClient } from '../protected/attach';

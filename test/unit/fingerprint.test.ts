@@ -6,31 +6,14 @@ import { deriveKey } from '../../src/idempotency/derived-key';
 import {
   canonicalQueryPairs,
   computeFingerprint,
-  computeRawFingerprint,
   FramedHash,
   isJsonContentType,
   type FingerprintInput,
 } from '../../src/idempotency/fingerprint';
 import { tenantHash } from '../../src/idempotency/tenant';
+import { ALL_PARTS, paymentRequest } from '../support/fingerprint-request';
 
-const ALL_PARTS: RequestPart[] = [
-  { kind: 'method' },
-  { kind: 'path' },
-  { kind: 'query' },
-  { kind: 'body' },
-];
-
-function input(overrides: Partial<FingerprintInput> = {}): FingerprintInput {
-  return {
-    method: 'POST',
-    path: '/payments',
-    query: '',
-    headers: {},
-    body: Buffer.from('{"amount":100,"currency":"EUR"}'),
-    contentType: 'application/json',
-    ...overrides,
-  };
-}
+const input = paymentRequest;
 
 function policy(parts: RequestPart[] = ALL_PARTS, ignore: string[][] = []): FingerprintPolicy {
   return { parts, ignore };
@@ -578,43 +561,5 @@ describe('stability across versions', () => {
     expect(tenantHash(input.headers, ['header:authorization', 'header:x-team'])).toBe(
       '0e038c7a23f2400eb7e7e277f6bdab95f47bf309e4a5a55ef6d979b87611efe6',
     );
-  });
-});
-
-describe('raw fingerprint (a repeat recognised by its bytes)', () => {
-  const raw = (body: string, overrides: Partial<FingerprintInput> = {}): string =>
-    computeRawFingerprint(input(overrides), policy(), { bytes: Buffer.from(body) }).toString('hex');
-
-  test('equal raw fingerprints mean equal fingerprints', () => {
-    // The property the replay cache relies on: a raw match never stands for a different request.
-    const jsonText = fc.oneof(
-      fc.json(),
-      fc.constantFrom('{"a":1,"a":2}', '{"a":1}', '{ "a" : 1 }', '[1,2]', 'not json'),
-    );
-    fc.assert(
-      fc.property(jsonText, jsonText, fc.constantFrom('', 'x=1', 'x=2'), (one, two, query) => {
-        if (raw(one, { query }) !== raw(two, { query })) return;
-        expect(one).toBe(two);
-      }),
-    );
-  });
-
-  test('tells apart what the fingerprint tells apart, and the spellings it does not', () => {
-    const body = '{"amount":100,"currency":"EUR"}';
-    expect(raw(body)).toBe(raw(body));
-    expect(raw(body)).not.toBe(raw(body, { path: '/refunds' }));
-    expect(raw(body)).not.toBe(raw(body, { method: 'PUT' }));
-    expect(raw(body)).not.toBe(raw(body, { contentType: 'text/plain' }));
-    // The same canonical request spelled otherwise: its own raw fingerprint, the same fingerprint.
-    const respelled = '{ "currency": "EUR", "amount": 100 }';
-    expect(raw(respelled)).not.toBe(raw(body));
-    expect(fp({ body: Buffer.from(respelled) })).toBe(fp({ body: Buffer.from(body) }));
-  });
-
-  test("a body's bytes and a digest of them never frame alike", () => {
-    const bytes = createHash('sha256').update('{}').digest();
-    const asBytes = computeRawFingerprint(input(), policy(), { bytes });
-    const asDigest = computeRawFingerprint(input(), policy(), { sha256: bytes });
-    expect(asBytes.equals(asDigest)).toBe(false);
   });
 });
