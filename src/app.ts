@@ -21,6 +21,7 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { BodyBudget, bodyBytesToReserve } from './http/body-budget';
+import { readHeaderFacts } from './http/header-lines';
 import { serveProtected } from './protected/pipeline';
 import { routeMonitor } from './rest/monitor';
 import type { HandleStore } from './store/handles';
@@ -129,8 +130,7 @@ export function createApp(options: AppOptions): App {
       const routing =
         edge instanceof ProxyError
           ? edge
-          : (routeMonitor(current.config.routes, edge) ??
-            routeRequest(current.router, edge, req.headers));
+          : (routeMonitor(current.config.routes, edge) ?? routeRequest(current.router, edge));
       const routedNow =
         routing instanceof ProxyError || isBodyNeeded(routing) ? undefined : routing;
       const entry = newLogEntry(
@@ -156,7 +156,9 @@ export function createApp(options: AppOptions): App {
       /** Reserves room for the body a protected route reads whole; false: answered 503. */
       const admitBody = (limitBytes: number, route?: string): boolean => {
         if (heldBytes > 0) return true;
-        const reserved = bodies.reserve(bodyBytesToReserve(req.headers, limitBytes));
+        // Only a routed request reserves, and only a request the edge read is routed.
+        const headers = edge instanceof ProxyError ? readHeaderFacts(req.rawHeaders) : edge.headers;
+        const reserved = bodies.reserve(bodyBytesToReserve(headers, limitBytes));
         if (reserved === undefined) {
           refuseBody(res, entry, bodies, route);
           done();
@@ -169,7 +171,10 @@ export function createApp(options: AppOptions): App {
         if (!admitBody(routing.limitBytes)) return;
         // A POST whose form or JSON body may hold a `_method` that changes its route: read it first.
         readBody(req, routing.limitBytes).then(
-          (body) => serve(routeWithBody(current.router, routing.edge, req.headers, body)),
+          (body) =>
+            serve(
+              routeWithBody(current.router, routing.edge, routing.edge.headers.contentType, body),
+            ),
           (error: unknown) => {
             if (!(error instanceof BodyTooLargeError)) {
               entry.outcome = 'error';
@@ -267,7 +272,7 @@ export function createApp(options: AppOptions): App {
     const routing = edge instanceof ProxyError ? edge : routeRequest(current.router, edge);
     // An upgrade carries no body to read a `_method` from: it is routed as it came.
     const routed = isBodyNeeded(routing)
-      ? routeWithBody(current.router, routing.edge, {}, Buffer.alloc(0))
+      ? routeWithBody(current.router, routing.edge, undefined, Buffer.alloc(0))
       : routing;
     if (routed instanceof ProxyError) {
       socket.end(rawProblemAnswer(routed));

@@ -9,7 +9,7 @@
 // A whole reservation up front, not bytes as they arrive: bodies half read, each waiting for room
 // the others hold, would wait for one another forever.
 
-import type { IncomingHttpHeaders } from 'node:http';
+import type { HeaderFacts } from './header-lines';
 
 export class BodyBudget {
   private heldBytes = 0;
@@ -44,11 +44,14 @@ export class BodyBudget {
  * without a body, its Content-Length when it states one, the limit when it is chunked. A body
  * larger than the limit is refused with 413 as soon as that is known, so the limit is the most.
  */
-export function bodyBytesToReserve(headers: IncomingHttpHeaders, limitBytes: number): number {
-  const length = headers['content-length'];
+export function bodyBytesToReserve(
+  headers: Pick<HeaderFacts, 'contentLength' | 'transferEncoding'>,
+  limitBytes: number,
+): number {
+  const length = headers.contentLength;
   if (length !== undefined) {
     const stated = Number(length);
     return Number.isSafeInteger(stated) && stated >= 0 ? Math.min(stated, limitBytes) : limitBytes;
   }
-  return headers['transfer-encoding'] === undefined ? 0 : limitBytes;
+  return headers.transferEncoding === undefined ? 0 : limitBytes;
 }

@@ -2,6 +2,7 @@
 // before it costs more than the limit, whether it announces its length or is chunked.
 import { createHash, type Hash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { headerLines } from './header-lines';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -119,7 +120,8 @@ function collectBody(
   done: (body: Buffer) => void,
   failed: (error: unknown) => void,
 ): void {
-  const declared = req.headers['content-length'];
+  // From the raw lines: reading req.headers would have Node build it (header-lines.ts).
+  const declared = headerLines(req.rawHeaders, 'content-length')?.[0];
   if (declared !== undefined && Number(declared) > limitBytes) {
     failed(new BodyTooLargeError(limitBytes));
     return;

@@ -9,6 +9,7 @@
 //       ─► EdgeRequest, or a ProxyError to answer with
 import type { IncomingMessage } from 'node:http';
 import { ProxyError } from '../errors';
+import { type HeaderFacts, readHeaderFacts } from './header-lines';
 import { connectionTokens } from './headers';
 import {
   canonicalAuthority,
@@ -44,6 +45,8 @@ export interface EdgeRequest {
    * canonical one, for the log.
    */
   readonly rawTarget: string | undefined;
+  /** The headers every request's way reads (header-lines.ts), without building req.headers. */
+  readonly headers: HeaderFacts;
 }
 
 export interface EdgeSettings {
@@ -95,17 +98,18 @@ export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequ
       target.detail,
     );
 
-  const authority = readAuthority(req, target.authority, settings);
+  const headers = readHeaderFacts(req.rawHeaders);
+  const authority = readAuthority(req, headers, target.authority, settings);
   if (authority instanceof ProxyError) return authority;
 
-  const te = req.headers['transfer-encoding'];
+  const te = headers.transferEncoding;
   if (te !== undefined && te !== 'chunked' && !onlyChunked(te))
     return new ProxyError(
       'TRANSFER_ENCODING_UNSUPPORTED',
       `The request uses Transfer-Encoding "${te}"; the proxy takes only "chunked". Send the body with Content-Length, or chunked without other codings.`,
     );
 
-  const connectionNames = connectionTokens(req.headers.connection);
+  const connectionNames = connectionTokens(headers.connection);
   for (const name of connectionNames) {
     if (FRAMING_HEADERS.has(name))
       return new ProxyError(
@@ -114,12 +118,7 @@ export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequ
       );
   }
 
-  const headers = req.headers;
-  const keepsForwarding =
-    (headers['x-forwarded-host'] !== undefined ||
-      headers['x-forwarded-proto'] !== undefined ||
-      headers.forwarded !== undefined) &&
-    settings.trustsPeer(req.socket.remoteAddress);
+  const keepsForwarding = headers.forwarding && settings.trustsPeer(req.socket.remoteAddress);
 
   const q = url.indexOf('?');
   const rawPath = q === -1 ? url : url.slice(0, q);
@@ -130,25 +129,22 @@ export function readEdge(req: IncomingMessage, settings: EdgeSettings): EdgeRequ
     readings: pathReadings(target.path),
     authority,
     host: authority === undefined ? undefined : hostName(authority),
-    overrideMethod: readOverride(req),
+    overrideMethod: readOverride(headers.overrides),
     connectionNames,
     keepsForwarding,
     rawTarget: rawPath === target.path ? undefined : rawPath,
+    headers,
   };
 }
 
 /** RFC 9112 §3.2: one Host line, required on HTTP/1.1; an absolute-form authority wins over it. */
 function readAuthority(
   req: IncomingMessage,
+  headers: HeaderFacts,
   fromTarget: string | undefined,
   settings: EdgeSettings,
 ): string | undefined | ProxyError {
-  const raw = req.rawHeaders;
-  let lines = 0;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 4 && name.toLowerCase() === 'host') lines++;
-  }
+  const lines = headers.hostLines;
   if (lines > 1)
     return new ProxyError(
       'HOST_INVALID',
@@ -168,7 +164,7 @@ function readAuthority(
       );
     return undefined;
   }
-  const host = canonicalAuthority(req.headers.host ?? '');
+  const host = canonicalAuthority(headers.host ?? '');
   if (typeof host !== 'string') return new ProxyError('HOST_INVALID', host.detail);
   return fromTarget ?? host;
 }
@@ -183,17 +179,14 @@ function onlyChunked(value: string): boolean {
   return codings.length === 1 && codings[0] === 'chunked';
 }
 
-function readOverride(req: IncomingMessage): string | null | undefined {
-  const headers = req.headers;
-  let method: string | null | undefined;
-  for (const name of METHOD_OVERRIDE_HEADERS) {
-    const value = headers[name];
-    if (value === undefined) continue;
-    for (const item of (Array.isArray(value) ? value.join(',') : value).split(',')) {
-      const named = item.trim().toUpperCase();
-      if (!KNOWN_METHODS.has(named) || (method !== undefined && method !== named)) return null;
-      method = named;
-    }
+/** `overrides`: every value of the override headers, joined with ",". */
+function readOverride(overrides: string | undefined): string | null | undefined {
+  if (overrides === undefined) return undefined;
+  let method: string | undefined;
+  for (const item of overrides.split(',')) {
+    const named = item.trim().toUpperCase();
+    if (!KNOWN_METHODS.has(named) || (method !== undefined && method !== named)) return null;
+    method = named;
   }
   return method;
 }

@@ -8,7 +8,6 @@
 //   trimmed / decoded-twice readings ─► route ─► a protected route the path as sent misses → 400
 //   POST where a `_method` could reach another protected route ─► query (and form or JSON body,
 //   read here: routeWithBody) searched for it: honoured on methodOverride routes, else removed
-import type { IncomingHttpHeaders } from 'node:http';
 import type { RouteConfig } from '../config/types';
 import { ProxyError } from '../errors';
 import { type EdgeRequest, KNOWN_METHODS, METHOD_OVERRIDE_HEADERS } from './edge';
@@ -43,7 +42,6 @@ export interface BodyNeeded {
 export function routeRequest(
   router: Router,
   edge: EdgeRequest,
-  headers: IncomingHttpHeaders = {},
 ): RoutedRequest | ProxyError | BodyNeeded {
   const matched = matchReadings(router, edge);
   if (matched instanceof ProxyError) return matched;
@@ -66,7 +64,7 @@ export function routeRequest(
     matched !== undefined && isProtected(matched, edge),
   );
   if (limit === undefined) return routed(matched, edge, edge.query, undefined);
-  if (methodBodyKind(headers['content-type']) !== undefined) return { limitBytes: limit, edge };
+  if (methodBodyKind(edge.headers.contentType) !== undefined) return { limitBytes: limit, edge };
   return withMethodParams(router, edge, formMethodParams(edge.query), undefined, undefined);
 }
 
@@ -74,14 +72,16 @@ export function isBodyNeeded(value: unknown): value is BodyNeeded {
   return typeof value === 'object' && value !== null && 'limitBytes' in value;
 }
 
-/** Routes a request whose body routeRequest asked for, now read (`body`). */
+/**
+ * Routes a request whose body routeRequest asked for, now read (`body`, of `contentType`: an
+ * upgrade's is none, whatever it says, since it carries no body).
+ */
 export function routeWithBody(
   router: Router,
   edge: EdgeRequest,
-  headers: IncomingHttpHeaders,
+  contentType: string | undefined,
   body: Buffer,
 ): RoutedRequest | ProxyError {
-  const contentType = headers['content-type'] ?? '';
   const kind = methodBodyKind(contentType);
   const query = formMethodParams(edge.query);
   let fromBody: MethodParams<Buffer> | 'json' | undefined;
@@ -92,7 +92,7 @@ export function routeWithBody(
       without: form.methods.length === 0 ? body : Buffer.from(form.without, 'latin1'),
     };
   } else if (kind === 'multipart') {
-    fromBody = multipartMethodParams(body, contentType);
+    fromBody = multipartMethodParams(body, contentType ?? '');
     if (fromBody === undefined)
       return new ProxyError(
         'METHOD_OVERRIDE_INVALID',
@@ -241,6 +241,7 @@ function routed(
       keepsForwarding: edge.keepsForwarding,
       keepsOverride: route.methodOverride,
       body,
+      contentType: edge.headers.contentType,
     },
   };
 }

@@ -28,6 +28,8 @@ export interface RequestTarget {
    * unless the route honours overrides. Undefined: the body is still on the request stream.
    */
   readonly body: Buffer | undefined;
+  /** The request's Content-Type, as req.headers would give it. */
+  readonly contentType: string | undefined;
 }
 
 export interface RouteMatch {

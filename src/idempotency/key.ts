@@ -6,6 +6,7 @@
 // visible ASCII characters (0x21-0x7E), so it is safe to log, store as text and echo in problem
 // details.
 import type { IncomingMessage } from 'node:http';
+import { headerLines } from '../http/header-lines';
 
 export type KeyParseResult =
   { ok: true; key: string } | { ok: false; problem: 'missing' | 'invalid'; detail: string };
@@ -158,37 +159,10 @@ function invalid(detail: string): KeyParseResult {
 }
 
 /**
- * The key header's lines. Node joins repeated lines with ", ", so a value without a comma was sent
- * once; only otherwise is headersDistinct (an array per header of the request) worth building.
- * Node keeps only the first of some repeated headers (Content-Type, Authorization, …): a key header
- * named like one of those always takes the slow path, so a repeat is still seen.
+ * The key header's lines, each as sent (a repeated line is seen, whatever Node would make of it in
+ * req.headers: join it, or keep only the first), read from the raw lines so a request whose key is
+ * all the proxy reads never has Node build req.headers (http/header-lines.ts).
  */
 export function keyHeaderLines(req: IncomingMessage, name: string): string[] | undefined {
-  const joined = req.headers[name];
-  if (joined === undefined) return undefined;
-  if (typeof joined === 'string' && !joined.includes(',') && !NODE_SINGLE_VALUE_HEADERS.has(name))
-    return [joined];
-  return req.headersDistinct[name];
+  return headerLines(req.rawHeaders, name);
 }
-
-/** Headers whose repeats Node's req.headers drops instead of joining (Node's http docs). */
-const NODE_SINGLE_VALUE_HEADERS: ReadonlySet<string> = new Set([
-  'age',
-  'authorization',
-  'content-length',
-  'content-type',
-  'etag',
-  'expires',
-  'from',
-  'host',
-  'if-modified-since',
-  'if-unmodified-since',
-  'last-modified',
-  'location',
-  'max-forwards',
-  'proxy-authorization',
-  'referer',
-  'retry-after',
-  'server',
-  'user-agent',
-]);

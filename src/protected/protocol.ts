@@ -162,7 +162,11 @@ export function recordIdOf(
   policy: Pick<IdempotencyPolicy, 'scope' | 'tenant' | 'scopeByPath'>,
   key: string,
 ): RecordId {
-  const tenant = tenantHash(request.req.headers, policy.tenant, request.principal);
+  // req.headers only when a tenant reads it: Node builds it on first read (http/header-lines.ts).
+  const tenant =
+    policy.tenant.length === 0
+      ? ''
+      : tenantHash(request.req.headers, policy.tenant, request.principal);
   return { scope: scopeOf(policy, request.target.path), tenant, key };
 }
 

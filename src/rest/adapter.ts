@@ -13,8 +13,9 @@
 // A sent key's fingerprint is computed only if the store asks for it: a repeat of bytes seen
 // before is answered by their raw fingerprint (store/coalescing-store.ts). Canonical JSON costs a
 // small body's replay more than the rest of its answer, and a megabyte tens of milliseconds.
-import type { ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { IdempotencyPolicy } from '../config/types';
+import type { RequestTarget } from '../http/router';
 import { ProxyError } from '../errors';
 import { BodyTooLargeError, type DigestedBody, readDigestedBodyThen } from '../http/body';
 import { sendProblem } from '../http/problem';
@@ -219,14 +220,7 @@ function callOf(
 ): Verdict<Call> {
   const { req, route, policy, target } = request;
   const body = read.body();
-  const input: FingerprintInput = {
-    method: target.method,
-    path: target.path,
-    query: target.query,
-    headers: req.headers,
-    body,
-    contentType: req.headers['content-type'],
-  };
+  const input = new RequestParts(req, target, body);
   let sentKey = headerKey;
   if (sentKey === undefined && policy.key.body !== null) {
     const fromBody = readBodyKey(request, body);
@@ -365,6 +359,32 @@ class SentKeyCall implements Call {
       if (!(error instanceof DuplicateJsonKeyError)) throw error;
       throw new UnreadableCall(duplicateKeyError(this.route, this.id.key));
     }
+  }
+}
+
+/**
+ * The request as a fingerprint reads it. Its headers are Node's, built on first read: only a rule
+ * that names a header reads them (http/header-lines.ts says what building them costs a replay).
+ */
+class RequestParts implements FingerprintInput {
+  readonly method: string;
+  readonly path: string;
+  readonly query: string;
+  readonly contentType: string | undefined;
+
+  constructor(
+    private readonly req: IncomingMessage,
+    target: RequestTarget,
+    readonly body: Buffer,
+  ) {
+    this.method = target.method;
+    this.path = target.path;
+    this.query = target.query;
+    this.contentType = target.contentType;
+  }
+
+  get headers(): IncomingHttpHeaders {
+    return this.req.headers;
   }
 }
 

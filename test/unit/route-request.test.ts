@@ -1,5 +1,6 @@
 import type { IdempotencyPolicy, RouteConfig } from '../../src/config/types';
 import type { EdgeRequest } from '../../src/http/edge';
+import { readHeaderFacts } from '../../src/http/header-lines';
 import { routeRequest } from '../../src/http/route-request';
 import { createRouter } from '../../src/http/router';
 import { ProxyError } from '../../src/errors';
@@ -30,6 +31,7 @@ function edge(method: string, path: string, extra: Partial<EdgeRequest> = {}): E
     keepsForwarding: false,
     rawTarget: undefined,
     readings: undefined,
+    headers: readHeaderFacts([]),
     ...extra,
   };
 }
