@@ -127,7 +127,7 @@ export class CoalescingStore implements RequestStore {
   /** A replay the cache holds for these exact bytes (the raw fingerprint), counted. */
   private cachedByBytes(id: RecordId, key: string, raw: Buffer): ClaimResult | undefined {
     const response = this.cache?.lookupRaw(key, raw);
-    return response && this.answered(id, completedFrom('cache', response));
+    return response && this.answered(id, completedFrom('cache', response), key);
   }
 
   /** What the cache says of this fingerprint, counted: a replay, a mismatch (422), or nothing. */
@@ -141,7 +141,7 @@ export class CoalescingStore implements RequestStore {
     if (cached === undefined) return undefined;
     const result =
       cached.kind === 'replay' ? completedFrom('cache', cached.response) : MISMATCH_FROM_CACHE;
-    return this.answered(id, result);
+    return this.answered(id, result, key);
   }
 
   async complete(
@@ -237,10 +237,15 @@ export class CoalescingStore implements RequestStore {
     }
   }
 
-  /** Counts a request answered without the store into its record's attempts (and replays). */
-  countAnswered(id: RecordId, replay: boolean, text = recordText(id)): void {
-    let delta = this.pending.get(text);
-    if (!delta) this.pending.set(text, (delta = { id, attempts: 0, replays: 0 }));
+  /**
+   * Counts a request answered without the store into its record's attempts (and replays). `key`
+   * names the record's count until the next flush: its memory key where the caller has one, the
+   * string its lookup already hashed (a second key built and hashed per request was ~1k
+   * instructions of a cached replay). Counts of one record under two keys are added up at the flush.
+   */
+  countAnswered(id: RecordId, replay: boolean, key = recordText(id)): void {
+    let delta = this.pending.get(key);
+    if (!delta) this.pending.set(key, (delta = { id, attempts: 0, replays: 0 }));
     delta.attempts++;
     if (replay) delta.replays++;
   }
@@ -252,7 +257,7 @@ export class CoalescingStore implements RequestStore {
   flushAnswered(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
       if (this.pending.size === 0) return;
-      const batch = [...this.pending.values()];
+      const batch = perRecord(this.pending.values());
       this.pending.clear();
       try {
         await this.store.flushCounters(batch);
@@ -362,8 +367,8 @@ export class CoalescingStore implements RequestStore {
     }
   }
 
-  private answered(id: RecordId, result: ClaimResult): ClaimResult {
-    this.countAnswered(id, result.kind === 'completed');
+  private answered(id: RecordId, result: ClaimResult, key?: string): ClaimResult {
+    this.countAnswered(id, result.kind === 'completed', key);
     return result;
   }
 
@@ -399,4 +404,22 @@ const MISMATCH_FROM_LEADER: ClaimResult = { kind: 'mismatch', attempts: 0, from:
 
 function completedFrom(from: 'cache' | 'leader', response: StoredResponse): ClaimResult {
   return { kind: 'completed', response, expiresInMs: 0, attempts: 0, from };
+}
+
+/**
+ * One delta per record: a record counted under its memory key for two fingerprint policies (a
+ * reload changed its route's) is one row, and an UPDATE joined to it twice would add only one.
+ */
+function perRecord(deltas: Iterable<CounterDelta>): CounterDelta[] {
+  const merged = new Map<string, CounterDelta>();
+  for (const delta of deltas) {
+    const text = recordText(delta.id);
+    const known = merged.get(text);
+    if (known === undefined) merged.set(text, { ...delta });
+    else {
+      known.attempts += delta.attempts;
+      known.replays += delta.replays;
+    }
+  }
+  return [...merged.values()];
 }

@@ -8,6 +8,7 @@ import {
   Claimant,
   type ClaimRequest,
   type ClaimResult,
+  type CounterDelta,
   type RecordId,
   type StoredResponse,
 } from '../../src/store/record';
@@ -269,6 +270,25 @@ describe('counters', () => {
     store.countAnswered(ID, true);
     store.countAnswered(ID, false);
     await store.flushAnswered();
+    expect(inner.row(ID)!.attempts).toBe(4);
+  });
+
+  test('counts of one record under two keys reach the store as one delta', async () => {
+    // A row joined twice in one UPDATE is updated once: two deltas for it would lose one.
+    const inner = new MemoryKeyStore();
+    const batches: CounterDelta[][] = [];
+    const flush = inner.flushCounters.bind(inner);
+    inner.flushCounters = (deltas) => {
+      batches.push(deltas.map((delta) => ({ ...delta })));
+      return flush(deltas);
+    };
+    const store = new CoalescingStore(inner, undefined);
+    inner.seed(ID, { fingerprint: FINGERPRINT, state: 'completed', response: STORED });
+    store.countAnswered(ID, true, 'memory key under one policy');
+    store.countAnswered(ID, false, 'memory key under another');
+    store.countAnswered(ID, true);
+    await store.flushAnswered();
+    expect(batches).toEqual([[{ id: ID, attempts: 3, replays: 2 }]]);
     expect(inner.row(ID)!.attempts).toBe(4);
   });
 
