@@ -150,7 +150,7 @@ export function createApp(options: AppOptions): App {
         if (heldBytes > 0) bodies.release(heldBytes);
         finish(entry, res, performance.now() - started, current, trace);
         current.leave();
-        if (--active === 0) for (const resolve of idle.splice(0)) resolve();
+        if (--active === 0 && idle.length > 0) for (const resolve of idle.splice(0)) resolve();
       };
       // `on`, not `once`: a response closes once, and once's wrapper and removal were ~0.5k
       // instructions of a cached replay's ~100k.
