@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import type { RequestLogEntry } from '../http/request-log';
 import { quote } from '../idempotency/canonical-json';
-import { infoLineWriter } from './logger';
+import { flatString, infoLineWriter } from './logger';
 
 /** A function that logs one request's entry (the app calls it once the response is done). */
 export function requestLineWriter(logger: Logger): (entry: RequestLogEntry) => void {
@@ -15,41 +15,56 @@ export function requestLineWriter(logger: Logger): (entry: RequestLogEntry) => v
 }
 
 /**
- * `,"name":<value>` for a field whose values repeat from line to line (the route's name, the method,
- * the outcome label, the status, a 0 ms wait): written once for the last value seen and reused while
- * it repeats, which on a busy route is nearly every line. NaN never equals the last value, so it is
- * written each time (as null); -0 reuses 0's "0", which is what JSON writes for it too.
+ * `,"name":<value>` for a number field whose values repeat from line to line (a 0 ms wait): written
+ * once for the last value seen and reused while it repeats. NaN never equals the last value, so it
+ * is written each time (as null); -0 reuses 0's "0", which is what JSON writes for it too.
  */
-class Repeated<Value extends string | number> {
-  private last: Value | undefined;
+class RepeatedNumber {
+  private last = Number.NaN;
   private written = '';
 
-  constructor(
-    private readonly prefix: string,
-    private readonly write: (value: Value) => string,
-  ) {}
+  constructor(private readonly prefix: string) {}
 
-  of(value: Value): string {
+  of(value: number): string {
     if (value !== this.last) {
       this.last = value;
-      this.written = this.prefix + this.write(value);
+      this.written = this.prefix + jsonNumber(value);
     }
     return this.written;
   }
 }
 
-const route = new Repeated<string>(',"route":', quote);
-const method = new Repeated<string>(',"method":', quote);
-const outcome = new Repeated<string>(',"outcome":', quote);
-const status = new Repeated<number>(',"status":', jsonNumber);
-const attempts = new Repeated<number>(',"attempts":', jsonNumber);
-const storeMs = new Repeated<number>(',"storeMs":', jsonNumber);
-const upstreamMs = new Repeated<number>(',"upstreamMs":', jsonNumber);
-const waitMs = new Repeated<number>(',"waitMs":', jsonNumber);
-const shadow = new Repeated<string>(',"shadow":', quote);
-const landing = new Repeated<string>(',"landing":', quote);
-const reconcile = new Repeated<string>(',"reconcile":', quote);
-const tool = new Repeated<string>(',"tool":', quote);
+const storeMs = new RepeatedNumber(',"storeMs":');
+const upstreamMs = new RepeatedNumber(',"upstreamMs":');
+const waitMs = new RepeatedNumber(',"waitMs":');
+
+/**
+ * The fields whose values come from a small set and change together rarely (on one route: its name
+ * and method; the outcome, status and attempts; the flags and labels after the timings), written as
+ * one flat piece for the last values seen and reused while they repeat. Their strings (route names,
+ * labels) are escaped once per change instead of once per line, and a line is fewer pieces.
+ */
+let route: string | undefined;
+let method: string | undefined;
+let routeAndMethod = '';
+
+let outcome: string | undefined;
+let status: number | undefined;
+let attempts: number | undefined;
+let outcomeToAttempts = '';
+
+let shadow: string | undefined;
+let keyDerived: boolean | undefined;
+let cached: boolean | undefined;
+let coalesced: boolean | undefined;
+let outcomeUnknown: boolean | undefined;
+let clientClosedEarly: boolean | undefined;
+let landing: string | undefined;
+let reconcile: string | undefined;
+let flags = '';
+
+let tool: string | undefined;
+let toolField = '';
 
 /**
  * The entry's fields as JSON.stringify writes them, each after a comma, without the braces: in
@@ -58,36 +73,84 @@ const tool = new Repeated<string>(',"tool":', quote);
  * newLogEntry must be added here too: the unit test compares the two for every field it creates.
  */
 export function requestLineFields(entry: RequestLogEntry): string {
-  let out = '';
-  if (entry.route !== undefined) out += route.of(entry.route);
-  out += method.of(entry.method);
-  out += ',"path":' + quote(entry.path);
+  if (entry.route !== route || entry.method !== method) {
+    route = entry.route;
+    method = entry.method;
+    routeAndMethod = flatString(
+      (route === undefined ? '' : ',"route":' + quote(route)) + ',"method":' + quote(method),
+    );
+  }
+  let out = routeAndMethod + ',"path":' + quote(entry.path);
   if (entry.key !== undefined) out += ',"key":' + quote(entry.key);
-  out += outcome.of(entry.outcome);
-  out += status.of(entry.status);
-  if (entry.attempts !== undefined) out += attempts.of(entry.attempts);
+  if (entry.outcome !== outcome || entry.status !== status || entry.attempts !== attempts) {
+    outcome = entry.outcome;
+    status = entry.status;
+    attempts = entry.attempts;
+    outcomeToAttempts = flatString(
+      ',"outcome":' +
+        quote(outcome) +
+        ',"status":' +
+        jsonNumber(status) +
+        (attempts === undefined ? '' : ',"attempts":' + jsonNumber(attempts)),
+    );
+  }
+  out += outcomeToAttempts;
   out += storeMs.of(entry.storeMs);
   out += upstreamMs.of(entry.upstreamMs);
   out += waitMs.of(entry.waitMs);
   out += ',"totalMs":' + jsonNumber(entry.totalMs);
-  if (entry.shadow !== undefined) out += shadow.of(entry.shadow);
-  if (entry.keyDerived !== undefined)
-    out += entry.keyDerived ? ',"keyDerived":true' : ',"keyDerived":false';
-  if (entry.cached !== undefined) out += entry.cached ? ',"cached":true' : ',"cached":false';
-  if (entry.coalesced !== undefined)
-    out += entry.coalesced ? ',"coalesced":true' : ',"coalesced":false';
-  if (entry.outcomeUnknown !== undefined)
-    out += entry.outcomeUnknown ? ',"outcomeUnknown":true' : ',"outcomeUnknown":false';
-  if (entry.clientClosedEarly !== undefined)
-    out += entry.clientClosedEarly ? ',"clientClosedEarly":true' : ',"clientClosedEarly":false';
-  if (entry.landing !== undefined) out += landing.of(entry.landing);
-  if (entry.reconcile !== undefined) out += reconcile.of(entry.reconcile);
+  if (
+    entry.shadow !== shadow ||
+    entry.keyDerived !== keyDerived ||
+    entry.cached !== cached ||
+    entry.coalesced !== coalesced ||
+    entry.outcomeUnknown !== outcomeUnknown ||
+    entry.clientClosedEarly !== clientClosedEarly ||
+    entry.landing !== landing ||
+    entry.reconcile !== reconcile
+  ) {
+    shadow = entry.shadow;
+    keyDerived = entry.keyDerived;
+    cached = entry.cached;
+    coalesced = entry.coalesced;
+    outcomeUnknown = entry.outcomeUnknown;
+    clientClosedEarly = entry.clientClosedEarly;
+    landing = entry.landing;
+    reconcile = entry.reconcile;
+    flags = flatString(
+      stringField(',"shadow":', shadow) +
+        booleanField(',"keyDerived":', keyDerived) +
+        booleanField(',"cached":', cached) +
+        booleanField(',"coalesced":', coalesced) +
+        booleanField(',"outcomeUnknown":', outcomeUnknown) +
+        booleanField(',"clientClosedEarly":', clientClosedEarly) +
+        stringField(',"landing":', landing) +
+        stringField(',"reconcile":', reconcile),
+    );
+  }
+  if (flags !== '') out += flags;
   if (entry.rawTarget !== undefined) out += ',"rawTarget":' + quote(entry.rawTarget);
-  if (entry.tool !== undefined) out += tool.of(entry.tool);
+  if (entry.tool !== undefined) {
+    if (entry.tool !== tool) {
+      tool = entry.tool;
+      toolField = flatString(',"tool":' + quote(tool));
+    }
+    out += toolField;
+  }
   if (entry.firstByteMs !== undefined) out += ',"firstByteMs":' + jsonNumber(entry.firstByteMs);
   if (entry.streamedBytes !== undefined)
     out += ',"streamedBytes":' + jsonNumber(entry.streamedBytes);
   return out;
+}
+
+/** `,"name":"value"`, or nothing for an undefined value. */
+function stringField(prefix: string, value: string | undefined): string {
+  return value === undefined ? '' : prefix + quote(value);
+}
+
+/** `,"name":true` or false, or nothing for an undefined value. */
+function booleanField(prefix: string, value: boolean | undefined): string {
+  return value === undefined ? '' : prefix + (value ? 'true' : 'false');
 }
 
 /** A number as JSON.stringify writes it: null when not finite. */
