@@ -28,7 +28,7 @@ import type { HandleStore } from './store/handles';
 import type { Outcome, ProtectedDeps, Timings } from './protected/protocol';
 import { adapterOf, protocolAdapters, type ProtocolAdapters } from './protocols';
 import type { RequestStore } from './store/record';
-import { infoLineWriter } from './observability/logger';
+import { requestLineWriter } from './observability/request-line';
 import { storeErrorLog } from './observability/store-error-log';
 import { storeTlsProblem } from './db/tls-problem';
 import type { ProxyMetrics } from './metrics';
@@ -85,7 +85,7 @@ export function createApp(options: AppOptions): App {
   // Upgraded sockets (websockets) have left the HTTP server's books: closeAllConnections() misses
   // them, yet server.close() waits for them, so one open websocket kept a drained proxy running.
   const upgraded = new Set<Duplex>();
-  const logRequest = infoLineWriter(logger, 'request');
+  const logRequest = requestLineWriter(logger);
   const adapters = options.protocols ?? protocolAdapters();
   const bodies = new BodyBudget(options.config.listen.maxBodyBytesInFlight);
   metrics?.watchRequestBodies(() => bodies.held);

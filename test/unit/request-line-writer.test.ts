@@ -1,17 +1,26 @@
-// The per-request log line is formatted by infoLineWriter, not by pino: the bytes must be the ones pino
-// would write, in order with pino's own lines, and none may be lost when the process exits. The JSON
-// logger writes to the process's stdout, so each case runs in a child process on the built code.
+// The per-request log line is formatted by infoLineWriter (and the request entry's fields by
+// requestLineFields), not by pino: the bytes must be the ones pino would write, in order with pino's
+// own lines, and none may be lost when the process exits. The JSON logger writes to the process's
+// stdout, so each case that needs it runs in a child process on the built code.
 import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
+import fc from 'fast-check';
+import { newLogEntry, type RequestLogEntry } from '../../src/http/request-log';
+import { requestLineFields } from '../../src/observability/request-line';
 
 const LOGGER = path.resolve(__dirname, '../../dist/observability/logger.js');
+const REQUEST_LINE = path.resolve(__dirname, '../../dist/observability/request-line.js');
+const REQUEST_LOG = path.resolve(__dirname, '../../dist/http/request-log.js');
 
 /** Runs `body` in a child with `logger` and `write` (an infoLineWriter) in scope; returns its stdout. */
 function inChild(body: string, env: Record<string, string> = {}): string[] {
   const script = `
     const { createLogger, infoLineWriter } = require(${JSON.stringify(LOGGER)});
+    const { requestLineWriter } = require(${JSON.stringify(REQUEST_LINE)});
+    const { newLogEntry } = require(${JSON.stringify(REQUEST_LOG)});
     const logger = createLogger({ fd: 1 });
     const write = infoLineWriter(logger, 'request');
+    const writeRequest = requestLineWriter(logger);
     ${body}
   `;
   const out = execFileSync(process.execPath, ['-e', script], {
@@ -58,6 +67,28 @@ test('writes exactly the line pino writes for the same fields', () => {
   // JSON.stringify dropped the undefined fields, as pino does.
   expect(lines[2]).not.toContain('"route"');
   expect(JSON.parse(lines[4]!)).toMatchObject({ path: '/a"b\\c\nd\te\u0001', key: 'é€😀\u2028' });
+});
+
+test("writes a request entry's line exactly as pino does, fields set late in their place", () => {
+  const lines = inChild(`
+    const replay = newLogEntry('POST', '/refunds');
+    Object.assign(replay, { route: 'refunds', key: 'k-1', outcome: 'replayed', status: 200 });
+    Object.assign(replay, { totalMs: 0.42, cached: true, keyDerived: false });
+    const odd = newLogEntry('PATCH', '/a"b\\\\c\\u0001é😀');
+    Object.assign(odd, { streamedBytes: 10, firstByteMs: 3.5, tool: 'refund "it"' });
+    Object.assign(odd, { rawTarget: '/A;*', landing: 'queued', shadow: 'would_replay' });
+    Object.assign(odd, { outcomeUnknown: true, coalesced: false, clientClosedEarly: true });
+    Object.assign(odd, { reconcile: 'found', attempts: 2, waitMs: NaN, storeMs: -0 });
+    for (const entry of [replay, odd, replay, newLogEntry('GET', '/')]) {
+      writeRequest(entry);
+      logger.info(entry, 'request');
+    }
+  `);
+  expect(lines).toHaveLength(8);
+  for (let i = 0; i < lines.length; i += 2) {
+    expect(withoutTime(lines[i]!)).toBe(withoutTime(lines[i + 1]!));
+  }
+  expect(lines[2]).toContain('"tool":"refund \\"it\\"","firstByteMs":3.5,"streamedBytes":10,');
 });
 
 test('writes what JSON cannot carry into the child as pino does too', () => {
@@ -172,5 +203,96 @@ describe('LOG_BACKLOG: lines waiting for the log reader are bounded', () => {
       expect(run.stderr).toContain(`LOG_BACKLOG="${value}" is not valid`);
       expect(run.stderr).toContain('at least 64kb');
     }
+  });
+});
+
+describe('requestLineFields', () => {
+  // Strings with what JSON escapes (quotes, backslashes, controls, lone surrogates) and what it does
+  // not (non-ASCII, U+2028, DEL): any UTF-16 code unit, and the awkward ones more often.
+  const text = fc.string({
+    unit: fc.oneof(
+      fc.integer({ min: 0, max: 0xffff }).map((code) => String.fromCharCode(code)),
+      fc.constantFrom(
+        '"',
+        '\\',
+        '\n',
+        '\u0000',
+        '\u001f',
+        '\u007f',
+        '\ud800',
+        '\udfff',
+        'é',
+        '😀',
+        '\u2028',
+      ),
+      fc.constantFrom('a', '/', 'refunds', 'POST'),
+    ),
+    maxLength: 12,
+  });
+  // Values repeat across the lines of one run, as route names and labels do, so a reused value
+  // is tested as well as a new one.
+  const repeated = <T>(values: fc.Arbitrary<T>): fc.Arbitrary<T> =>
+    fc.oneof(values, fc.constantFrom<T>(...fc.sample(values, { numRuns: 3, seed: 1 })));
+  const number = fc.oneof(
+    fc.double(),
+    fc.integer({ min: -1000, max: 100_000 }),
+    fc.constantFrom(0, -0, NaN, Infinity, -Infinity, 1e21, 5e-7, 200),
+  );
+  const optional = <T>(values: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
+    fc.option(values, { nil: undefined });
+
+  /** Every field newLogEntry creates, with what it may hold (labels as any string). */
+  const FIELDS: Record<keyof RequestLogEntry, fc.Arbitrary<unknown>> = {
+    route: optional(repeated(text)),
+    method: repeated(text),
+    path: text,
+    key: optional(text),
+    outcome: repeated(text),
+    status: repeated(number),
+    attempts: optional(repeated(number)),
+    storeMs: repeated(number),
+    upstreamMs: repeated(number),
+    waitMs: repeated(number),
+    totalMs: number,
+    shadow: optional(repeated(text)),
+    keyDerived: optional(fc.boolean()),
+    cached: optional(fc.boolean()),
+    coalesced: optional(fc.boolean()),
+    outcomeUnknown: optional(fc.boolean()),
+    clientClosedEarly: optional(fc.boolean()),
+    landing: optional(repeated(text)),
+    reconcile: optional(repeated(text)),
+    rawTarget: optional(text),
+    tool: optional(repeated(text)),
+    firstByteMs: optional(number),
+    streamedBytes: optional(number),
+  };
+
+  test('the property test sets every field newLogEntry creates', () => {
+    expect(Object.keys(FIELDS).sort()).toEqual(Object.keys(newLogEntry('GET', '/')).sort());
+  });
+
+  /** An entry from newLogEntry with its fields then set in any order, as handlers set them. */
+  const entry = fc
+    .tuple(fc.record(FIELDS), fc.shuffledSubarray(Object.keys(FIELDS) as (keyof RequestLogEntry)[]))
+    .map(([values, order]) => {
+      const made = newLogEntry(values.method as string, values.path as string) as unknown as Record<
+        string,
+        unknown
+      >;
+      for (const name of order) made[name] = values[name];
+      return made as unknown as RequestLogEntry;
+    });
+
+  test('writes for any entry exactly the fields JSON.stringify writes, in its order', () => {
+    fc.assert(
+      fc.property(fc.array(entry, { minLength: 1, maxLength: 8 }), (entries) => {
+        for (const made of entries) {
+          // JSON.stringify is pino's form but for a lone surrogate, which pino writes raw (above).
+          expect(`{${requestLineFields(made).slice(1)}}`).toBe(JSON.stringify(made));
+        }
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
