@@ -64,11 +64,13 @@ export function readHeaderFacts(raw: readonly string[]): HeaderFacts {
       case 16:
         if (named(name, 'x-forwarded-host')) forwarding = true;
         break;
-      case 17:
-        if (named(name, 'transfer-encoding')) transferEncoding = joined(transferEncoding, value);
-        else if (named(name, 'x-forwarded-proto')) forwarding = true;
-        else if (named(name, 'x-method-override')) overrides = listed(overrides, value);
+      case 17: {
+        const lower = name.toLowerCase();
+        if (lower === 'transfer-encoding') transferEncoding = joined(transferEncoding, value);
+        else if (lower === 'x-forwarded-proto') forwarding = true;
+        else if (lower === 'x-method-override') overrides = listed(overrides, value);
         break;
+      }
       case 22:
         if (named(name, 'x-http-method-override')) overrides = listed(overrides, value);
         break;
@@ -96,18 +98,9 @@ export function headerLines(raw: readonly string[], name: string): string[] | un
   return values;
 }
 
-/**
- * A header name as sent, any case, against a lower-case one of the same length: compared by char
- * code, since toLowerCase makes a string to compare and throw away (header names are ASCII tokens;
- * one that is not never equals a lower-case token here).
- */
+/** A header name as sent, any case, against a lower-case one of the same length. */
 function named(name: string, lower: string): boolean {
-  if (name === lower) return true;
-  for (let i = 0; i < lower.length; i++) {
-    const code = name.charCodeAt(i);
-    if ((code >= 0x41 && code <= 0x5a ? code + 0x20 : code) !== lower.charCodeAt(i)) return false;
-  }
-  return true;
+  return name === lower || name.toLowerCase() === lower;
 }
 
 const joined = (before: string | undefined, value: string): string =>
