@@ -102,6 +102,25 @@ describe('canonical targets', () => {
     expect(canonicalTarget('http://h?q')).toEqual({ path: '/', query: 'q', authority: 'h' });
   });
 
+  test('reads each target as itself, whichever was read before it', () => {
+    // The last target's reading is kept for its repeats: never for another target.
+    const targets = ['/a/./b?x=1', '/a/b?x=1', '/a/./b?x=1', '/a/./b?x=2', '', 'refunds', '/c'];
+    const first = new Map(targets.map((raw) => [raw, canonicalTarget(raw)]));
+    for (const raw of [...targets, ...targets.reverse()])
+      expect(canonicalTarget(raw)).toEqual(first.get(raw));
+    expect(canonicalTarget('/a/./b?x=1')).toEqual({
+      path: '/a/b',
+      query: 'x=1',
+      authority: undefined,
+    });
+    expect(canonicalTarget('/a/./b?x=2')).toEqual({
+      path: '/a/b',
+      query: 'x=2',
+      authority: undefined,
+    });
+    expect(isTargetProblem(canonicalTarget(''))).toBe(true);
+  });
+
   test.each([
     ['/refunds#x', 'target'],
     ['/a?b#c', 'target'],
