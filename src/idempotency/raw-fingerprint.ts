@@ -2,11 +2,17 @@
 // (README.md#what-a-client-sees-on-a-protected-route). Most of what agents retry is resent byte for
 // byte, so nearly every cached replay is matched by it, and it is framed on every protected request.
 //
-// It frames the same fields as fingerprint.ts's FramedHash would, in one pass: a route's layout
-// (its constant tags, already framed, between the request's own fields) is worked out once per
-// policy, and each request writes its method, path, query pairs and body between them into one
-// buffer. Field by field through FramedHash it cost about 10k instructions, a tenth of a cached
-// replay; a layout the fast way does not cover (a header or query-param part) is framed that way.
+// Its fields are the fingerprint's parts, framed as fingerprint.ts frames them (length-prefixed),
+// in one pass: a policy's layout — the domain and every part's tags, framed once — comes first,
+// and each request writes its method, path, query pairs and body after it into one buffer. Field
+// by field through FramedHash, each tag before its part, it cost about 10k instructions, a tenth
+// of a cached replay. A policy with parts the layout has no slot for (a header, a query parameter)
+// is framed that way still.
+//
+// A raw fingerprint is only compared with others of the same policy (memory is keyed by the policy,
+// store/record.ts memoryKey), so what matters is that one policy's framing tells any two requests
+// apart: the tags are the same for all of them, and the fields after them are length-prefixed in
+// the order the policy fixes.
 import { hash } from 'node:crypto';
 import type { FingerprintPolicy } from '../config/types';
 import {
@@ -61,13 +67,12 @@ export function computeRawFingerprint(
 type Slot = 'method' | 'path' | 'query' | 'body';
 
 /**
- * The raw framing of one policy, body mode and body kind: `constants[i]` (framed tags, maybe empty)
- * comes before `slots[i]`, and the last constant after the last slot.
+ * The raw framing of one policy, body mode and body kind: `tags` (the domain, then each part's tag
+ * fields, framed once) and then the request's own fields, one slot after another.
  */
 interface Layout {
-  readonly constants: readonly Buffer[];
+  readonly tags: Buffer;
   readonly slots: readonly Slot[];
-  readonly constantBytes: number;
 }
 
 /** Per policy, its four layouts (json × digested), null where the fast way does not apply. */
@@ -88,14 +93,8 @@ function layoutOf(policy: FingerprintPolicy, json: boolean, digested: boolean): 
 }
 
 function makeLayout(policy: FingerprintPolicy, json: boolean, digested: boolean): Layout | null {
-  const constants: Buffer[] = [];
+  const tags = new FramedHash(DOMAIN);
   const slots: Slot[] = [];
-  let tags = new FramedHash(DOMAIN);
-  const slot = (name: Slot): void => {
-    constants.push(tags.framed());
-    slots.push(name);
-    tags = new FramedHash();
-  };
   let bodyWritten = false;
   for (const part of policy.parts) {
     switch (part.kind) {
@@ -103,7 +102,7 @@ function makeLayout(policy: FingerprintPolicy, json: boolean, digested: boolean)
       case 'path':
       case 'query':
         tags.field(part.kind);
-        slot(part.kind);
+        slots.push(part.kind);
         break;
       case 'body':
       case 'raw-body':
@@ -112,26 +111,24 @@ function makeLayout(policy: FingerprintPolicy, json: boolean, digested: boolean)
         if (bodyWritten) break;
         bodyWritten = true;
         tags.field(digested ? 'body-sha256' : 'body-bytes').field(json ? 'json' : 'bytes');
-        slot('body');
+        slots.push('body');
         break;
       default:
         return null;
     }
   }
-  constants.push(tags.framed());
-  const constantBytes = constants.reduce((sum, constant) => sum + constant.length, 0);
-  return { constants, slots, constantBytes };
+  return { tags: tags.framed(), slots };
 }
 
-/** The request's fields between the layout's constants, in one buffer. */
+/** The layout's tags, then the request's fields, in one buffer. */
 function frameByLayout(layout: Layout, input: FingerprintInput, body: Buffer): Buffer {
-  const { constants, slots } = layout;
+  const { tags, slots } = layout;
   const method = input.method.toUpperCase();
   const methodBytes = utf8Length(method);
   const pathBytes = utf8Length(input.path);
   const pairs = input.query === '' ? NO_PAIRS : canonicalQueryPairs(input.query).flat();
   const count = String(pairs.length);
-  let total = layout.constantBytes;
+  let total = tags.length;
   for (const slot of slots) {
     if (slot === 'method') total += 8 + methodBytes;
     else if (slot === 'path') total += 8 + pathBytes;
@@ -142,12 +139,9 @@ function frameByLayout(layout: Layout, input: FingerprintInput, body: Buffer): B
     }
   }
   const framed = Buffer.allocUnsafe(total);
-  let at = 0;
-  for (let i = 0; i < slots.length; i++) {
-    const constant = constants[i]!;
-    framed.set(constant, at);
-    at += constant.length;
-    const slot = slots[i]!;
+  framed.set(tags, 0);
+  let at = tags.length;
+  for (const slot of slots) {
     if (slot === 'method') at = frameField(framed, at, method, methodBytes);
     else if (slot === 'path') at = frameField(framed, at, input.path, pathBytes);
     else if (slot === 'body') at = frameField(framed, at, body, body.length);
@@ -156,13 +150,15 @@ function frameByLayout(layout: Layout, input: FingerprintInput, body: Buffer): B
       for (const value of pairs) at = frameField(framed, at, value, value.length);
     }
   }
-  framed.set(constants[slots.length]!, at);
   return framed;
 }
 
 const NO_PAIRS: Buffer[] = [];
 
-/** The same bytes as frameByLayout, field by field: for parts it has no slot for. */
+/**
+ * Field by field, each part's tag before its fields: for a policy with parts the layouts have no
+ * slot for (a header, a query parameter).
+ */
 function frameByFields(
   input: FingerprintInput,
   policy: FingerprintPolicy,

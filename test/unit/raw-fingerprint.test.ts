@@ -23,57 +23,69 @@ const raw = (body: string, overrides: Partial<FingerprintInput> = {}): string =>
 const fp = (overrides: Partial<FingerprintInput> = {}): string =>
   computeFingerprint(input(overrides), policy()).toString('hex');
 
-/** The raw fingerprint's fields, framed one by one (the body's bytes, or their digest). */
+/**
+ * The raw fingerprint's fields (the body's bytes, or their digest). A policy of method, path, query
+ * and body parts only has its tags first, then the request's fields; any other has each part's tags
+ * before its fields.
+ */
 function expectedFraming(
   request: FingerprintInput,
   parts: RequestPart[],
   body: Buffer,
   digested: boolean,
 ): Buffer {
-  const fields: (string | Buffer)[] = ['idempotency-proxy/fingerprint-raw/v1'];
-  const listed = (values: readonly (string | Buffer)[] | undefined): void => {
-    if (values === undefined) fields.push('absent');
-    else fields.push('present', String(values.length), ...values);
+  const tags: string[] = [];
+  const values: (string | Buffer)[] = [];
+  const interleaved: (string | Buffer)[] = [];
+  const part = (partTags: string[], partValues: (string | Buffer)[]): void => {
+    tags.push(...partTags);
+    values.push(...partValues);
+    interleaved.push(...partTags, ...partValues);
   };
+  const listed = (values: readonly (string | Buffer)[] | undefined): (string | Buffer)[] =>
+    values === undefined ? ['absent'] : ['present', String(values.length), ...values];
   let bodyDone = false;
-  for (const part of parts) {
-    switch (part.kind) {
+  for (const each of parts) {
+    switch (each.kind) {
       case 'method':
-        fields.push('method', request.method.toUpperCase());
+        part(['method'], [request.method.toUpperCase()]);
         break;
       case 'path':
-        fields.push('path', request.path);
+        part(['path'], [request.path]);
         break;
       case 'query': {
         const pairs = canonicalQueryPairs(request.query).flat();
-        fields.push('query', String(pairs.length), ...pairs);
+        part(['query'], [String(pairs.length), ...pairs]);
         break;
       }
       case 'header': {
-        fields.push('header', part.name);
-        const value = request.headers[part.name];
-        listed(value === undefined ? undefined : typeof value === 'string' ? [value] : value);
+        const value = request.headers[each.name];
+        const values =
+          value === undefined ? undefined : typeof value === 'string' ? [value] : value;
+        part(['header', each.name], listed(values));
         break;
       }
       case 'query-param': {
-        fields.push('query-param', part.name);
-        const name = Buffer.from(part.name);
+        const name = Buffer.from(each.name);
         const values = canonicalQueryPairs(request.query)
           .filter(([pairName]) => pairName.equals(name))
           .map(([, value]) => value);
-        listed(values.length === 0 ? undefined : values);
+        part(['query-param', each.name], listed(values.length === 0 ? undefined : values));
         break;
       }
-      default:
+      default: {
         if (bodyDone) break;
         bodyDone = true;
-        fields.push(
-          digested ? 'body-sha256' : 'body-bytes',
-          isJsonContentType(request.contentType) ? 'json' : 'bytes',
-          body,
-        );
+        const mode = isJsonContentType(request.contentType) ? 'json' : 'bytes';
+        part([digested ? 'body-sha256' : 'body-bytes', mode], [body]);
+      }
     }
   }
+  const byLayout = parts.every((each) => each.kind !== 'header' && each.kind !== 'query-param');
+  const fields = [
+    'idempotency-proxy/fingerprint-raw/v1',
+    ...(byLayout ? [...tags, ...values] : interleaved),
+  ];
   return Buffer.concat(
     fields.map((field) => {
       const bytes = typeof field === 'string' ? Buffer.from(field, 'utf8') : field;
