@@ -9,7 +9,7 @@
 // A whole reservation up front, not bytes as they arrive: bodies half read, each waiting for room
 // the others hold, would wait for one another forever.
 
-import type { HeaderFacts } from './header-lines';
+import { contentLengthOf, type HeaderFacts } from './header-lines';
 
 export class BodyBudget {
   private heldBytes = 0;
@@ -50,7 +50,7 @@ export function bodyBytesToReserve(
 ): number {
   const length = headers.contentLength;
   if (length !== undefined) {
-    const stated = Number(length);
+    const stated = contentLengthOf(length);
     return Number.isSafeInteger(stated) && stated >= 0 ? Math.min(stated, limitBytes) : limitBytes;
   }
   return headers.transferEncoding === undefined ? 0 : limitBytes;

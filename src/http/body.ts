@@ -2,7 +2,7 @@
 // before it costs more than the limit, whether it announces its length or is chunked.
 import { createHash, type Hash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { headerLines } from './header-lines';
+import { contentLengthOf, headerLines } from './header-lines';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -122,7 +122,7 @@ function collectBody(
 ): void {
   // From the raw lines: reading req.headers would have Node build it (header-lines.ts).
   const declared = headerLines(req.rawHeaders, 'content-length')?.[0];
-  if (declared !== undefined && Number(declared) > limitBytes) {
+  if (declared !== undefined && contentLengthOf(declared) > limitBytes) {
     failed(new BodyTooLargeError(limitBytes));
     return;
   }

@@ -98,6 +98,23 @@ export function headerLines(raw: readonly string[], name: string): string[] | un
   return values;
 }
 
+/**
+ * A Content-Length value as a number, as Number() reads it. Node's parser lets only digits through,
+ * read here one by one: Number() on a string goes through V8's general conversion (~400
+ * instructions, twice a protected request). Anything else, or more digits than a double holds
+ * exactly, is Number()'s.
+ */
+export function contentLengthOf(value: string): number {
+  if (value.length === 0 || value.length > 15) return Number(value);
+  let length = 0;
+  for (let i = 0; i < value.length; i++) {
+    const digit = value.charCodeAt(i) - 0x30;
+    if (digit < 0 || digit > 9) return Number(value);
+    length = length * 10 + digit;
+  }
+  return length;
+}
+
 /** A header name as sent, any case, against a lower-case one of the same length. */
 function named(name: string, lower: string): boolean {
   return name === lower || name.toLowerCase() === lower;

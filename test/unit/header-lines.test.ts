@@ -3,7 +3,12 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import fc from 'fast-check';
-import { type HeaderFacts, headerLines, readHeaderFacts } from '../../src/http/header-lines';
+import {
+  contentLengthOf,
+  type HeaderFacts,
+  headerLines,
+  readHeaderFacts,
+} from '../../src/http/header-lines';
 import { rawRequest } from '../support/edge-raw';
 
 /** What req.headers says of each fact; overrides as their comma-separated items, in any order. */
@@ -136,5 +141,21 @@ describe('header facts read from the raw lines', () => {
       headerLines(['Idempotency-Key', 'a', 'x', 'y', 'IDEMPOTENCY-KEY', 'b, c'], 'idempotency-key'),
     ).toEqual(['a', 'b, c']);
     expect(headerLines(['x', 'y'], 'idempotency-key')).toBeUndefined();
+  });
+
+  test('a Content-Length reads as Number() reads it', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.stringMatching(/^[0-9]{0,20}$/),
+          fc.constantFrom('', ' 12', '1e3', '0x10', '-1', '12 ', '1.5', '٣'),
+          fc.string({ maxLength: 18 }),
+        ),
+        (value) => {
+          expect(contentLengthOf(value)).toBe(Number(value));
+        },
+      ),
+      { numRuns: 2000 },
+    );
   });
 });
