@@ -8,19 +8,13 @@ import https from 'node:https';
 import type { Duplex, Readable } from 'node:stream';
 import { errors, type Dispatcher } from 'undici';
 import type { RouteConfig, UpstreamConfig } from '../config/types';
-import {
-  connectionTokens,
-  EDGE_HEADERS,
-  forwardedHeaders,
-  HOP_BY_HOP,
-  hopByHopNames,
-  keepsEdgeHeader,
-} from '../http/headers';
+import { EDGE_HEADERS, forwardedHeaders, hopByHopNames, keepsEdgeHeader } from '../http/headers';
 import type { RequestTarget } from '../http/router';
 import { sendProblem } from '../http/problem';
 import { rawProblemAnswer } from '../http/malformed';
 import { TRACE_HEADERS, type RequestTrace, type UpstreamSpan } from '../observability/tracing';
 import { type UpstreamPools, upstreamTlsOptions } from './protected';
+import { rawHeaderList, responseHeaders } from './response-head';
 import { classifyTransportError } from './transport-errors';
 import type { WebSocketProxy } from './websocket-proxy';
 
@@ -323,61 +317,6 @@ function setContentLength(headers: string[], length: number): void {
   for (let i = headers.length - 2; i >= 0; i -= 2)
     if (headers[i] === 'content-length') headers.splice(i, 2);
   headers.push('content-length', String(length));
-}
-
-interface ResponseHead {
-  readonly headers: string[];
-  /** Content-Type text/event-stream. */
-  readonly eventStream: boolean;
-}
-
-/**
- * The upstream's response headers for the client, from the raw list (repeated headers stay
- * repeated, names keep their spelling), without hop-by-hop ones, including those its Connection
- * header names. Our hop's Connection header is ours to decide: `close` when the client asked for it.
- */
-/**
- * The answer's header list as it came ([name, value, name, value, …]); undici keeps it on the
- * controller for HTTP/1.1. Should it hold only the parsed object, the list is made from that.
- */
-function rawHeaderList(
-  raw: Dispatcher.DispatchController['rawHeaders'],
-  parsed: http.IncomingHttpHeaders,
-): readonly (Buffer | string)[] {
-  if (Array.isArray(raw)) return raw;
-  return Object.entries(raw ?? parsed).flatMap(([name, value]) =>
-    value === undefined ? [] : (Array.isArray(value) ? value : [value]).flatMap((v) => [name, v]),
-  );
-}
-
-function responseHeaders(raw: readonly (Buffer | string)[], keepAlive: boolean): ResponseHead {
-  const headers: string[] = [];
-  let connection: string[] | undefined;
-  let eventStream = false;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = latin1(raw[i]!);
-    const lower = name.toLowerCase();
-    const value = latin1(raw[i + 1]!);
-    if (lower === 'connection') (connection ??= []).push(value);
-    else if (!HOP_BY_HOP.has(lower)) {
-      headers.push(name, value);
-      // Most types are application/…: no regular expression for them.
-      if (lower === 'content-type' && !value.startsWith('application/'))
-        eventStream = /^\s*text\/event-stream/i.test(value);
-    }
-  }
-  const listed = connectionTokens(connection);
-  if (listed.length > 0) {
-    for (let i = headers.length - 2; i >= 0; i -= 2) {
-      if (listed.includes(headers[i]!.toLowerCase())) headers.splice(i, 2);
-    }
-  }
-  headers.push('connection', keepAlive ? 'keep-alive' : 'close');
-  return { headers, eventStream };
-}
-
-function latin1(text: Buffer | string): string {
-  return typeof text === 'string' ? text : text.toString('latin1');
 }
 
 // ---- websocket upgrades ----

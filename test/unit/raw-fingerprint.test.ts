@@ -97,8 +97,8 @@ function expectedFraming(
 }
 
 const anyText = fc.oneof(
-  fc.string({ maxLength: 80 }),
-  fc.string({ unit: 'binary', maxLength: 80 }),
+  fc.string({ maxLength: 80, size: 'max' }),
+  fc.string({ unit: 'binary', maxLength: 80, size: 'max' }),
   fc.string({ minLength: 60, maxLength: 200 }),
 );
 const anyPart: fc.Arbitrary<RequestPart> = fc.oneof(
@@ -121,7 +121,7 @@ const anyRequest: fc.Arbitrary<FingerprintInput> = fc.record({
     fc.constant({}),
     fc.record({ 'x-tenant': fc.oneof(anyText, fc.array(anyText, { maxLength: 3 })) }),
   ),
-  body: fc.uint8Array({ maxLength: 300 }).map((bytes) => Buffer.from(bytes)),
+  body: fc.uint8Array({ maxLength: 300, size: 'max' }).map((bytes) => Buffer.from(bytes)),
   contentType: fc.constantFrom(undefined, 'application/json', 'text/plain', 'application/x+json'),
 });
 
