@@ -197,9 +197,11 @@ test('drain sends what is pending without the long pauses, and gives up what is 
   const soon = write('soon', [connectionLost, connectionLost, 'landed']);
   const never = write('never', [connectionLost]);
   const results = [box.add(soon), box.add(never)];
-  // The first round failed: the outbox backs off a minute, which drain does not wait for.
+  // The first round failed: the outbox backs off a minute, which drain does not wait for. `soon`
+  // lands after one of drain's short pauses (200 ms); the deadline leaves room for a loaded machine
+  // (at 300 ms a busy CI run once missed it), and is still far short of the minute's backoff.
   await new Promise((resolve) => setImmediate(resolve));
-  const left = await box.drain(300);
+  const left = await box.drain(2_000);
   expect(left.map((w) => w.name)).toEqual(['never']);
   await expect(Promise.all(results)).resolves.toEqual([
     { kind: 'landed', attempts: 4 },
