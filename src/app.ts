@@ -21,7 +21,7 @@ import {
 } from './http/route-request';
 import { BodyTooLargeError, readBody } from './http/body';
 import { BodyBudget, bodyBytesToReserve } from './http/body-budget';
-import { readHeaderFacts } from './http/header-lines';
+import type { HeaderFacts } from './http/header-lines';
 import { serveProtected } from './protected/pipeline';
 import { routeMonitor } from './rest/monitor';
 import type { HandleStore } from './store/handles';
@@ -156,10 +156,8 @@ export function createApp(options: AppOptions): App {
       // instructions of a cached replay's ~100k.
       res.on('close', done);
       /** Reserves room for the body a protected route reads whole; false: answered 503. */
-      const admitBody = (limitBytes: number, route?: string): boolean => {
+      const admitBody = (headers: HeaderFacts, limitBytes: number, route?: string): boolean => {
         if (heldBytes > 0) return true;
-        // Only a routed request reserves, and only a request the edge read is routed.
-        const headers = edge instanceof ProxyError ? readHeaderFacts(req.rawHeaders) : edge.headers;
         const reserved = bodies.reserve(bodyBytesToReserve(headers, limitBytes));
         if (reserved === undefined) {
           refuseBody(res, entry, bodies, route);
@@ -170,13 +168,11 @@ export function createApp(options: AppOptions): App {
         return true;
       };
       if (isBodyNeeded(routing)) {
-        if (!admitBody(routing.limitBytes)) return;
+        const { headers } = routing.edge;
+        if (!admitBody(headers, routing.limitBytes)) return;
         // A POST whose form or JSON body may hold a `_method` that changes its route: read it first.
-        readBody(req, routing.limitBytes).then(
-          (body) =>
-            serve(
-              routeWithBody(current.router, routing.edge, routing.edge.headers.contentType, body),
-            ),
+        readBody(req, routing.limitBytes, { contentLength: headers.contentLength }).then(
+          (body) => serve(routeWithBody(current.router, routing.edge, headers.contentType, body)),
           (error: unknown) => {
             if (!(error instanceof BodyTooLargeError)) {
               entry.outcome = 'error';
@@ -214,7 +210,7 @@ export function createApp(options: AppOptions): App {
           current.passThrough.web(req, res, route, target, trace);
           return done();
         }
-        if (!admitBody(policy.maxRequestBytes, route.name)) return;
+        if (!admitBody(target.headers, policy.maxRequestBytes, route.name)) return;
         const timings: Timings = { store: 0, upstream: 0, wait: 0, startedAt: started };
         const request = { req, res, route, policy, target, timings, trace };
         const finished = (outcome: Outcome): void => {

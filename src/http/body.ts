@@ -18,6 +18,11 @@ export interface ReadBodyOptions {
    * still be streamed upstream whole (shadow mode). Otherwise the bytes are dropped.
    */
   readonly rewindOnOverflow?: boolean;
+  /**
+   * The Content-Length line as sent, from a caller that has read the headers already
+   * (header-lines.ts): the raw lines are not scanned again. Absent or undefined: scanned here.
+   */
+  readonly contentLength?: string | undefined;
 }
 
 export interface DigestedBody {
@@ -43,18 +48,20 @@ export function readDigestedBody(
   digestFromBytes: number,
 ): Promise<DigestedBody> {
   return new Promise((resolve, reject) =>
-    readDigestedBodyThen(req, limitBytes, digestFromBytes, resolve, reject),
+    readDigestedBodyThen(req, limitBytes, digestFromBytes, undefined, resolve, reject),
   );
 }
 
 /**
- * readDigestedBody without a promise: `done` runs in the body's own last event, so a caller that can
+ * readDigestedBody without a promise, given the Content-Length line when the caller has read it
+ * (ReadBodyOptions): `done` runs in the body's own last event, so a caller that can
  * answer from memory answers in that same turn (pipeline.ts, the quick replay).
  */
 export function readDigestedBodyThen(
   req: IncomingMessage,
   limitBytes: number,
   digestFromBytes: number,
+  contentLength: string | undefined,
   done: (body: DigestedBody) => void,
   failed: (error: unknown) => void,
 ): void {
@@ -76,7 +83,7 @@ export function readDigestedBodyThen(
   collectBody(
     req,
     limitBytes,
-    { keepChunks: chunks, onChunk },
+    { contentLength, keepChunks: chunks, onChunk },
     () => done(new ChunkedBody(chunks, total, hash?.digest())),
     failed,
   );
@@ -121,7 +128,7 @@ function collectBody(
   failed: (error: unknown) => void,
 ): void {
   // From the raw lines: reading req.headers would have Node build it (header-lines.ts).
-  const declared = headerLines(req.rawHeaders, 'content-length')?.[0];
+  const declared = options.contentLength ?? headerLines(req.rawHeaders, 'content-length')?.[0];
   if (declared !== undefined && contentLengthOf(declared) > limitBytes) {
     failed(new BodyTooLargeError(limitBytes));
     return;

@@ -241,7 +241,7 @@ function routed(
       keepsForwarding: edge.keepsForwarding,
       keepsOverride: route.methodOverride,
       body,
-      contentType: edge.headers.contentType,
+      headers: edge.headers,
     },
   };
 }

@@ -6,6 +6,7 @@
 // a pass-through route. The router only ever sees canonical paths (edge.ts).
 import { type RouteConfig, SAFE_METHODS } from '../config/types';
 import type { EdgeRequest } from './edge';
+import type { HeaderFacts } from './header-lines';
 
 /** A routed request as every later step reads it: decided once, at the edge and by the router. */
 export interface RequestTarget {
@@ -28,8 +29,8 @@ export interface RequestTarget {
    * unless the route honours overrides. Undefined: the body is still on the request stream.
    */
   readonly body: Buffer | undefined;
-  /** The request's Content-Type, as req.headers would give it. */
-  readonly contentType: string | undefined;
+  /** The few headers the edge read from the raw lines (Content-Type, Content-Length…). */
+  readonly headers: HeaderFacts;
 }
 
 export interface RouteMatch {

@@ -380,7 +380,7 @@ class RequestParts implements FingerprintInput {
     this.method = target.method;
     this.path = target.path;
     this.query = target.query;
-    this.contentType = target.contentType;
+    this.contentType = target.headers.contentType;
   }
 
   get headers(): IncomingHttpHeaders {
@@ -394,14 +394,21 @@ function readRequestBody(
   done: (body: DigestedBody) => void,
   failed: (error: unknown) => void,
 ): void {
-  const { req, policy } = request;
-  const early = request.target.body;
+  const { req, policy, target } = request;
+  const early = target.body;
   if (early !== undefined) {
     if (early.length > policy.maxRequestBytes)
       failed(new BodyTooLargeError(policy.maxRequestBytes));
     else done(wholeBody(early));
   } else if (policy.enforce)
-    readDigestedBodyThen(req, policy.maxRequestBytes, RAW_FINGERPRINT_MIN_BYTES, done, failed);
+    readDigestedBodyThen(
+      req,
+      policy.maxRequestBytes,
+      RAW_FINGERPRINT_MIN_BYTES,
+      target.headers.contentLength,
+      done,
+      failed,
+    );
   else readBodyOrRewind(req, policy.maxRequestBytes).then((body) => done(wholeBody(body)), failed);
 }
 

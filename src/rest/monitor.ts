@@ -58,7 +58,7 @@ export function routeMonitor(
       keepsForwarding: edge.keepsForwarding,
       keepsOverride: false,
       body: undefined,
-      contentType: edge.headers.contentType,
+      headers: edge.headers,
     },
   };
 }

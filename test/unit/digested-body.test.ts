@@ -54,6 +54,21 @@ test('a body past the limit is still refused while chunks are paced', async () =
   );
 });
 
+test('a Content-Length the caller read is the one checked: an announced overflow is refused unread', async () => {
+  // The lines say 7 bytes; the caller's reading says 5000, past the limit: it is what counts.
+  const req = bufferedRequest([Buffer.from('{"a":1}')]);
+  const failed = await new Promise<unknown>((resolve) =>
+    readDigestedBodyThen(req, 1024, CHUNK, '5000', () => resolve(undefined), resolve),
+  );
+  expect(failed).toBeInstanceOf(BodyTooLargeError);
+  // Refused before a byte was taken: the body is still on the stream.
+  expect(req.readableLength).toBe(7);
+  const read = await new Promise<string>((resolve, reject) =>
+    readDigestedBodyThen(req, 1024, CHUNK, '7', (body) => resolve(body.body().toString()), reject),
+  );
+  expect(read).toBe('{"a":1}');
+});
+
 test('property: whatever the chunking and threshold, the body and digest are exactly what was sent', async () => {
   await fc.assert(
     fc.asyncProperty(
@@ -88,6 +103,7 @@ function counted(req: IncomingMessage): { done: number; failed: unknown[]; ended
       req,
       1024,
       CHUNK,
+      undefined,
       () => {
         seen.done++;
         resolve();
