@@ -8,6 +8,7 @@
 //              ─► refuse: %2F %5C %00 \ # or a broken %XX (an upstream would read them its own way)
 //
 // The query is kept byte for byte: upstreams parse it as they like, and nothing routes on it.
+import { rememberLast } from '../remember-last';
 
 export interface CanonicalTarget {
   /** Canonical path, always starting with "/". */
@@ -40,22 +41,14 @@ const HEX = '0123456789ABCDEF';
  */
 const CANONICAL_PATH = /^(?:\/(?!\.\.?(?:[/;]|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]+)*\/?$/;
 
-/** Splits and canonicalises a request target as Node's parser hands it over (req.url). */
-export function canonicalTarget(raw: string): CanonicalTarget | TargetProblem {
-  // A client's repeats (an agent's retries, its next call of the same tool) carry the target the
-  // request before did: the last answer is kept, as canonicalAuthority keeps the last Host's. The
-  // test that finds it is a string comparison; reading a target again was ~1.5k instructions of a
-  // cached replay's ~95k (callgrind).
-  if (raw === lastTarget.raw) return lastTarget.result;
-  const result = readTarget(raw);
-  lastTarget = { raw, result };
-  return result;
-}
-
-let lastTarget: { raw: string; result: CanonicalTarget | TargetProblem } = {
-  raw: '',
-  result: readTarget(''),
-};
+/**
+ * Splits and canonicalises a request target as Node's parser hands it over (req.url). A client's
+ * repeats (an agent's retries, its next call of the same tool) carry the target the request before
+ * did, so the last answer is kept: reading a target again was ~1.5k instructions of a cached
+ * replay's ~95k (callgrind).
+ */
+export const canonicalTarget: (raw: string) => CanonicalTarget | TargetProblem =
+  rememberLast(readTarget);
 
 function readTarget(raw: string): CanonicalTarget | TargetProblem {
   if (raw.includes('#'))
@@ -224,18 +217,9 @@ const IPV6_LITERAL = /^\[[0-9a-f:.]+\]$/;
  * removed (`API.local.:8080` → `api.local:8080`), or why it is refused: userinfo, empty labels,
  * percent-encoding or any character a host name does not have.
  */
-export function canonicalAuthority(raw: string): string | TargetProblem {
+export const canonicalAuthority: (raw: string) => string | TargetProblem =
   // Nearly every request of a deployment carries the same Host: the last answer is kept.
-  if (raw === lastAuthority.raw) return lastAuthority.result;
-  const result = readAuthority(raw);
-  lastAuthority = { raw, result };
-  return result;
-}
-
-let lastAuthority: { raw: string; result: string | TargetProblem } = {
-  raw: '',
-  result: badHost(''),
-};
+  rememberLast(readAuthority);
 
 function readAuthority(raw: string): string | TargetProblem {
   const value = raw.toLowerCase();

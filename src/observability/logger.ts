@@ -5,6 +5,7 @@ import type PinoPretty from 'pino-pretty';
 import { quote } from '../idempotency/canonical-json';
 import { tryParseSizeBytes } from '../config/units';
 import { StartupError } from '../startup-error';
+import { rememberLast } from '../remember-last';
 
 export interface LoggerOptions {
   /** 1 = stdout (serve), 2 = stderr (one-shot commands whose stdout is their result). */
@@ -14,23 +15,17 @@ export interface LoggerOptions {
   readonly base?: Readonly<Record<string, string | number>>;
 }
 
-let cachedAt = 0;
-let cachedTime = '';
-let cachedSecond = Number.NaN;
-let cachedSecondPrefix = '';
+const isoTimeFieldAt = rememberLast(isoTimeField);
 
 /**
  * pino's isoTime, formatted once per millisecond rather than once per line: under load many request
  * lines share a millisecond, and toISOString showed up in profiles.
  */
 export function isoTimeCachedPerMillisecond(): string {
-  const now = Date.now();
-  if (now !== cachedAt) {
-    cachedAt = now;
-    cachedTime = isoTimeField(now);
-  }
-  return cachedTime;
+  return isoTimeFieldAt(Date.now());
 }
+
+const isoSecondFieldAt = rememberLast(isoSecondField);
 
 /**
  * `,"time":"<ISO 8601>"` for an instant (ms since the epoch, at or after it). Only the milliseconds
@@ -40,11 +35,7 @@ export function isoTimeCachedPerMillisecond(): string {
  */
 export function isoTimeField(now: number): string {
   const second = Math.floor(now / 1000);
-  if (second !== cachedSecond) {
-    cachedSecond = second;
-    cachedSecondPrefix = isoSecondField(second);
-  }
-  return cachedSecondPrefix + millisecondsField(now - second * 1000);
+  return isoSecondFieldAt(second) + millisecondsField(now - second * 1000);
 }
 
 /** `,"time":"2026-12-06T20:26:01.` for a second since the epoch, as one flat string. */
@@ -261,23 +252,14 @@ export function infoLineWriter<Fields extends object>(
   // The line's start, `{"level":30,"time":"…","service":…`, in three flat pieces: the second's
   // (joined once a second), the millisecond's digits and the base fields. Lines that share a
   // millisecond share the start too.
-  let second = Number.NaN;
-  let secondStart = '';
-  let at = Number.NaN;
-  let start = '';
+  const secondStart = rememberLast((second: number) => flatString(level + isoSecondField(second)));
+  const startAt = rememberLast((now: number) => {
+    const second = Math.floor(now / 1000);
+    return secondStart(second) + millisecondsField(now - second * 1000) + afterTime;
+  });
   return (fields) => {
     if (!logger.isLevelEnabled('info')) return;
-    const now = Date.now();
-    if (now !== at) {
-      at = now;
-      const nowSecond = Math.floor(now / 1000);
-      if (nowSecond !== second) {
-        second = nowSecond;
-        secondStart = flatString(level + isoSecondField(nowSecond));
-      }
-      start = secondStart + millisecondsField(now - nowSecond * 1000) + afterTime;
-    }
-    lines.add(start + fieldsOf(fields) + end);
+    lines.add(startAt(Date.now()) + fieldsOf(fields) + end);
   };
 }
 
