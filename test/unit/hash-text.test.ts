@@ -2,24 +2,14 @@
 // wrong shard (slower: statements would span shards). Compared on the test PostgreSQL, for arbitrary
 // strings of every length around lookup3's 12-byte blocks, multi-byte characters included.
 import fc from 'fast-check';
-import { Client } from 'pg';
 import { hashText } from '../../src/db/hash-text';
 import { ShardMap } from '../../src/db/shard-map';
-import { databaseUrl } from '../support/proxy';
+import { testDatabaseClient } from '../support/test-database-client';
 
-let client: Client;
-
-beforeAll(async () => {
-  client = new Client({ connectionString: databaseUrl() });
-  await client.connect();
-});
-
-afterAll(async () => {
-  await client.end();
-});
+const client = testDatabaseClient();
 
 async function serverHashes(texts: readonly string[]): Promise<number[]> {
-  const { rows } = await client.query<{ hash: number }>(
+  const { rows } = await client().query<{ hash: number }>(
     'SELECT hashtext(t) AS hash FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n',
     [texts],
   );

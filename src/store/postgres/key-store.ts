@@ -51,6 +51,7 @@ import {
 } from './rows';
 import { completionChannel } from './statements';
 import { inParts, ShardRouting } from './shard-routing';
+import { type ArrayElement, columnLiterals } from './array-literal';
 import { type Layout, layout, StatementSender } from './statement-layout';
 
 export interface KeyStoreOptions {
@@ -565,13 +566,9 @@ export class PostgresKeyStore implements KeyStore {
     await this.statements.send({
       name: names.flushCounters,
       text: sql.flushCounters,
-      values: [
-        deltas.map((d) => d.id.scope),
-        deltas.map((d) => d.id.tenant),
-        deltas.map((d) => d.id.key),
-        deltas.map((d) => d.attempts),
-        deltas.map((d) => d.replays),
-      ],
+      values: columnLiterals(
+        deltas.map((d) => [d.id.scope, d.id.tenant, d.id.key, d.attempts, d.replays]),
+      ),
     });
   }
 
@@ -651,7 +648,7 @@ export class PostgresKeyStore implements KeyStore {
 }
 
 /** One claim's values, in the order of statements.ts's claim input columns. */
-function claimValues({ request, token }: PendingClaim): unknown[] {
+function claimValues({ request, token }: PendingClaim): ArrayElement[] {
   return [
     request.id.scope,
     request.id.tenant,
@@ -665,8 +662,8 @@ function claimValues({ request, token }: PendingClaim): unknown[] {
 }
 
 /** One completion's values, in the order of statements.ts's completion input columns. */
-function completionValues({ id, fence, response, ttlMs }: Completion): unknown[] {
-  const values = [
+function completionValues({ id, fence, response, ttlMs }: Completion): ArrayElement[] {
+  const values: ArrayElement[] = [
     id.scope,
     id.tenant,
     id.key,
@@ -686,8 +683,7 @@ function completionValues({ id, fence, response, ttlMs }: Completion): unknown[]
   return values;
 }
 
-/** A batch's values as one array per column (for unnest). */
-function columnsOf<T>(batch: readonly T[], valuesOf: (item: T) => unknown[]): unknown[][] {
-  const rows = batch.map(valuesOf);
-  return rows[0]!.map((_, column) => rows.map((row) => row[column]));
+/** A batch's values as one array literal per column (for unnest). */
+function columnsOf<T>(batch: readonly T[], valuesOf: (item: T) => ArrayElement[]): string[] {
+  return columnLiterals(batch.map(valuesOf));
 }
