@@ -53,9 +53,9 @@ export function readDigestedBody(
 }
 
 /**
- * readDigestedBody without a promise, given the Content-Length line when the caller has read it
- * (ReadBodyOptions): `done` runs in the body's own last event, so a caller that can
- * answer from memory answers in that same turn (pipeline.ts, the quick replay).
+ * readDigestedBody without a promise; `contentLength` is the Content-Length line when the caller
+ * has read it (undefined: read here). `done` runs in the body's own last event, so a caller that
+ * can answer from memory answers in that same turn (pipeline.ts, the quick replay).
  */
 export function readDigestedBodyThen(
   req: IncomingMessage,

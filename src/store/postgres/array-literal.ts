@@ -28,10 +28,10 @@ export function columnLiterals(rows: readonly (readonly ArrayElement[])[]): stri
 }
 
 /**
- * Text in double quotes, where only a quote and a backslash need a backslash before them. JSON.stringify writes exactly
- * that, in native code, for text without control characters or surrogates (which it would write as
- * escapes array input does not know): a completion's headers, JSON themselves, are such text, and
- * quoted so in a third of a regular expression's time.
+ * Text in double quotes, where only a quote and a backslash need a backslash before them.
+ * JSON.stringify writes exactly that, in native code, for text without control characters or
+ * surrogates (which it would write as escapes array input does not know): a completion's headers,
+ * JSON themselves, are such text, and quoted so in a third of a regular expression's time.
  */
 function quoted(text: string): string {
   if (text.indexOf('"') === -1 && text.indexOf('\\') === -1) return '"' + text + '"';

@@ -566,9 +566,7 @@ export class PostgresKeyStore implements KeyStore {
     await this.statements.send({
       name: names.flushCounters,
       text: sql.flushCounters,
-      values: columnLiterals(
-        deltas.map((d) => [d.id.scope, d.id.tenant, d.id.key, d.attempts, d.replays]),
-      ),
+      values: columnsOf(deltas, (d) => [d.id.scope, d.id.tenant, d.id.key, d.attempts, d.replays]),
     });
   }
 
