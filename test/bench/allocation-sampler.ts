@@ -8,6 +8,11 @@
 // that (node --heap-prof) a profile shows only what survives, and a request's garbage is what the
 // collector's time follows. The profile goes to ALLOCATION_SAMPLE_DIR (the temp dir) as
 // allocation-<pid>.heapprofile, which Chrome DevTools opens; allocation-summary.ts reads it.
+//
+// ALLOCATION_SAMPLE_SURVIVORS=1 leaves out what a scavenge took: what is left is what outlived the
+// young generation (promoted, whether a full collection took it later or not) and what was still
+// young at the end. Promoted garbage is what makes full collections, whose marking runs on the
+// event loop's thread: this profile says which allocations it comes from.
 import fs from 'node:fs';
 import { Session } from 'node:inspector';
 import os from 'node:os';
@@ -19,6 +24,7 @@ const dir = process.env.ALLOCATION_SAMPLE_DIR ?? os.tmpdir();
 // One sample per 512 bytes allocated on average (V8's default is 32 KB): a request's few
 // kilobytes show up function by function.
 const INTERVAL_BYTES = 512;
+const survivorsOnly = process.env.ALLOCATION_SAMPLE_SURVIVORS === '1';
 
 const session = new Session();
 session.connect();
@@ -30,7 +36,7 @@ setTimeout(() => {
       {
         samplingInterval: INTERVAL_BYTES,
         includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
+        includeObjectsCollectedByMinorGC: !survivorsOnly,
       },
       (error) => {
         if (error) return void process.stderr.write(`allocation-sampler: ${error.message}\n`);
