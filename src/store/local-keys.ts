@@ -63,9 +63,9 @@ interface Entry {
   followers: number;
   /** The answer the leader streams, when its repeats may attach (onConcurrent: attach). */
   live: LiveAnswer | undefined;
-  /** Replaced at every phase change; resolved to wake followers that wait for one. */
-  changed: Deferred<void>;
-  readonly settled: Deferred<LeaderResult>;
+  /** Wakes the followers waiting for a phase change, at each one. */
+  readonly changed: Wakeups;
+  readonly settled: OnceSettled<LeaderResult>;
 }
 
 export class LocalKeys {
@@ -83,8 +83,8 @@ export class LocalKeys {
       leaseEndsAt: 0,
       followers: 0,
       live: undefined,
-      changed: deferred(),
-      settled: deferred(),
+      changed: new Wakeups(),
+      settled: new OnceSettled(),
     };
     this.entries.set(text, entry);
     return new Leader(entry, this.now, () => {
@@ -196,7 +196,7 @@ export class Leader {
     if (this.done) return;
     this.done = true;
     this.remove();
-    this.entry.settled.resolve(result);
+    this.entry.settled.settle(result);
   }
 
   private move(phase: Entry['phase'], leaseMs: number): void {
@@ -204,9 +204,7 @@ export class Leader {
     const entry = this.entry;
     entry.phase = phase;
     entry.leaseEndsAt = this.now() + leaseMs;
-    const changed = entry.changed;
-    entry.changed = deferred();
-    changed.resolve();
+    entry.changed.wake();
   }
 }
 
@@ -231,6 +229,10 @@ function followedOf(result: LeaderResult, mode: FollowOptions['mode']): Followed
   }
 }
 
+// Most keys never see a repeat while their leader works, so the promises a follower waits on are
+// made when the first one asks, not with each leader: a new key then pays no promise here.
+
+/** A promise and what resolves it. */
 interface Deferred<T> {
   readonly promise: Promise<T>;
   resolve(value: T): void;
@@ -240,4 +242,37 @@ function deferred<T>(): Deferred<T> {
   let resolve!: (value: T) => void;
   const promise = new Promise<T>((done) => (resolve = done));
   return { promise, resolve };
+}
+
+/** Wakes whoever waits now, each time: a waiter after a wake-up waits for the next one. */
+class Wakeups {
+  private next: Deferred<void> | undefined;
+
+  /** Resolves at the next wake-up. */
+  get promise(): Promise<void> {
+    return (this.next ??= deferred()).promise;
+  }
+
+  wake(): void {
+    const next = this.next;
+    this.next = undefined;
+    next?.resolve();
+  }
+}
+
+/** One value, settled once; asked for before or after. */
+class OnceSettled<T> {
+  private waiting: Deferred<T> | undefined;
+  private settled: { readonly value: T } | undefined;
+
+  get promise(): Promise<T> {
+    if (this.settled !== undefined) return Promise.resolve(this.settled.value);
+    return (this.waiting ??= deferred()).promise;
+  }
+
+  settle(value: T): void {
+    if (this.settled !== undefined) return;
+    this.settled = { value };
+    this.waiting?.resolve(value);
+  }
 }
