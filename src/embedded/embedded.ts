@@ -362,7 +362,7 @@ export async function findFreePort(): Promise<number> {
   const below = ephemeralRangeStart();
   for (let attempt = 0; attempt < 100; attempt++) {
     const port = LOWEST_DRAWN_PORT + Math.floor(Math.random() * (below - LOWEST_DRAWN_PORT));
-    if (await portIsFree(port)) return port;
+    if (!REFUSED_BY_FETCH.has(port) && (await portIsFree(port))) return port;
   }
   return kernelPort();
 }
@@ -370,8 +370,15 @@ export async function findFreePort(): Promise<number> {
 /** Ports are drawn from here up to the ephemeral range: above the well-known and common ones. */
 const LOWEST_DRAWN_PORT = 10_000;
 
+/**
+ * The one "bad port" of the Fetch standard in the range drawn: fetch (browsers, undici, Node's own)
+ * refuses to connect to it ("bad port"), so a proxy or a test server there could not be called
+ * with it.
+ */
+export const REFUSED_BY_FETCH: ReadonlySet<number> = new Set([10_080]);
+
 /** Where the kernel's ephemeral ports start (Linux: ip_local_port_range; IANA's 49152 elsewhere). */
-function ephemeralRangeStart(): number {
+export function ephemeralRangeStart(): number {
   try {
     const first = Number(
       fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
