@@ -368,7 +368,7 @@ export async function findFreePort(): Promise<number> {
 }
 
 /** Ports are drawn from here up to the ephemeral range: above the well-known and common ones. */
-const LOWEST_DRAWN_PORT = 10_000;
+export const LOWEST_DRAWN_PORT = 10_000;
 
 /**
  * The one "bad port" of the Fetch standard in the range drawn: fetch (browsers, undici, Node's own)
