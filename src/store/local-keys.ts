@@ -263,16 +263,18 @@ class Wakeups {
 /** One value, settled once; asked for before or after. */
 class OnceSettled<T> {
   private waiting: Deferred<T> | undefined;
-  private settled: { readonly value: T } | undefined;
+  private done = false;
+  private value: T | undefined;
 
   get promise(): Promise<T> {
-    if (this.settled !== undefined) return Promise.resolve(this.settled.value);
+    if (this.done) return Promise.resolve(this.value as T);
     return (this.waiting ??= deferred()).promise;
   }
 
   settle(value: T): void {
-    if (this.settled !== undefined) return;
-    this.settled = { value };
+    if (this.done) return;
+    this.done = true;
+    this.value = value;
     this.waiting?.resolve(value);
   }
 }
