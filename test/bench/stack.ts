@@ -3,7 +3,6 @@
 // temp dir. Also starts the proxy from a generated config and waits until it answers.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { request } from 'undici';
 import { type Child, spawnPinned, waitForMessage } from './children';
@@ -395,32 +394,13 @@ routes:
  * started a few seconds later to EADDRINUSE.
  */
 export async function freePort(): Promise<number> {
-  const below = ephemeralPortsStart();
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const port = 10_000 + Math.floor(Math.random() * (below - 10_000));
-    if (await canListen(port)) return port;
-  }
-  throw new Error(`no free port between 10000 and ${below} after 50 tries`);
-}
-
-/** The first port of net.ipv4.ip_local_port_range (32768 when it cannot be read). */
-function ephemeralPortsStart(): number {
-  try {
-    const start = Number(
-      fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
-    );
-    return start > 11_000 ? start : 32_768;
-  } catch {
-    return 32_768;
-  }
-}
-
-function canListen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = net.createServer();
-    probe.once('error', () => resolve(false));
-    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
-  });
+  // The proxy's own finder (src/embedded/embedded.ts), from the build next to this bench: the same
+  // range, and never a port fetch refuses to call. The bench compiles apart from src/, so it is
+  // loaded from the build.
+  const finder = (await import(path.join(DIST_DIR, 'embedded', 'embedded.js'))) as {
+    findFreePort(): Promise<number>;
+  };
+  return finder.findFreePort();
 }
 
 export const stamp = (date: Date): string => date.toISOString().replace(/[:.]/g, '-');
