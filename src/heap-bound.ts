@@ -72,17 +72,19 @@ export interface RunningHeapBound {
 /**
  * Checks the heap against targetBytes ten times a second until stopped. Nothing runs when the
  * target is 0 or node was started without --expose-gc (`serve` adds it unless the operator chose
- * their own heap flags: heap-tuning.ts); undefined then.
+ * their own heap flags: heap-tuning.ts); undefined then. `kept`: what each collection holds (see
+ * collectHolding).
  */
 export function startHeapBound(
   targetBytes: number,
   onCollected: (collection: HeapCollection) => void,
+  kept: readonly object[] = [],
 ): RunningHeapBound | undefined {
   const gc = globalThis.gc;
   if (targetBytes <= 0 || typeof gc !== 'function') return undefined;
   const bound = new HeapBound(targetBytes, {
     usedBytes: () => v8.getHeapStatistics().used_heap_size,
-    collect: () => void gc({ type: 'major', execution: 'sync' }),
+    collect: () => collectHolding(gc, kept),
     now: () => performance.now(),
   });
   const timer = setInterval(() => {
@@ -91,4 +93,20 @@ export function startHeapBound(
   }, CHECK_EVERY_MS);
   timer.unref();
   return { stop: () => clearInterval(timer) };
+}
+
+/**
+ * One full collection now, with `kept` passed along as arguments, which puts them on the stack: V8
+ * marks the stack before it decides which dying shapes to retain, and it retains those whose class
+ * and prototype are marked by then (short-lived-classes.ts says why that saves recompiling).
+ * `gc` reads its first argument only.
+ */
+export function collectHolding(
+  gc: NonNullable<typeof globalThis.gc>,
+  kept: readonly object[],
+): void {
+  void (gc as (options: object, ...held: readonly object[]) => unknown)(
+    { type: 'major', execution: 'sync' },
+    ...kept,
+  );
 }

@@ -14,6 +14,7 @@ import { StartupError } from '../startup-error';
 import { type Listener, schemeOf } from '../listener';
 import { collectStartupGarbage } from '../heap-tuning';
 import { type RunningHeapBound, startHeapBound } from '../heap-bound';
+import { shortLivedClasses } from '../short-lived-classes';
 import { stopSignal } from '../stop-signal';
 
 /**
@@ -135,10 +136,14 @@ export function boundHeap(
   proxy: Pick<ProxyInstance, 'metrics'>,
   logger: Logger,
 ): RunningHeapBound | undefined {
-  return startHeapBound(config.heapTargetBytes, (collection) => {
-    proxy.metrics.heapCollected(collection.pauseMs);
-    logger.debug({ ...collection }, 'heap past heapTarget: collected');
-  });
+  return startHeapBound(
+    config.heapTargetBytes,
+    (collection) => {
+      proxy.metrics.heapCollected(collection.pauseMs);
+      logger.debug({ ...collection }, 'heap past heapTarget: collected');
+    },
+    shortLivedClasses(),
+  );
 }
 
 /** SIGHUP: re-read the config; a valid one is swapped in for new requests, an invalid one changes nothing. */

@@ -90,7 +90,7 @@ export function readDigestedBodyThen(
 }
 
 /** A body read in chunks, joined only when someone asks for it whole. */
-class ChunkedBody implements DigestedBody {
+export class ChunkedBody implements DigestedBody {
   private joined: Buffer | undefined;
 
   constructor(

@@ -74,7 +74,7 @@ type AnswerHeaders = Parameters<NonNullable<Dispatcher.DispatchHandler['onRespon
  * undici's handler for one protected request: the answer to the receiver, the end or the error to
  * the send's promise. One object per request, its methods shared.
  */
-class ReceiverHandler implements Dispatcher.DispatchHandler {
+export class ReceiverHandler implements Dispatcher.DispatchHandler {
   constructor(
     private readonly receiver: ResponseReceiver,
     private readonly resolve: () => void,
