@@ -5,6 +5,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { PostgresKeyStore } from '../../src/store/postgres/key-store';
+import { until } from '../support/eventually';
 import { postJson, send } from '../support/http';
 import { startProxy, type TestProxy } from '../support/proxy';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
@@ -270,11 +271,14 @@ test("replays an unknown outcome once a crashed holder's lease ends (unknownOutc
 });
 
 test('a first request still running past its ttl is not taken for expired: a repeat after the lease gets the unknown outcome', async () => {
-  // ttl 300 ms, lease 250 ms, the upstream takes 700 ms. At 450 ms the claim is older than the ttl,
-  // but its holder may still be running it: the repeat must settle it as unknown, not run it again.
-  const first = postJson(`${proxy.url}/short-ttl?wait=700`, 'slow-short-ttl', { n: 1 });
-  await sleep(450);
-  const repeat = await postJson(`${proxy.url}/short-ttl?wait=700`, 'slow-short-ttl', { n: 1 });
+  // ttl 300 ms, lease 250 ms, the upstream takes 2 s. 400 ms after the upstream has the request the
+  // claim is older than the ttl and the lease, but its holder is still running it: the repeat must
+  // settle it as unknown, not run it again. Timed from the upstream's side, not from the send: a
+  // busy machine may take a few hundred milliseconds to claim.
+  const first = postJson(`${proxy.url}/short-ttl?wait=2000`, 'slow-short-ttl', { n: 1 });
+  await until(() => upstream.executions().length === 1, 'the upstream to have the first request');
+  await sleep(400);
+  const repeat = await postJson(`${proxy.url}/short-ttl?wait=2000`, 'slow-short-ttl', { n: 1 });
   expect(repeat.status).toBe(502);
   expect(repeat.headers['idempotency-outcome']).toBe('unknown');
   expect(repeat.json()).toMatchObject({ code: 'IDEMPOTENCY_OUTCOME_UNKNOWN' });
