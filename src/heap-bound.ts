@@ -72,16 +72,17 @@ export interface RunningHeapBound {
 /**
  * Checks the heap against targetBytes ten times a second until stopped. Nothing runs when the
  * target is 0 or node was started without --expose-gc (`serve` adds it unless the operator chose
- * their own heap flags: heap-tuning.ts); undefined then. `kept`: what each collection holds (see
- * collectHolding).
+ * their own heap flags: heap-tuning.ts); undefined then. `holding`: what each collection holds
+ * (see collectHolding), asked for once, only when the bound runs.
  */
 export function startHeapBound(
   targetBytes: number,
   onCollected: (collection: HeapCollection) => void,
-  kept: readonly object[] = [],
+  holding: () => readonly object[] = () => [],
 ): RunningHeapBound | undefined {
   const gc = globalThis.gc;
   if (targetBytes <= 0 || typeof gc !== 'function') return undefined;
+  const kept = holding();
   const bound = new HeapBound(targetBytes, {
     usedBytes: () => v8.getHeapStatistics().used_heap_size,
     collect: () => collectHolding(gc, kept),

@@ -142,7 +142,7 @@ export function boundHeap(
       proxy.metrics.heapCollected(collection.pauseMs);
       logger.debug({ ...collection }, 'heap past heapTarget: collected');
     },
-    shortLivedClasses(),
+    shortLivedClasses,
   );
 }
 
