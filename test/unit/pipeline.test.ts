@@ -12,6 +12,7 @@ import type { RecordId, StoredResponse } from '../../src/store/record';
 import { MemoryKeyStore } from '../support/memory-key-store';
 import { send, type TestResponse } from '../support/http';
 import { sleep, startUpstream, type TestUpstream } from '../support/upstream';
+import { until } from '../support/eventually';
 
 const STORED: StoredResponse = {
   status: 201,
@@ -188,10 +189,21 @@ describe('waiting (onConcurrent: wait)', () => {
     });
   }
 
+  /**
+   * Sends `key` and resolves once its claim has found the running record, so that what the test
+   * does next happens while it waits (a busy machine can otherwise reach the claim after it).
+   */
+  async function waitingOn(h: Harness, key: string): Promise<{ response: Promise<TestResponse> }> {
+    const before = h.memory.calls.length;
+    const response = h.post(key);
+    await until(() => h.memory.calls.slice(before).includes('claim'), `${key}'s claim`);
+    return { response };
+  }
+
   test('replays what the first request stores while this one waits', async () => {
     const h = await harness('onConcurrent: wait, waitTimeout: 5s');
     await running(h, 'w-1');
-    const waiting = h.post('w-1');
+    const waiting = (await waitingOn(h, 'w-1')).response;
     await sleep(100);
     await h.memory.complete(h.id('w-1'), THEIRS, STORED, 60_000);
     const res = await waiting;
@@ -204,7 +216,7 @@ describe('waiting (onConcurrent: wait)', () => {
   test('forwards itself when the first request is released', async () => {
     const h = await harness('onConcurrent: wait, waitTimeout: 5s');
     await running(h, 'w-2');
-    const waiting = h.post('w-2');
+    const waiting = (await waitingOn(h, 'w-2')).response;
     await sleep(100);
     await h.memory.release(h.id('w-2'), THEIRS);
     expect((await waiting).body.toString()).toBe('from upstream');
@@ -223,13 +235,15 @@ describe('waiting (onConcurrent: wait)', () => {
   test('stops when its client leaves, and logs client_gone', async () => {
     const h = await harness('onConcurrent: wait, waitTimeout: 5s');
     await running(h, 'w-4');
+    const before = h.memory.calls.length;
     const req = http.request(`${h.url}/orders`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': 'w-4' },
     });
     req.on('error', () => undefined);
     req.end(BODY);
-    await sleep(200);
+    await until(() => h.memory.calls.slice(before).includes('claim'), "w-4's claim");
+    await sleep(100);
     req.destroy();
     for (let i = 0; i < 50 && line(h, 'w-4') === undefined; i++) await sleep(20);
     expect(line(h, 'w-4')).toMatchObject({ outcome: 'client_gone' });
