@@ -70,10 +70,12 @@ export const REST: ProtocolAdapter<Call> = {
       );
     }
     writeFlat(request.res, stored.status, replayHead(request.policy, call, stored), stored.body);
+    if (call instanceof SentKeyCall) call.release();
   },
   refuse(request, call, error) {
     const { policy } = request;
     sendProblem(request.res, error, echoedKey(policy, call.id.key, []), policy.errorShape);
+    if (call instanceof SentKeyCall) call.release();
   },
   unknownOutcome(call, error) {
     const answer = call.policy.errorShape(error);
@@ -219,11 +221,10 @@ function callOf(
   read: DigestedBody,
 ): Verdict<Call> {
   const { req, route, policy, target } = request;
-  const body = read.body();
-  const input = new RequestParts(req, target, body);
+  const input = new RequestParts(req, target, read);
   let sentKey = headerKey;
   if (sentKey === undefined && policy.key.body !== null) {
-    const fromBody = readBodyKey(request, body);
+    const fromBody = readBodyKey(request, read.body());
     if (!('ok' in fromBody)) return fromBody;
     sentKey = fromBody.key;
   }
@@ -234,10 +235,10 @@ function callOf(
     const raw = computeRawFingerprint(
       input,
       policy.fingerprint,
-      read.sha256 === undefined ? { bytes: body } : { sha256: read.sha256 },
+      read.sha256 === undefined ? { bytes: read.body() } : { sha256: read.sha256 },
     );
     const id = recordIdOf(request, policy, sentKey);
-    const call = new SentKeyCall(id, policy, raw, body, input, route.name, asyncDeferral(request));
+    const call = new SentKeyCall(id, policy, raw, read, input, route.name, asyncDeferral(request));
     return { kind: 'protect', call };
   }
   try {
@@ -249,13 +250,14 @@ function callOf(
     const id = recordIdOf(request, callPolicy, key);
     const keyDerived = sentKey === undefined;
     const deferral = asyncDeferral(request);
+    const body = read.body();
     return {
       kind: 'protect',
       call: { id, policy: callPolicy, keyDerived, fingerprint, body, deferral },
     };
   } catch (error) {
     if (!(error instanceof DuplicateJsonKeyError)) throw error;
-    return duplicateKey(request, body, sentKey);
+    return duplicateKey(request, read.body(), sentKey);
   }
 }
 
@@ -332,8 +334,9 @@ function duplicateKeyError(route: string, key: string | undefined): ProxyError {
 }
 
 /**
- * A call under a sent key: its raw fingerprint now, its fingerprint on first read — a repeat that
- * memory answers by its bytes never needs one. A class, so the getter lives on one shared prototype
+ * A call under a sent key: its raw fingerprint now, its fingerprint and its whole body on first
+ * read — a repeat that memory answers by its bytes needs neither (a large body is then never joined
+ * from the chunks it arrived in: a megabyte copied for nothing on every repeat). A class, so the getter lives on one shared prototype
  * (an accessor defined on each request's object gave each its own hidden class, and a cached replay
  * a third of its throughput in garbage collection).
  */
@@ -345,11 +348,20 @@ class SentKeyCall implements Call {
     readonly id: RecordId,
     readonly policy: IdempotencyPolicy,
     readonly raw: Buffer,
-    readonly body: Buffer,
+    private readonly read: DigestedBody,
     private readonly input: FingerprintInput,
     private readonly route: string,
     readonly deferral: Deferral | undefined,
   ) {}
+
+  get body(): Buffer {
+    return this.read.body();
+  }
+
+  /** The call is answered without its body (a replay, a refusal): frees a large body's chunks now. */
+  release(): void {
+    this.read.release();
+  }
 
   get fingerprint(): Buffer {
     if (this.computed !== undefined) return this.computed;
@@ -363,8 +375,9 @@ class SentKeyCall implements Call {
 }
 
 /**
- * The request as a fingerprint reads it. Its headers are Node's, built on first read: only a rule
- * that names a header reads them (http/header-lines.ts says what building them costs a replay).
+ * The request as a fingerprint reads it. Its headers are Node's and its body whole, each made on
+ * first read: only a rule that names a header reads them (http/header-lines.ts says what building
+ * them costs a replay), and only a fingerprint that is computed reads the body.
  */
 class RequestParts implements FingerprintInput {
   readonly method: string;
@@ -375,7 +388,7 @@ class RequestParts implements FingerprintInput {
   constructor(
     private readonly req: IncomingMessage,
     target: RequestTarget,
-    readonly body: Buffer,
+    private readonly read: DigestedBody,
   ) {
     this.method = target.method;
     this.path = target.path;
@@ -385,6 +398,10 @@ class RequestParts implements FingerprintInput {
 
   get headers(): IncomingHttpHeaders {
     return this.req.headers;
+  }
+
+  get body(): Buffer {
+    return this.read.body();
   }
 }
 
@@ -413,7 +430,7 @@ function readRequestBody(
 }
 
 function wholeBody(body: Buffer): DigestedBody {
-  return { body: () => body, sha256: undefined };
+  return { body: () => body, sha256: undefined, release: () => undefined };
 }
 
 /** A replay's head as writeHead takes it, for the route it was made for. */

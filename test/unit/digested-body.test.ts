@@ -4,7 +4,12 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { PassThrough } from 'node:stream';
 import fc from 'fast-check';
-import { BodyTooLargeError, readDigestedBody, readDigestedBodyThen } from '../../src/http/body';
+import {
+  BodyTooLargeError,
+  readBody,
+  readDigestedBody,
+  readDigestedBodyThen,
+} from '../../src/http/body';
 
 const CHUNK = 64 * 1024;
 
@@ -93,6 +98,81 @@ test('property: whatever the chunking and threshold, the body and digest are exa
     ),
     { numRuns: 200 },
   );
+});
+
+/** True when `chunk`'s memory was given back: its ArrayBuffer is detached and reads as empty. */
+const freed = (chunk: Buffer): boolean => chunk.buffer.byteLength === 0 && chunk.length === 0;
+
+describe('the memory of a large body is given back as soon as nothing will read it', () => {
+  test('joined, its chunks are freed: the joined copy is what is left', async () => {
+    const chunks = chunksOf(16);
+    const whole = Buffer.concat(chunks);
+    const read = await readDigestedBody(bufferedRequest(chunks), 10 * 1024 * 1024, CHUNK);
+    expect(chunks.some(freed)).toBe(false);
+    const body = read.body();
+    expect(body.equals(whole)).toBe(true);
+    expect(chunks.every(freed)).toBe(true);
+    expect(read.body()).toBe(body);
+    read.release(); // the joined body is someone's now: left alone
+    expect(read.body().equals(whole)).toBe(true);
+  });
+
+  test('released unjoined (answered by its digest), its chunks are freed and it cannot be read', async () => {
+    const chunks = chunksOf(4);
+    const digest = createHash('sha256').update(Buffer.concat(chunks)).digest();
+    const read = await readDigestedBody(bufferedRequest(chunks), 10 * 1024 * 1024, CHUNK);
+    read.release();
+    expect(chunks.every(freed)).toBe(true);
+    expect(read.sha256).toEqual(digest);
+    expect(() => read.body()).toThrow('the request body was released');
+    read.release(); // twice is once
+  });
+
+  test('a body of one chunk is that chunk, never freed', async () => {
+    const [chunk] = chunksOf(1);
+    const read = await readDigestedBody(bufferedRequest([chunk!]), 10 * 1024 * 1024, CHUNK);
+    expect(read.body()).toBe(chunk);
+    read.release();
+    expect(freed(chunk!)).toBe(false);
+    expect(read.body()).toBe(chunk);
+  });
+
+  test('a chunk that shares its ArrayBuffer with other views is not freed', async () => {
+    const shared = Buffer.alloc(4 * CHUNK, 7);
+    const chunks = [0, 1, 2, 3].map((n) => shared.subarray(n * CHUNK, (n + 1) * CHUNK));
+    const read = await readDigestedBody(bufferedRequest(chunks), 10 * 1024 * 1024, CHUNK);
+    expect(read.body().equals(Buffer.alloc(4 * CHUNK, 7))).toBe(true);
+    read.release();
+    expect(shared.equals(Buffer.alloc(4 * CHUNK, 7))).toBe(true);
+    expect(chunks.some(freed)).toBe(false);
+  });
+
+  test('a body read whole frees the chunks it was joined from', async () => {
+    const chunks = chunksOf(3);
+    const whole = Buffer.concat(chunks);
+    const body = await readBody(bufferedRequest(chunks), 10 * 1024 * 1024);
+    expect(body.equals(whole)).toBe(true);
+    expect(chunks.every(freed)).toBe(true);
+  });
+
+  test('a body past the limit frees what it read, and a rewound one still streams whole', async () => {
+    const dropped = chunksOf(4);
+    await expect(readBody(bufferedRequest(dropped, false), 2 * CHUNK)).rejects.toBeInstanceOf(
+      BodyTooLargeError,
+    );
+    expect(dropped.slice(0, 3).every(freed)).toBe(true);
+    const rewound = chunksOf(4);
+    const whole = Buffer.concat(rewound);
+    const req = bufferedRequest(rewound, false);
+    await expect(readBody(req, 2 * CHUNK, { rewindOnOverflow: true })).rejects.toBeInstanceOf(
+      BodyTooLargeError,
+    );
+    const rest: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => rest.push(chunk));
+    req.resume();
+    await new Promise((resolve) => req.on('end', resolve));
+    expect(Buffer.concat(rest).equals(whole)).toBe(true);
+  });
 });
 
 /** Reads with readDigestedBodyThen, counting what it reports. */
