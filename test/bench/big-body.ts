@@ -9,6 +9,7 @@ import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
 import { spawnPinned, waitForMessage } from './children';
+import { readMemory, type RssSampler } from './proc-stats';
 import type { Endpoints } from './scenarios';
 
 const REPEATERS = 20;
@@ -27,6 +28,17 @@ export interface BigBodyResult {
    * gauges, which reset at every scrape), in ms; undefined when its metrics could not be read.
    */
   readonly eventLoopDelay: { readonly p99Ms: number; readonly maxMs: number } | undefined;
+  /**
+   * The proxy's resident memory (VmRSS, bytes) just before the repeats start and its peak while
+   * they run (sampled every 100 ms); undefined where /proc cannot be read.
+   */
+  readonly rss: { readonly beforeBytes: number; readonly peakBytes: number } | undefined;
+}
+
+/** Where the proxy's memory is read: its pid, and the bench's sampler that watches it. */
+export interface WatchedProxy {
+  readonly pid: number;
+  readonly sampler: RssSampler;
 }
 
 interface Latency {
@@ -52,6 +64,7 @@ export async function measureBigBody(
   endpoints: Endpoints,
   adminUrl: string,
   loadCore: number | undefined,
+  proxy: WatchedProxy | undefined,
 ): Promise<BigBodyResult> {
   const agent = new Agent({ connections: 2 });
   const key = `big-body-${Date.now()}`;
@@ -73,8 +86,11 @@ export async function measureBigBody(
     );
     const idle = await probe(endpoints, agent, 1_000);
     await eventLoopDelay(adminUrl); // a scrape resets the gauges: the next one covers the window
+    const before = proxy && readMemory(proxy.pid)?.rssBytes;
+    proxy?.sampler.takeWindow(); // the next window is the repeats'
     repeater.process.send({ type: 'start' });
     const underLoad = await probe(endpoints, agent, WINDOW_MS);
+    const peak = proxy?.sampler.takeWindow().get(proxy.pid);
     const delay = await eventLoopDelay(adminUrl);
     repeater.process.send({ type: 'stop' });
     const done = await waitForMessage<{
@@ -89,6 +105,10 @@ export async function measureBigBody(
       idle,
       underLoad,
       eventLoopDelay: delay,
+      rss:
+        before === undefined || peak === undefined
+          ? undefined
+          : { beforeBytes: before, peakBytes: peak },
     };
   } finally {
     await repeater.stop();
@@ -199,6 +219,7 @@ async function probe(endpoints: Endpoints, agent: Agent, windowMs: number): Prom
 
 export function formatBigBody(result: BigBodyResult): string {
   const ms = (value: number): string => value.toFixed(1);
+  const mb = (bytes: number): string => (bytes / 1024 / 1024).toFixed(1);
   const verdict = result.underLoad.p99Ms < BIG_BODY_TARGET_P99_MS ? 'met' : 'not met';
   return [
     `Big bodies: an unrelated pass-through GET while ${REPEATERS} concurrent repeats of a ${(result.bodyBytes / 1e6).toFixed(2)} MB JSON body run (${result.repeats} repeats in ${WINDOW_MS / 1000} s, statuses ${JSON.stringify(result.repeatStatuses)})`,
@@ -207,6 +228,9 @@ export function formatBigBody(result: BigBodyResult): string {
     result.eventLoopDelay
       ? `  the proxy's event-loop delay under load: p99 ${ms(result.eventLoopDelay.p99Ms)} ms, max ${ms(result.eventLoopDelay.maxMs)} ms`
       : `  the proxy's event-loop delay: not read (its /metrics did not answer)`,
+    result.rss
+      ? `  the proxy's RSS: ${mb(result.rss.beforeBytes)} MB before the repeats, peak ${mb(result.rss.peakBytes)} MB while they ran`
+      : `  the proxy's RSS: not read`,
     `  target p99 under load < ${BIG_BODY_TARGET_P99_MS} ms: ${verdict}`,
   ].join('\n');
 }
