@@ -1,6 +1,7 @@
 // Big bodies must not stall the event loop: a repeat of a large body whose exact bytes
 // the proxy has seen for that record is answered from its raw fingerprint (a SHA-256 of the bytes),
 // without canonicalising the JSON again; other spellings still go through canonical JSON.
+import { ChunkedBody } from '../../src/http/body';
 import * as canonicalJson from '../../src/idempotency/canonical-json';
 import { until } from '../support/eventually';
 import { postJson, send } from '../support/http';
@@ -105,4 +106,29 @@ test('a small body takes the canonical path as before', async () => {
   expect((await postJson(`${proxy.url}/bulk`, 'small-1', { a: 1, b: 2 })).status).toBe(201);
   const again = await postJson(`${proxy.url}/bulk`, 'small-1', { b: 2, a: 1 });
   expect(again.headers['idempotent-replayed']).toBe('true');
+});
+
+test('a repeat answered by its digest frees its chunks unjoined; a new one joins and forwards them', async () => {
+  const body = JSON.stringify(bigArray(6));
+  expect((await post('/bulk', 'big-6', body)).status).toBe(201);
+  await post('/bulk', 'big-6', body); // admitted to the replay cache with its raw fingerprint
+  const joined = jest.spyOn(ChunkedBody.prototype, 'body');
+  const released = jest.spyOn(ChunkedBody.prototype, 'release');
+  const repeats = await Promise.all(Array.from({ length: 5 }, () => post('/bulk', 'big-6', body)));
+  expect(repeats.map((r) => r.headers['idempotent-replayed'])).toEqual(Array(5).fill('true'));
+  expect(joined).not.toHaveBeenCalled();
+  expect(released).toHaveBeenCalledTimes(5);
+  // A new key needs the body whole: joined once, forwarded exactly as sent.
+  joined.mockClear();
+  const fresh = await post('/bulk', 'big-6b', body);
+  expect(fresh.status).toBe(201);
+  expect(JSON.parse(fresh.body.toString())).toEqual({ bytes: Buffer.byteLength(body) });
+  expect(joined).toHaveBeenCalled();
+  expect(
+    upstream
+      .executions()
+      .filter((r) => r.url === '/bulk')
+      .at(-1)
+      ?.body.toString(),
+  ).toBe(body);
 });
