@@ -108,7 +108,12 @@ describe('what the pipeline leaves in the store', () => {
   test('a new key is claimed with the lease while it is forwarded, then completed', async () => {
     const h = await harness('lockTimeout: 5s');
     const answer = h.post('new-1', { 'x-wait': '300' });
-    await sleep(150);
+    // Forwarded, so claimed: the upstream holds it 300 ms from here.
+    await until(
+      () => upstream.received.some((r) => r.headers['idempotency-key'] === 'new-1'),
+      'new-1 at the upstream',
+      { intervalMs: 10 },
+    );
     const during = h.memory.row(h.id('new-1'))!;
     expect(during.state).toBe('in_progress');
     expect(during.leaseEndsAt - Date.now()).toBeGreaterThan(4_000);
