@@ -44,7 +44,7 @@ export interface DigestedBody {
  * bench). A chunk is freed only when it is the whole of its ArrayBuffer, so no other view can be
  * left reading freed memory (detached, such a buffer reads as empty, it never reads freed bytes).
  */
-export function freeChunks(chunks: readonly Buffer[]): void {
+function freeChunks(chunks: readonly Buffer[]): void {
   for (const chunk of chunks) {
     const buffer = chunk.buffer as Detachable;
     if (chunk.byteOffset === 0 && chunk.byteLength === buffer.byteLength) buffer.transfer(0);
@@ -118,33 +118,35 @@ export function readDigestedBodyThen(
  */
 export class ChunkedBody implements DigestedBody {
   private joined: Buffer | undefined;
-  private released = false;
+  /** Undefined once freed: joined (then `joined` holds the body) or released unjoined. */
+  private chunks: Buffer[] | undefined;
 
   constructor(
-    private chunks: Buffer[],
+    chunks: Buffer[],
     private readonly total: number,
     readonly sha256: Buffer | undefined,
-  ) {}
+  ) {
+    this.chunks = chunks;
+  }
 
   body(): Buffer {
     if (this.joined !== undefined) return this.joined;
-    if (this.released) throw new Error('the request body was released: nothing may read it now');
     const { chunks } = this;
+    if (chunks === undefined)
+      throw new Error('the request body was released: nothing may read it now');
     if (chunks.length === 1) return (this.joined = chunks[0]!);
     this.joined = Buffer.concat(chunks, this.total);
-    this.letGo();
+    this.letGo(chunks);
     return this.joined;
   }
 
   release(): void {
-    if (this.joined !== undefined || this.released) return;
-    this.released = true;
-    this.letGo();
+    if (this.joined === undefined && this.chunks !== undefined) this.letGo(this.chunks);
   }
 
-  private letGo(): void {
-    freeChunks(this.chunks);
-    this.chunks = [];
+  private letGo(chunks: Buffer[]): void {
+    freeChunks(chunks);
+    this.chunks = undefined;
   }
 }
 

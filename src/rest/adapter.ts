@@ -70,12 +70,12 @@ export const REST: ProtocolAdapter<Call> = {
       );
     }
     writeFlat(request.res, stored.status, replayHead(request.policy, call, stored), stored.body);
-    if (call instanceof SentKeyCall) call.release();
+    answeredWithoutBody(call);
   },
   refuse(request, call, error) {
     const { policy } = request;
     sendProblem(request.res, error, echoedKey(policy, call.id.key, []), policy.errorShape);
-    if (call instanceof SentKeyCall) call.release();
+    answeredWithoutBody(call);
   },
   unknownOutcome(call, error) {
     const answer = call.policy.errorShape(error);
@@ -334,11 +334,19 @@ function duplicateKeyError(route: string, key: string | undefined): ProxyError {
 }
 
 /**
+ * A call answered with a replay or a refusal is over, and nothing reads its body again: a sent
+ * key's call frees the chunks of a body it never joined (the other calls hold theirs whole).
+ */
+function answeredWithoutBody(call: Call): void {
+  if (call instanceof SentKeyCall) call.release();
+}
+
+/**
  * A call under a sent key: its raw fingerprint now, its fingerprint and its whole body on first
- * read — a repeat that memory answers by its bytes needs neither (a large body is then never joined
- * from the chunks it arrived in: a megabyte copied for nothing on every repeat). A class, so the getter lives on one shared prototype
- * (an accessor defined on each request's object gave each its own hidden class, and a cached replay
- * a third of its throughput in garbage collection).
+ * read — a repeat that memory answers by its bytes needs neither (a large body is then never
+ * joined from the chunks it arrived in: a megabyte copied for nothing on every repeat). A class, so
+ * the getters live on one shared prototype (an accessor defined on each request's object gave each
+ * its own hidden class, and a cached replay a third of its throughput in garbage collection).
  */
 class SentKeyCall implements Call {
   readonly keyDerived = false;

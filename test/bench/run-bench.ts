@@ -386,9 +386,7 @@ async function main(): Promise<number> {
         stack.endpoints!,
         stack.proxyConfig!.adminUrl,
         pinning.load,
-        stack.sampler && stack.proxy.pid !== undefined
-          ? { pid: stack.proxy.pid, sampler: stack.sampler }
-          : undefined,
+        stack.sampler && { pid: stack.proxy.pid, sampler: stack.sampler },
       );
       process.stdout.write(`\n${tag ? `${stack.build.label}: ` : ''}${formatBigBody(result)}\n`);
       return result;

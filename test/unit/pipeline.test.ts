@@ -195,13 +195,19 @@ describe('waiting (onConcurrent: wait)', () => {
   }
 
   /**
-   * Sends `key` and resolves once its claim has found the running record, so that what the test
-   * does next happens while it waits (a busy machine can otherwise reach the claim after it).
+   * Resolves once `key`'s request has claimed (a claim among the store's calls after the first
+   * `before`): it found the running record and waits, so what the test does next happens while it
+   * waits (a busy machine can otherwise reach the claim after it).
    */
+  function claimed(h: Harness, before: number, key: string): Promise<boolean> {
+    return until(() => h.memory.calls.slice(before).includes('claim'), `${key}'s claim`);
+  }
+
+  /** Sends `key` and resolves once it waits (claimed). */
   async function waitingOn(h: Harness, key: string): Promise<{ response: Promise<TestResponse> }> {
     const before = h.memory.calls.length;
     const response = h.post(key);
-    await until(() => h.memory.calls.slice(before).includes('claim'), `${key}'s claim`);
+    await claimed(h, before, key);
     return { response };
   }
 
@@ -247,7 +253,7 @@ describe('waiting (onConcurrent: wait)', () => {
     });
     req.on('error', () => undefined);
     req.end(BODY);
-    await until(() => h.memory.calls.slice(before).includes('claim'), "w-4's claim");
+    await claimed(h, before, 'w-4');
     await sleep(100);
     req.destroy();
     for (let i = 0; i < 50 && line(h, 'w-4') === undefined; i++) await sleep(20);
