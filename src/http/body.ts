@@ -118,16 +118,13 @@ export function readDigestedBodyThen(
  */
 export class ChunkedBody implements DigestedBody {
   private joined: Buffer | undefined;
-  /** Undefined once freed: joined (then `joined` holds the body) or released unjoined. */
-  private chunks: Buffer[] | undefined;
 
   constructor(
-    chunks: Buffer[],
+    /** Undefined once freed: joined (then `joined` holds the body) or released unjoined. */
+    private chunks: Buffer[] | undefined,
     private readonly total: number,
     readonly sha256: Buffer | undefined,
-  ) {
-    this.chunks = chunks;
-  }
+  ) {}
 
   body(): Buffer {
     if (this.joined !== undefined) return this.joined;

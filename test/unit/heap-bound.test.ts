@@ -29,6 +29,17 @@ class FakeHeap implements HeapSources {
   }
 }
 
+/** A bound that has just collected once: 60 MB used, 20 MB left alive, `pauseMs` held. */
+function collectedOnce(pauseMs: number): { heap: FakeHeap; bound: HeapBound } {
+  const heap = new FakeHeap();
+  const bound = new HeapBound(48 * MB, heap);
+  heap.live = 20 * MB;
+  heap.pauseMs = pauseMs;
+  heap.used = 60 * MB;
+  bound.check();
+  return { heap, bound };
+}
+
 test('collects once the used heap passes the target, and reports what it freed', () => {
   const heap = new FakeHeap();
   const bound = new HeapBound(48 * MB, heap);
@@ -46,12 +57,7 @@ test('collects once the used heap passes the target, and reports what it freed',
 });
 
 test('waits twenty times the last pause before collecting again', () => {
-  const heap = new FakeHeap();
-  const bound = new HeapBound(48 * MB, heap);
-  heap.live = 20 * MB;
-  heap.pauseMs = 30;
-  heap.used = 60 * MB;
-  bound.check();
+  const { heap, bound } = collectedOnce(30);
   heap.used = 90 * MB;
   heap.clock += 599;
   expect(bound.check()).toBeUndefined();
@@ -62,12 +68,7 @@ test('waits twenty times the last pause before collecting again', () => {
 
 test("waits twenty times the bound's own collection, as V8 reports it, not the whole call", () => {
   // Asked for while V8 marks, the call first finishes V8's cycle: 200 ms held, 10 ms of it ours.
-  const heap = new FakeHeap();
-  const bound = new HeapBound(48 * MB, heap);
-  heap.live = 20 * MB;
-  heap.pauseMs = 200;
-  heap.used = 60 * MB;
-  bound.check();
+  const { heap, bound } = collectedOnce(200);
   bound.forcedCollectionTook(150, 10);
   heap.used = 60 * MB;
   heap.clock += 199;
