@@ -103,6 +103,7 @@ export function describeEnvironment(
       logLevel: options.logLevel,
       poolSize: options.poolSize,
       nodeArgs: [...servingNodeFlags(stack.build), ...options.proxyNodeArgs],
+      env: options.proxyEnv,
       tracing: options.tracing,
       stdout: '/dev/null',
     },

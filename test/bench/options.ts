@@ -25,6 +25,8 @@ export interface BenchOptions {
   readonly poolSize: number;
   /** Extra node flags for the proxy process (e.g. --perf-basic-prof for `perf record`). */
   readonly proxyNodeArgs: readonly string[];
+  /** Extra environment variables for the proxy process (e.g. glibc's MALLOC_ARENA_MAX). */
+  readonly proxyEnv: Readonly<Record<string, string>>;
   /** Trace every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local sink that drops the spans. */
   readonly tracing: boolean;
   /** A git ref whose build of the proxy runs every proxy scenario too, just before the current one. */
@@ -63,6 +65,9 @@ export const USAGE = `Usage: npm run bench -- [options]
                        again, so rows add up
   --proxy-node-arg <a> an extra node flag for the proxy process, repeatable
                        (e.g. --proxy-node-arg=--perf-basic-prof to read \`perf record\` output)
+  --proxy-env <n=v>    an environment variable for the proxy process only, repeatable (e.g.
+                       --proxy-env MALLOC_ARENA_MAX=2: glibc reads its malloc settings at start;
+                       set in the bench's own environment they would reach every process)
   --tracing            the proxy traces every request (OTEL_EXPORTER_OTLP_ENDPOINT) to a local
                        OTLP sink that accepts and drops the spans (the cost of tracing on)
   --baseline <ref>     also measure that git ref's build of the proxy (built in a temporary
@@ -100,6 +105,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       'pool-size': { type: 'string' },
       rows: { type: 'string' },
       'proxy-node-arg': { type: 'string', multiple: true },
+      'proxy-env': { type: 'string', multiple: true },
       tracing: { type: 'boolean', default: false },
       baseline: { type: 'string' },
       'citus-url': { type: 'string' },
@@ -145,6 +151,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       ...(values.perf === true ? ['--perf-basic-prof'] : []),
       ...(values['proxy-node-arg'] ?? []),
     ],
+    proxyEnv: proxyEnvOf(values['proxy-env'] ?? []),
     tracing: values.tracing === true,
     baseline: values.baseline,
     citusUrl: values['citus-url'] ?? (process.env.CITUS_URL || undefined),
@@ -153,6 +160,21 @@ export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
       .filter((count) => count.trim() !== '')
       .map((count) => Math.round(positive('--workers', count, 1))),
   };
+}
+
+/** NAME=VALUE pairs, as given to --proxy-env. */
+function proxyEnvOf(pairs: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of pairs) {
+    const match = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(pair);
+    if (!match) {
+      throw new UsageError(
+        `--proxy-env expects NAME=VALUE (such as MALLOC_ARENA_MAX=2), got "${pair}"`,
+      );
+    }
+    env[match[1]!] = match[2]!;
+  }
+  return env;
 }
 
 function positive(flag: string, raw: string | undefined, fallback: number, zeroOk = false): number {

@@ -260,6 +260,7 @@ export async function startProxy(
       LOG_LEVEL: options.logLevel,
       DATABASE_URL: config.storeUrl,
       ...(stack.otlpSink ? { OTEL_EXPORTER_OTLP_ENDPOINT: stack.otlpSink.url } : {}),
+      ...options.proxyEnv,
     },
   });
   const deadline = Date.now() + 60_000;
