@@ -21,6 +21,7 @@ import autocannon from 'autocannon';
 import { request } from 'undici';
 import { prepareBaseline } from './baseline';
 import { Child, waitForMessage, spawnPinned, killAllChildrenNow } from './children';
+import { type HeapTargetChoice, heapTargetChoiceOf, UsageError } from './options';
 import type { ReplayAnswerMessage } from './replay-floor';
 import { type Answer, BODY, replayAnswer, requestHeaders, UNIQUE_KEY } from './scenarios';
 import {
@@ -55,14 +56,20 @@ const USAGE = `Usage: npm run bench:instructions -- [options]
                    (baseline, current, baseline, current…), and compare the means (default 1)
   --keep <dir>     copy each count's callgrind files there (one per thread; <scenario>.callgrind.1-01
                    is the main thread), to read with callgrind_annotate
+  --heap-target <t> off (default): our proxy counted with heapTarget: 0b; shipped: with the
+                   config's default, whose full collections a new key pays as it runs (give it
+                   --requests 16000 or more, so that the window holds several of them)
   -h, --help
 
 Needs valgrind (Debian: apt-get install valgrind). Takes ~1.5 minutes per scenario. Environment:
 DATABASE_URL = use that PostgreSQL instead of an embedded one.
 
-Our proxy is counted with heapTarget: 0b (the builds that have it): the heap's bound checks the
-clock, and under valgrind a second of the clock is ~50 times fewer requests, so it would collect
-far more often per request than it does at full speed, and by chance.
+Our proxy is counted with heapTarget: 0b by default (the builds that have it): a window of a few
+thousand requests holds none or one of the target's full collections, by chance, which moved a
+cached replay's count from 126k to 262k. Without the target V8 collects on its own, two full
+collections in 4000 new keys at three times the cost of one of the target's: a new key's counts of
+4000 requests swing by 200k. --heap-target shipped over 16000 requests counts what the proxy
+runs; three such counts of a new key read 517k-537k.
 `;
 
 interface Target {
@@ -121,6 +128,7 @@ async function main(): Promise<number> {
       baseline: { type: 'string' },
       repeat: { type: 'string', default: '1' },
       keep: { type: 'string' },
+      'heap-target': { type: 'string', default: 'off' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -136,6 +144,14 @@ async function main(): Promise<number> {
     process.stderr.write(
       `bench: --requests, --warmup, --connections and --repeat take whole numbers\n\n${USAGE}`,
     );
+    return 2;
+  }
+  let heapTarget: HeapTargetChoice;
+  try {
+    heapTarget = heapTargetChoiceOf(values['heap-target']);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`bench: ${error.message}\n\n${USAGE}`);
     return 2;
   }
   if (repeat > 1 && values.baseline === undefined) {
@@ -200,7 +216,7 @@ async function main(): Promise<number> {
     table: stack.table,
     poolSize: 10,
     upstreamUrl,
-    heapTarget: heapTargetWhileCounted(CURRENT_BUILD),
+    heapTarget: heapTargetWhileCounted(CURRENT_BUILD, heapTarget),
   });
   if (!config) throw new Error('the built proxy rejects the bench configuration');
   // The baseline gets a table of its own (a table name of the same length), so neither build
@@ -214,7 +230,7 @@ async function main(): Promise<number> {
       table,
       poolSize: 10,
       upstreamUrl,
-      heapTarget: heapTargetWhileCounted(baseline),
+      heapTarget: heapTargetWhileCounted(baseline, heapTarget),
     };
     const own = await writeProxyConfig(stack.tmpDir, 'instructions-baseline', values, baseline);
     if (!own) throw new Error(`the ${baseline.label} build rejects the bench configuration`);
@@ -406,12 +422,13 @@ async function handOver(spawned: ChildProcess, answer: Answer): Promise<void> {
 }
 
 /**
- * What a build's proxy is counted with: heapTarget off, where the build has it. The bound checks
- * the heap ten times a second by the clock; a process ~50 times slower under valgrind passes the
- * target between checks far more often per request, and each time a full collection is counted
- * (a cached replay read 169k and 262k instructions in two counts with it, 126k and 127k without).
+ * What a build's proxy is counted with: heapTarget off where the build has it, unless `shipped`
+ * (then the config's default). With the target, a window of a few thousand requests holds none or
+ * one of its full collections, by chance (a cached replay read 169k and 262k instructions in two
+ * counts with it, 126k and 127k without); a long window holds several.
  */
-function heapTargetWhileCounted(build: Build): string | undefined {
+function heapTargetWhileCounted(build: Build, choice: HeapTargetChoice): string | undefined {
+  if (choice === 'shipped') return undefined;
   const schema = path.join(build.distDir, 'config', 'schema.js');
   return fs.existsSync(schema) && fs.readFileSync(schema, 'utf8').includes('heapTarget')
     ? '0b'

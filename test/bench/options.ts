@@ -87,6 +87,17 @@ preloaded for exact round-trip counts).
 
 export class UsageError extends Error {}
 
+/**
+ * What `npm run bench:instructions -- --heap-target` counts our proxy with: `off` (heapTarget: 0b,
+ * the default) or `shipped` (the config's default target, as `npm start` runs).
+ */
+export type HeapTargetChoice = 'off' | 'shipped';
+
+export function heapTargetChoiceOf(value: string): HeapTargetChoice {
+  if (value === 'off' || value === 'shipped') return value;
+  throw new UsageError(`--heap-target takes off or shipped, got "${value}"`);
+}
+
 export function parseOptions(argv: readonly string[]): BenchOptions | 'help' {
   const { values } = parseArgs({
     args: [...argv],

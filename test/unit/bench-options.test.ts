@@ -1,6 +1,7 @@
 // The bench's --proxy-env: variables for the proxy process alone (glibc reads its malloc settings
-// when a process starts, so an allocator setting must be in the proxy's own environment).
-import { parseOptions, UsageError } from '../bench/options';
+// when a process starts, so an allocator setting must be in the proxy's own environment); and the
+// instruction count's --heap-target, which takes only its two choices.
+import { heapTargetChoiceOf, parseOptions, UsageError } from '../bench/options';
 
 function options(argv: readonly string[]) {
   const parsed = parseOptions(argv);
@@ -37,4 +38,17 @@ describe('bench options: --proxy-env', () => {
       );
     },
   );
+});
+
+describe('bench:instructions --heap-target', () => {
+  it.each(['off', 'shipped'] as const)('takes %p', (choice) => {
+    expect(heapTargetChoiceOf(choice)).toBe(choice);
+  });
+
+  it.each(['', 'on', '48MB', 'Shipped'])('refuses %p with the two it takes', (value) => {
+    expect(() => heapTargetChoiceOf(value)).toThrow(UsageError);
+    expect(() => heapTargetChoiceOf(value)).toThrow(
+      `--heap-target takes off or shipped, got "${value}"`,
+    );
+  });
 });
